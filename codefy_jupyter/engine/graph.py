@@ -1,0 +1,378 @@
+"""Graph JSON → a validated `Graph`, or a `GraphError` listing every problem.
+
+Graph JSON: `{"nodes": [{"id", "type", "params", "label"?}], "edges": [{"source", "source_port",
+"target", "target_port"}], "settings": {"device"?, "seed"?}}`. A graph used as a subgraph or preset
+also declares its interface: `"inputs"/"outputs": {name: {"node", "port"}}`.
+
+Validation never stops at the first problem: a user fixing a graph sees everything at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import GraphError, Problem
+from .registry import NodeDef, NodeRegistry, PortSpec, types_compatible
+
+MAX_NESTING = 16
+SEED_MAX = 2**32 - 1
+
+
+@dataclass
+class NodeSpec:
+    id: str
+    type: str
+    params: dict[str, Any]
+    definition: NodeDef
+    inputs: dict[str, PortSpec]
+    outputs: dict[str, str]
+    label: str | None = None
+
+
+@dataclass
+class Graph:
+    nodes: dict[str, NodeSpec]
+    # target id -> input port -> (source id, source port)
+    inputs: dict[str, dict[str, tuple[str, str]]]
+    # source id -> consumer ids, in edge order, one entry per edge
+    consumers: dict[str, list[str]]
+    settings: dict[str, Any] = field(default_factory=dict)
+    # For subgraphs/presets: interface name -> (node id, port)
+    interface_inputs: dict[str, tuple[str, str]] = field(default_factory=dict)
+    interface_outputs: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def output_nodes(self) -> list[str]:
+        """Nodes a run targets: declared output nodes and every node nobody consumes."""
+        return [nid for nid, spec in self.nodes.items() if spec.definition.output_node or not self.consumers[nid]]
+
+    def node_types(self) -> set[str]:
+        return {spec.type for spec in self.nodes.values()}
+
+
+class PortResolver:
+    """Given to nodes whose ports depend on params (Subgraph, Preset, Map) during validation."""
+
+    def __init__(self, registry: NodeRegistry, presets: Any, depth: int = 0) -> None:
+        self.registry = registry
+        self.presets = presets
+        self.depth = depth
+
+    def interface(
+        self, data: Any, node_id: str, field_name: str
+    ) -> tuple[dict[str, PortSpec], dict[str, str], list[Problem]]:
+        """Validate an inner graph and return its interface ports (with inner problems, flattened)."""
+        if self.depth >= MAX_NESTING:
+            return {}, {}, [Problem("nesting_too_deep", f"subgraphs nest deeper than {MAX_NESTING} levels "
+                                    "(does a preset contain itself?)", node_id, field_name)]
+        try:
+            inner = parse_graph(data, self.registry, self.presets, prefix=f"{node_id}/",
+                                bound=_interface_bindings(data), _depth=self.depth + 1)
+        except GraphError as err:
+            return {}, {}, [_in_field(p, field_name) if p.node_id is None else p for p in err.problems]
+        ins = {}
+        for name, (nid, port) in inner.interface_inputs.items():
+            ins[name] = PortSpec(inner.nodes[nid].inputs[port].type, optional=inner.nodes[nid].inputs[port].optional)
+        outs = {name: inner.nodes[nid].outputs[port] for name, (nid, port) in inner.interface_outputs.items()}
+        return ins, outs, []
+
+
+def _in_field(p: Problem, field_name: str) -> Problem:
+    return Problem(p.code, p.message, p.node_id, f"{field_name}.{p.field}" if p.field else field_name, p.params)
+
+
+def _interface_bindings(data: Any) -> set[tuple[str, str]]:
+    """Inner ports fed through the interface count as connected."""
+    out: set[tuple[str, str]] = set()
+    if isinstance(data, dict) and isinstance(data.get("inputs"), dict):
+        for ref in data["inputs"].values():
+            if isinstance(ref, dict) and isinstance(ref.get("node"), str) and isinstance(ref.get("port"), str):
+                out.add((ref["node"], ref["port"]))
+    return out
+
+
+def validate_graph(data: Any, registry: NodeRegistry | None = None, presets: Any = None) -> list[Problem]:
+    """Every problem of a graph, or [] when it can run."""
+    try:
+        parse_graph(data, registry, presets)
+    except GraphError as err:
+        return err.problems
+    return []
+
+
+def parse_graph(
+    data: Any,
+    registry: NodeRegistry | None = None,
+    presets: Any = None,
+    *,
+    prefix: str = "",
+    bound: set[tuple[str, str]] | None = None,
+    _depth: int = 0,
+) -> Graph:
+    """Validate graph JSON and build a `Graph`. Node ids get `prefix` (expansions: `parent/`).
+
+    `bound` lists (local id, port) inputs that receive values from outside (an expansion's
+    inputs), so they count as connected.
+    """
+    if registry is None:
+        from .registry import default_registry
+
+        registry = default_registry()
+    if presets is None:
+        from .presets import PresetLibrary
+
+        presets = PresetLibrary.default()
+    problems: list[Problem] = []
+    if not isinstance(data, dict):
+        raise GraphError([Problem("invalid_graph", f"a graph is a JSON object, got {type(data).__name__}")])
+    raw_nodes = data.get("nodes")
+    raw_edges = data.get("edges", [])
+    settings = data.get("settings") or {}
+    if not isinstance(raw_nodes, list):
+        problems.append(Problem("invalid_field", "'nodes' must be a list", field="nodes"))
+        raw_nodes = []
+    if not isinstance(raw_edges, list):
+        problems.append(Problem("invalid_field", "'edges' must be a list", field="edges"))
+        raw_edges = []
+    if not isinstance(settings, dict):
+        problems.append(Problem("invalid_field", "'settings' must be an object", field="settings"))
+        settings = {}
+    problems.extend(_check_settings(settings))
+
+    resolver = PortResolver(registry, presets, _depth)
+    nodes: dict[str, NodeSpec] = {}
+    local_ids: dict[str, str] = {}  # local id -> full id
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_nodes):
+        spec = _parse_node(raw, i, prefix, registry, resolver, seen, problems)
+        if spec is not None:
+            nodes[spec.id] = spec
+            local_ids[spec.id[len(prefix):]] = spec.id
+
+    inputs: dict[str, dict[str, tuple[str, str]]] = {nid: {} for nid in nodes}
+    consumers: dict[str, list[str]] = {nid: [] for nid in nodes}
+    for i, raw in enumerate(raw_edges):
+        _parse_edge(raw, i, prefix, nodes, seen, inputs, consumers, problems)
+
+    bound_full = {(prefix + n, p) for n, p in (bound or ())}
+    for nid, spec in nodes.items():
+        for port, pspec in spec.inputs.items():
+            if not pspec.optional and port not in inputs[nid] and (nid, port) not in bound_full:
+                problems.append(Problem("missing_input", f"required input {port!r} ({pspec.type}) is not connected",
+                                        nid, f"inputs.{port}"))
+
+    iface_in = _parse_interface(data.get("inputs"), "inputs", prefix, nodes, problems, is_input=True)
+    iface_out = _parse_interface(data.get("outputs"), "outputs", prefix, nodes, problems, is_input=False)
+
+    if nodes:
+        for cycle in find_cycles(list(nodes), lambda n: (src for src, _ in inputs[n].values())):
+            problems.append(Problem("cycle", f"cycle through {', '.join(repr(n) for n in cycle)}",
+                                    cycle[0], None, {"cycle": cycle}))
+    if problems:
+        raise GraphError(problems)
+    return Graph(nodes, inputs, consumers, dict(settings), iface_in, iface_out)
+
+
+def _check_settings(settings: dict[str, Any]) -> list[Problem]:
+    out = []
+    device = settings.get("device")
+    if device is not None and (not isinstance(device, str) or not device):
+        out.append(Problem("invalid_field", "must be a device name such as 'cpu' or 'cuda:0'", field="settings.device"))
+    seed = settings.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX):
+        out.append(Problem("invalid_field", f"must be an integer from 0 to {SEED_MAX}", field="settings.seed"))
+    return out
+
+
+def _parse_node(
+    raw: Any, i: int, prefix: str, registry: NodeRegistry, resolver: PortResolver, seen: set[str],
+    problems: list[Problem],
+) -> NodeSpec | None:
+    where = f"nodes[{i}]"
+    if not isinstance(raw, dict):
+        problems.append(Problem("invalid_field", "a node is a JSON object", field=where))
+        return None
+    local = raw.get("id")
+    if not isinstance(local, str) or not local:
+        problems.append(Problem("invalid_field", "node id must be a non-empty string", field=f"{where}.id"))
+        return None
+    nid = prefix + local
+    if "/" in local:
+        problems.append(Problem("invalid_id", "node ids may not contain '/' (it joins flattened ids)", nid, "id"))
+        return None
+    if nid in seen:
+        problems.append(Problem("duplicate_id", f"node id {local!r} is used more than once", nid, "id"))
+        return None
+    seen.add(nid)
+    type_ = raw.get("type")
+    nd = registry.get(type_) if isinstance(type_, str) else None
+    if nd is None:
+        problems.append(Problem("unknown_type", f"unknown node type {type_!r}", nid, "type", {"type": type_}))
+        return None
+    raw_params = raw.get("params", {}) or {}
+    if not isinstance(raw_params, dict):
+        problems.append(Problem("invalid_field", "params must be an object", nid, "params"))
+        return None
+    params: dict[str, Any] = {}
+    bad = False
+    for name in raw_params:
+        if name not in nd.params:
+            problems.append(Problem("unknown_param", f"{type_} has no param {name!r}", nid, f"params.{name}",
+                                    {"known": sorted(nd.params)}))
+            bad = True
+    for name, pspec in nd.params.items():
+        if name in raw_params:
+            value, reason = pspec.check(raw_params[name])
+            if reason:
+                problems.append(Problem("invalid_param", reason, nid, f"params.{name}"))
+                bad = True
+                continue
+            params[name] = value
+        else:
+            params[name] = pspec.default
+    if bad:
+        return None
+    if nd.dynamic_ports is not None:
+        ins, outs, port_problems = nd.dynamic_ports(params, resolver, nid)
+        if port_problems:
+            problems.extend(port_problems)
+            return None
+    else:
+        ins, outs = nd.inputs, nd.outputs
+    label = raw.get("label")
+    return NodeSpec(nid, type_, params, nd, ins, outs, label if isinstance(label, str) else None)
+
+
+def _parse_edge(
+    raw: Any, i: int, prefix: str, nodes: dict[str, NodeSpec], seen: set[str],
+    inputs: dict[str, dict[str, tuple[str, str]]], consumers: dict[str, list[str]], problems: list[Problem],
+) -> None:
+    where = f"edges[{i}]"
+    if not isinstance(raw, dict):
+        problems.append(Problem("invalid_field", "an edge is a JSON object", field=where))
+        return
+    fields = {}
+    for key in ("source", "source_port", "target", "target_port"):
+        value = raw.get(key)
+        if not isinstance(value, str) or not value:
+            problems.append(Problem("invalid_field", f"{key} must be a non-empty string", field=f"{where}.{key}"))
+            return
+        fields[key] = value
+    src, dst = prefix + fields["source"], prefix + fields["target"]
+    ok = True
+    for key, nid in (("source", src), ("target", dst)):
+        if nid not in nodes:
+            if nid not in seen:  # nodes that failed to parse were reported already
+                problems.append(Problem("missing_node", f"edge {key} {fields[key]!r} is not a node of this graph",
+                                        field=f"{where}.{key}"))
+            ok = False
+    if not ok:
+        return
+    s_port, t_port = fields["source_port"], fields["target_port"]
+    s_type = nodes[src].outputs.get(s_port)
+    t_spec = nodes[dst].inputs.get(t_port)
+    if s_type is None:
+        problems.append(Problem("unknown_port", f"{nodes[src].type} has no output {s_port!r}", src,
+                                f"outputs.{s_port}", {"known": sorted(nodes[src].outputs)}))
+        ok = False
+    if t_spec is None:
+        problems.append(Problem("unknown_port", f"{nodes[dst].type} has no input {t_port!r}", dst,
+                                f"inputs.{t_port}", {"known": sorted(nodes[dst].inputs)}))
+        ok = False
+    if not ok:
+        return
+    if not types_compatible(s_type, t_spec.type):
+        problems.append(Problem("type_mismatch", f"input {t_port!r} takes {t_spec.type}, but {fields['source']!r}."
+                                f"{s_port} gives {s_type}", dst, f"inputs.{t_port}",
+                                {"expected": t_spec.type, "got": s_type}))
+        return
+    if t_port in inputs[dst]:
+        problems.append(Problem("duplicate_edge", f"input {t_port!r} has more than one incoming edge", dst,
+                                f"inputs.{t_port}"))
+        return
+    inputs[dst][t_port] = (src, s_port)
+    consumers[src].append(dst)
+
+
+def _parse_interface(
+    raw: Any, key: str, prefix: str, nodes: dict[str, NodeSpec], problems: list[Problem], *, is_input: bool
+) -> dict[str, tuple[str, str]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.append(Problem("invalid_field", f"'{key}' must be an object of name -> {{node, port}}", field=key))
+        return {}
+    out = {}
+    for name, ref in raw.items():
+        where = f"{key}.{name}"
+        if not isinstance(ref, dict) or not isinstance(ref.get("node"), str) or not isinstance(ref.get("port"), str):
+            problems.append(Problem("invalid_field", "must be {\"node\": id, \"port\": name}", field=where))
+            continue
+        nid = prefix + ref["node"]
+        if nid not in nodes:
+            problems.append(Problem("missing_node", f"{ref['node']!r} is not a node of this graph", field=where))
+            continue
+        ports = nodes[nid].inputs if is_input else nodes[nid].outputs
+        if ref["port"] not in ports:
+            problems.append(Problem("unknown_port", f"{nodes[nid].type} has no {key[:-1]} {ref['port']!r}", nid,
+                                    where))
+            continue
+        out[name] = (nid, ref["port"])
+    return out
+
+
+def find_cycles(node_ids: list[str], deps: Any) -> list[list[str]]:
+    """Strongly connected components that contain a cycle (iterative Tarjan, linear time).
+
+    `deps(n)` yields the nodes n depends on. Each returned cycle lists only nodes on a cycle,
+    never the nodes merely downstream of one; components come in a stable order.
+    """
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    order: dict[str, int] = {}
+    counter = 0
+    for root in node_ids:
+        if root in index:
+            continue
+        work = [(root, iter(deps(root)))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            advanced = False
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(deps(w))))
+                    advanced = True
+                    break
+                if w in on_stack and index[w] < low[v]:
+                    low[v] = index[w]
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                if low[v] < low[parent]:
+                    low[parent] = low[v]
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1 or v in set(deps(v)):
+                    if not order:
+                        order = {n: i for i, n in enumerate(node_ids)}
+                    cycles.append(sorted(comp, key=lambda n: order.get(n, len(order))))
+    return cycles
