@@ -166,7 +166,7 @@ class _Execution:
                 if self.run.cancelled:
                     self.cancelled = True
                     break
-                while len(running) < self.limit and self.failure is None and not self.cancelled:
+                while len(running) < self.limit and self.failure is None and not self.run.cancelled:
                     nid = sched.pick()
                     if nid is None:
                         break
@@ -175,7 +175,7 @@ class _Execution:
                         continue
                     spec, kwargs = prepared
                     if spec.definition.is_async:
-                        if self.limit == 1:
+                        if self.run.seed is not None:  # a seeded run overlaps nothing
                             self._finish(nid, await call_async(self.run, spec, kwargs))
                         else:
                             self._start_async(nid, spec, kwargs)

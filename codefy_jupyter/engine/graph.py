@@ -151,18 +151,19 @@ def parse_graph(
 
     inputs: dict[str, dict[str, tuple[str, str]]] = {nid: {} for nid in nodes}
     consumers: dict[str, list[str]] = {nid: [] for nid in nodes}
+    aimed: set[tuple[str, str]] = set()  # inputs some edge points at, even a rejected one
     for i, raw in enumerate(raw_edges):
-        _parse_edge(raw, i, prefix, nodes, seen, inputs, consumers, problems)
+        _parse_edge(raw, i, prefix, nodes, seen, inputs, consumers, problems, aimed)
 
-    bound_full = {(prefix + n, p) for n, p in (bound or ())}
+    bound_full = {(prefix + n, p) for n, p in (bound or ())} | aimed
     for nid, spec in nodes.items():
         for port, pspec in spec.inputs.items():
             if not pspec.optional and port not in inputs[nid] and (nid, port) not in bound_full:
                 problems.append(Problem("missing_input", f"required input {port!r} ({pspec.type}) is not connected",
                                         nid, f"inputs.{port}"))
 
-    iface_in = _parse_interface(data.get("inputs"), "inputs", prefix, nodes, problems, is_input=True)
-    iface_out = _parse_interface(data.get("outputs"), "outputs", prefix, nodes, problems, is_input=False)
+    iface_in = _parse_interface(data.get("inputs"), "inputs", prefix, nodes, seen, problems, is_input=True)
+    iface_out = _parse_interface(data.get("outputs"), "outputs", prefix, nodes, seen, problems, is_input=False)
 
     if nodes:
         for cycle in find_cycles(list(nodes), lambda n: (src for src, _ in inputs[n].values())):
@@ -246,6 +247,7 @@ def _parse_node(
 def _parse_edge(
     raw: Any, i: int, prefix: str, nodes: dict[str, NodeSpec], seen: set[str],
     inputs: dict[str, dict[str, tuple[str, str]]], consumers: dict[str, list[str]], problems: list[Problem],
+    aimed: set[tuple[str, str]],
 ) -> None:
     where = f"edges[{i}]"
     if not isinstance(raw, dict):
@@ -259,6 +261,7 @@ def _parse_edge(
             return
         fields[key] = value
     src, dst = prefix + fields["source"], prefix + fields["target"]
+    aimed.add((dst, fields["target_port"]))
     ok = True
     for key, nid in (("source", src), ("target", dst)):
         if nid not in nodes:
@@ -295,7 +298,8 @@ def _parse_edge(
 
 
 def _parse_interface(
-    raw: Any, key: str, prefix: str, nodes: dict[str, NodeSpec], problems: list[Problem], *, is_input: bool
+    raw: Any, key: str, prefix: str, nodes: dict[str, NodeSpec], seen: set[str], problems: list[Problem], *,
+    is_input: bool
 ) -> dict[str, tuple[str, str]]:
     if raw is None:
         return {}
@@ -310,6 +314,8 @@ def _parse_interface(
             continue
         nid = prefix + ref["node"]
         if nid not in nodes:
+            if nid in seen:  # the node itself failed to parse and was reported
+                continue
             problems.append(Problem("missing_node", f"{ref['node']!r} is not a node of this graph", field=where))
             continue
         ports = nodes[nid].inputs if is_input else nodes[nid].outputs

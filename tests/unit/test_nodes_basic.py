@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import threading
@@ -114,3 +115,17 @@ def test_node_packs_import_without_torch():
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("condition,chosen,skipped,expected", [(True, "sum", "product", 90.0),
+                                                                (False, "product", "sum", 180.0)])
+def test_lazy_switch_example_evaluates_only_the_chosen_branch(tmp_path, condition, chosen, skipped, expected):
+    from codefy_jupyter.engine import run_graph
+
+    graph = json.loads((REPO / "examples" / "lazy_switch.json").read_text())
+    [flag] = [n for n in graph["nodes"] if n["id"] == "use_sum"]
+    flag["params"]["value"] = condition
+    result = run_graph(graph, data_dir=tmp_path)
+    assert result.status == "succeeded", result.error
+    assert result.outputs["scaled"]["y"] == expected
+    assert chosen in result.executed and skipped not in result.executed

@@ -1,0 +1,240 @@
+"""Engine scaling benchmark: is per-node cost flat from 1k to 100k nodes?
+
+Four graph shapes, built from no-op nodes of a private NodeRegistry (the node bodies cost ~nothing,
+so every microsecond measured is engine overhead):
+
+  chain    n0 -> n1 -> ... -> n(N-1); one sink, depth N.
+  fanout   one Source feeding N-1 Pass nodes; N-1 sinks, depth 2.
+  fanin    ports are fixed (no variadic join), so fan-in is (N+1)/2 Sources reduced into one sink
+           by a balanced binary tree of Sum2(a, b) nodes (depth ~log2 N); when N is even a final
+           Pass keeps the count at exactly N.
+  lattice  side = round(sqrt N); node (i,j) depends on (i-1,j) and (i,j-1) (Source at (0,0), Pass
+           on the first row/column, Sum2 inside); one sink at (side-1, side-1); N = side^2.
+
+For each shape and size (node counts in the output are the real ones) it measures:
+
+  (a) scheduler alone: ExecutionList with deps_of from the parsed graph's input map,
+      is_available always False, pick_class from a precomputed dict (sinks OUTPUT, their producers
+      BLOCKS_OUTPUT, everything else OTHER). `add_us_per_node`: add_node for every sink (which
+      walks the whole graph); `loop_us_per_node`: `while (n := el.pick()) is not None: el.complete(n)`.
+  (b) `run_graph(graph_dict, registry=reg, max_parallel_nodes=1)` end to end (parse, validate,
+      signatures, execute) -> `run_graph_us_per_node` and the run's status; `parse_us_per_node`
+      (parse_graph alone) is given alongside to split the total.
+  (c) `compute_signatures(parsed, run_salt(seed=None, device="cpu", deterministic=False),
+      per_node_seed=False)` -> `signatures_us_per_node`.
+
+Timing: time.perf_counter, best of 3 (the garbage collector stays on, as in real runs; gc.collect()
+runs before each repeat). (a), (c) and parse use 3 repeats at every size; run_graph uses 1 repeat
+above 10k nodes (each result records its repeats).
+
+Summary per shape: (a) `flat` = loop µs/node at the largest size <= 1.5 x at the smallest, and
+`meets_target` = loop <= 5 µs/node at every size; (b) `meets_target` = <= 50 µs/node at every size;
+(c) `per_node_ratio` = largest/smallest µs/node (linear ~ 1).
+
+    python benchmarks/engine.py [--sizes 1000,10000] [--shapes chain,lattice] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import math
+import os
+import platform
+import sys
+import time
+from typing import Any, Callable
+
+from codefy_jupyter.engine.executor import run_graph
+from codefy_jupyter.engine.graph import Graph, parse_graph
+from codefy_jupyter.engine.registry import NodeRegistry
+from codefy_jupyter.engine.scheduler import BLOCKS_OUTPUT, OTHER, OUTPUT, ExecutionList
+from codefy_jupyter.engine.signatures import compute_signatures, run_salt
+
+SIZES = (1_000, 10_000, 100_000)
+SHAPES = ("chain", "fanout", "fanin", "lattice")
+LOOP_TARGET_US, RUN_TARGET_US, FLAT_FACTOR = 5.0, 50.0, 1.5
+
+REG = NodeRegistry()
+REG.node("Source", outputs={"y": "any"})(lambda ctx: {"y": 0})
+REG.node("Pass", inputs={"x": "any"}, outputs={"y": "any"})(lambda ctx, x: {"y": x})
+REG.node("Sum2", inputs={"a": "any", "b": "any"}, outputs={"y": "any"})(lambda ctx, a, b: {"y": a})
+
+
+# -- shapes ---------------------------------------------------------------------------------------
+class _Builder:
+    def __init__(self) -> None:
+        self.nodes: list[dict[str, Any]] = []
+        self.edges: list[dict[str, str]] = []
+
+    def add(self, nid: str, type_: str, **inputs: str) -> str:
+        self.nodes.append({"id": nid, "type": type_})
+        for port, src in inputs.items():
+            self.edges.append({"source": src, "source_port": "y", "target": nid, "target_port": port})
+        return nid
+
+    def graph(self) -> dict[str, Any]:
+        return {"nodes": self.nodes, "edges": self.edges}
+
+
+def chain(n: int) -> dict[str, Any]:
+    b = _Builder()
+    prev = b.add("n0", "Source")
+    for i in range(1, n):
+        prev = b.add(f"n{i}", "Pass", x=prev)
+    return b.graph()
+
+
+def fanout(n: int) -> dict[str, Any]:
+    b = _Builder()
+    src = b.add("src", "Source")
+    for i in range(1, n):
+        b.add(f"c{i}", "Pass", x=src)
+    return b.graph()
+
+
+def fanin(n: int) -> dict[str, Any]:
+    b = _Builder()
+    level = [b.add(f"s{i}", "Source") for i in range((n + 1) // 2)]
+    while len(level) > 1:
+        nxt = [b.add(f"r{len(b.nodes)}", "Sum2", a=level[i], b=level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        level = nxt + level[len(level) - len(level) % 2:]  # an odd one out moves up a level
+    if n % 2 == 0:
+        b.add("sink", "Pass", x=level[0])
+    return b.graph()
+
+
+def lattice(n: int) -> dict[str, Any]:
+    b = _Builder()
+    side = round(math.sqrt(n))
+    for i in range(side):
+        for j in range(side):
+            up, left = f"v{i - 1}_{j}", f"v{i}_{j - 1}"
+            if i and j:
+                b.add(f"v{i}_{j}", "Sum2", a=up, b=left)
+            elif i or j:
+                b.add(f"v{i}_{j}", "Pass", x=up if i else left)
+            else:
+                b.add("v0_0", "Source")
+    return b.graph()
+
+
+BUILDERS: dict[str, Callable[[int], dict[str, Any]]] = {
+    "chain": chain, "fanout": fanout, "fanin": fanin, "lattice": lattice}
+
+
+# -- measurements ---------------------------------------------------------------------------------
+def best_of(repeats: int, fn: Callable[[], Any]) -> tuple[float, Any]:
+    """Best wall time over `repeats` calls of fn (seconds), and the last result."""
+    best, result = math.inf, None
+    for _ in range(repeats):
+        gc.collect()
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def scheduler_alone(g: Graph, repeats: int) -> dict[str, Any]:
+    deps = {nid: [src for src, _ in ports.values()] for nid, ports in g.inputs.items()}
+    sinks = g.output_nodes()
+    sink_set = set(sinks)
+    cls = {nid: OUTPUT if nid in sink_set else
+           BLOCKS_OUTPUT if any(c in sink_set for c in g.consumers[nid]) else OTHER for nid in g.nodes}
+    best_add = best_loop = math.inf
+    for _ in range(repeats):
+        el = ExecutionList(deps.__getitem__, lambda dep, nid: False, cls.__getitem__)
+        gc.collect()
+        t0 = time.perf_counter()
+        for nid in sinks:
+            el.add_node(nid)
+        t1 = time.perf_counter()
+        done = 0
+        while (nid := el.pick()) is not None:
+            el.complete(nid)
+            done += 1
+        t2 = time.perf_counter()
+        if done != len(g.nodes) or not el.is_empty():
+            raise AssertionError(f"scheduler completed {done} of {len(g.nodes)} nodes")
+        best_add, best_loop = min(best_add, t1 - t0), min(best_loop, t2 - t1)
+    n = len(g.nodes)
+    return {"add_us_per_node": round(best_add / n * 1e6, 3), "loop_us_per_node": round(best_loop / n * 1e6, 3)}
+
+
+def measure(shape: str, size: int) -> dict[str, Any]:
+    data = BUILDERS[shape](size)
+    n = len(data["nodes"])
+    reps, run_reps = 3, 3 if size <= 10_000 else 1
+    parse_s, g = best_of(reps, lambda: parse_graph(data, REG))
+    out: dict[str, Any] = {"nodes": n, "edges": len(data["edges"]), "sinks": len(g.output_nodes())}
+    out.update(scheduler_alone(g, reps))
+    run_s, result = best_of(run_reps, lambda: run_graph(data, registry=REG, max_parallel_nodes=1))
+    out.update(run_graph_us_per_node=round(run_s / n * 1e6, 3), status=result.status,
+               parse_us_per_node=round(parse_s / n * 1e6, 3))
+    if result.error is not None:
+        out["error"] = str(result.error)
+    salt = run_salt(seed=None, device="cpu", deterministic=False)
+    sig_s, _ = best_of(reps, lambda: compute_signatures(g, salt, per_node_seed=False))
+    out.update(signatures_us_per_node=round(sig_s / n * 1e6, 3), repeats=reps, run_graph_repeats=run_reps)
+    return out
+
+
+def summarise(rows: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    lo, hi = rows[min(rows)], rows[max(rows)]
+    span = f"{hi['nodes']}/{lo['nodes']}"
+    loop_ratio = hi["loop_us_per_node"] / lo["loop_us_per_node"] if lo["loop_us_per_node"] else None
+    return {
+        "compared": span,
+        "scheduler": {"loop_per_node_ratio": loop_ratio and round(loop_ratio, 3),
+                      "flat": None if len(rows) < 2 or loop_ratio is None else loop_ratio <= FLAT_FACTOR,
+                      "meets_target": all(r["loop_us_per_node"] <= LOOP_TARGET_US for r in rows.values())},
+        "run_graph": {"meets_target": all(r["run_graph_us_per_node"] <= RUN_TARGET_US and r["status"] == "succeeded"
+                                          for r in rows.values())},
+        "signatures": {"per_node_ratio": round(hi["signatures_us_per_node"] / lo["signatures_us_per_node"], 3)},
+    }
+
+
+def machine() -> dict[str, Any]:
+    return {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
+            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated node counts")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, from {', '.join(SHAPES)}")
+    ap.add_argument("--out", help="also write the JSON to this file")
+    args = ap.parse_args(argv)
+    sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    unknown = [s for s in shapes if s not in BUILDERS]
+    if unknown or not sizes or min(sizes) < 2:
+        ap.error(f"unknown shapes {unknown}" if unknown else "sizes must be integers >= 2")
+    started = time.perf_counter()
+    results: dict[str, Any] = {}
+    for shape in shapes:
+        rows = {}
+        for size in sizes:
+            rows[size] = measure(shape, size)
+            print(f"{shape:8} {rows[size]['nodes']:>7} nodes: {json.dumps(rows[size])}", file=sys.stderr)
+        results[shape] = {"sizes": {str(k): v for k, v in rows.items()}, "summary": summarise(rows)}
+    report = {
+        "machine": machine(),
+        "targets": {"loop_us_per_node": LOOP_TARGET_US, "run_graph_us_per_node": RUN_TARGET_US,
+                    "flat_factor": FLAT_FACTOR},
+        "results": results,
+        "wall_s": round(time.perf_counter() - started, 2),
+    }
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

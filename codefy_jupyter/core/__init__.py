@@ -1,0 +1,2 @@
+"""Control-plane logic (no tornado, no jupyter_server): devices, and later the store, run service,
+scheduling, events, workers."""

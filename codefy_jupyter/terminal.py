@@ -1,0 +1,103 @@
+"""Live terminal view of a run: a line per finished node, a progress bar for batches, metrics.
+
+Fed with engine events (the dicts of `engine.context`). On a terminal the progress bar redraws in
+place; into a pipe or file it prints a progress line at most every few seconds, so logs stay short.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any, Callable, TextIO
+
+BAR_WIDTH = 24
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def format_value(value: float) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+class LiveView:
+    def __init__(self, stream: TextIO | None = None, *, clock: Callable[[], float] = time.monotonic,
+                 plain_interval_s: float = 5.0) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.clock = clock
+        self.plain_interval_s = plain_interval_s
+        self._bar_shown = False
+        self._last_plain: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            kind = event.get("event", "")
+            if kind.endswith("node_status"):
+                self._node_status(event)
+            elif kind.endswith("progress"):
+                self._progress(event)
+            elif kind == "execution_cached":
+                self._line(f"  cached: {', '.join(event['nodes'])}")
+            elif kind == "metric":
+                step = f" (step {event['step']})" if event.get("step") is not None else ""
+                self._line(f"  · {event['node_id']}: {event['name']} = {format_value(event['value'])}{step}")
+            elif kind == "warning":
+                self._line(f"  ! {event.get('node_id') or 'run'}: {event['message']}")
+            elif kind == "artifact":
+                self._line(f"  ↳ {event['kind']}: {event['path']}")
+
+    def _node_status(self, event: dict[str, Any]) -> None:
+        status = event["status"]
+        name = f"{event['node_id']} ({event['node_type']})"
+        if status == "done":
+            self._line(f"✓ {name} {format_seconds(event.get('elapsed_s') or 0.0)}")
+        elif status == "cached":
+            self._line(f"✓ {name} cached")
+        elif status == "failed":
+            self._line(f"✗ {name}: {event.get('error', 'failed')}")
+        elif status == "cancelled":
+            self._line(f"■ {name} stopped")
+
+    def _progress(self, event: dict[str, Any]) -> None:
+        value, total = event.get("value") or 0, event.get("total")
+        label = event.get("label") or ""
+        node = event["node_id"]
+        if total:
+            frac = max(0.0, min(1.0, value / total))
+            filled = int(frac * BAR_WIDTH)
+            text = f"  {node} [{'█' * filled}{'·' * (BAR_WIDTH - filled)}] {value}/{total} {label}".rstrip()
+        else:
+            text = f"  {node} {value} {label}".rstrip()
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + text)
+            self.stream.flush()
+            self._bar_shown = True
+            return
+        now = self.clock()
+        done = bool(total) and value >= total
+        if done or now - self._last_plain.get(node, -1e9) >= self.plain_interval_s:
+            self._last_plain[node] = now
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def _line(self, text: str) -> None:
+        if self._bar_shown:
+            self.stream.write("\r\x1b[2K")
+            self._bar_shown = False
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._bar_shown:
+                self.stream.write("\r\x1b[2K")
+                self.stream.flush()
+                self._bar_shown = False

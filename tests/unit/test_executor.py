@@ -1,0 +1,334 @@
+"""run_graph end to end, observed through counters, timestamps and outputs (no mocks)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from engine_nodes import Probe, chain, edge, make_registry
+
+from codefy_jupyter.engine import (
+    CancelToken, Graph, GraphError, LRUCache, NoCache, RAMPressureCache, SessionCache, parse_graph, run_graph,
+)
+from codefy_jupyter.engine.presets import PresetLibrary
+
+
+@pytest.fixture
+def probe() -> Probe:
+    return Probe()
+
+
+@pytest.fixture
+def reg(probe):
+    return make_registry(probe)
+
+
+def run(graph, reg, **kw):
+    kw.setdefault("presets", PresetLibrary(include_env=False))
+    return run_graph(graph, registry=reg, **kw)
+
+
+def test_chain_outputs_and_executed_order(reg):
+    result = run(chain(4, factor=2.0), reg)
+    assert result.status == "succeeded" and result.ok
+    assert result.outputs == {"n3": {"y": 8.0}}
+    assert result.executed == ["n0", "n1", "n2", "n3"]
+    assert result.cached == [] and result.error is None
+
+
+def test_keep_outputs_all_returns_intermediate_values(reg):
+    result = run(chain(3, factor=3.0), reg, keep_outputs="all")
+    assert result.outputs == {"n0": {"value": 1.0}, "n1": {"y": 3.0}, "n2": {"y": 9.0}}
+
+
+def test_lazy_input_skips_the_unused_branch(reg, probe):
+    graph = {
+        "nodes": [{"id": "cond", "type": "Const", "params": {"value": 1.0}},
+                  {"id": "src_a", "type": "Const", "params": {"value": 10.0}},
+                  {"id": "src_b", "type": "Const", "params": {"value": 20.0}},
+                  {"id": "heavy_b", "type": "Scale", "params": {"factor": 5}},
+                  {"id": "pick", "type": "Pick"}],
+        "edges": [edge("cond", "value", "pick", "cond"), edge("src_a", "value", "pick", "a"),
+                  edge("src_b", "value", "heavy_b", "x"), edge("heavy_b", "y", "pick", "b")],
+    }
+    events = []
+    result = run(graph, reg, on_event=events.append)
+    assert result.outputs["pick"] == {"y": 10.0}
+    assert probe.calls["src_b"] == 0 and probe.calls["heavy_b"] == 0
+    assert probe.calls["src_a"] == 1
+    assert "heavy_b" not in result.executed
+    pending = [e for e in events if e.get("status") == "pending"]
+    assert pending == [{"event": "node_status", "node_id": "pick", "node_type": "Pick", "status": "pending",
+                        "reason": "lazy_inputs", "inputs": ["a"]}]
+    # The other branch when the condition flips.
+    graph["nodes"][0]["params"]["value"] = -1.0
+    result = run(graph, reg)
+    assert result.outputs["pick"] == {"y": 100.0}
+    assert probe.calls["heavy_b"] == 1
+
+
+def test_expansion_uses_flattened_ids_and_links_outputs_back(reg):
+    graph = {"nodes": [{"id": "k", "type": "Const", "params": {"value": 3.0}}, {"id": "tw", "type": "Twice"},
+                       {"id": "after", "type": "Scale", "params": {"factor": 10}}],
+             "edges": [edge("k", "value", "tw", "x"), edge("tw", "y", "after", "x")]}
+    events = []
+    result = run(graph, reg, on_event=events.append, keep_outputs="all")
+    assert result.outputs["tw"] == {"y": 12.0}
+    assert result.outputs["tw/first"] == {"y": 6.0} and result.outputs["tw/second"] == {"y": 12.0}
+    assert result.outputs["after"] == {"y": 120.0}
+    assert result.executed == ["k", "tw/first", "tw/second", "tw", "after"]
+    inner = [(e["node_id"], e["status"]) for e in events if e["event"] == "inner_node_status"]
+    assert inner == [("tw/first", "running"), ("tw/first", "done"), ("tw/second", "running"), ("tw/second", "done")]
+    assert all(e["parent"] == "tw" for e in events if e["event"] == "inner_node_status")
+    statuses = [e["status"] for e in events if e["event"] == "node_status" and e["node_id"] == "tw"]
+    assert statuses == ["running", "pending", "done"]
+
+
+def test_invalid_expansion_fails_the_parent_with_the_inner_problem(reg):
+    graph = {"nodes": [{"id": "k", "type": "Const"}, {"id": "bad", "type": "BadExpand"}],
+             "edges": [edge("k", "value", "bad", "x")]}
+    result = run(graph, reg)
+    assert result.status == "failed"
+    assert result.error.node_id == "bad" and result.error.code == "invalid_expansion"
+    assert "bad/k" in result.error.message and "'Nope'" in result.error.message
+
+
+def test_two_async_sleeps_overlap(reg, probe):
+    graph = {"nodes": [{"id": "k", "type": "Const"}, {"id": "w1", "type": "Wait"}, {"id": "w2", "type": "Wait"}],
+             "edges": [edge("k", "value", "w1", "x"), edge("k", "value", "w2", "x")]}
+    started = time.monotonic()
+    result = run(graph, reg)
+    elapsed = time.monotonic() - started
+    assert result.ok
+    (s1, e1), (s2, e2) = probe.spans["w1"], probe.spans["w2"]
+    assert max(s1, s2) < min(e1, e2)  # both were sleeping at the same moment
+    assert elapsed < 1.8, f"two 1 s sleeps took {elapsed:.2f} s"
+
+
+def test_async_node_overlaps_with_sync_work(reg, probe):
+    graph = {"nodes": [{"id": "k", "type": "Const"}, {"id": "w", "type": "Wait", "params": {"seconds": 0.5}},
+                       {"id": "h", "type": "Hold", "params": {"seconds": 0.5}}],
+             "edges": [edge("k", "value", "w", "x"), edge("k", "value", "h", "x")]}
+    result = run(graph, reg, max_parallel_nodes=1)
+    assert result.ok
+    (ws, we), (hs, he) = probe.spans["w"], probe.spans["h"]
+    assert max(ws, hs) < min(we, he)
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3])
+def test_parallel_sync_nodes_reach_the_limit_and_never_exceed_it(reg, probe, limit):
+    graph = {"nodes": [{"id": "k", "type": "Const"}] +
+             [{"id": f"h{i}", "type": "Hold", "params": {"seconds": 0.15}} for i in range(6)],
+             "edges": [edge("k", "value", f"h{i}", "x") for i in range(6)]}
+    result = run(graph, reg, max_parallel_nodes=limit)
+    assert result.ok
+    assert probe.peak == limit
+
+
+def test_seeded_run_is_sequential_and_bit_for_bit_reproducible(reg, probe):
+    graph = {"nodes": [{"id": "k", "type": "Const"}] + [{"id": f"r{i}", "type": "Noise"} for i in range(4)] +
+             [{"id": f"h{i}", "type": "Hold", "params": {"seconds": 0.05}} for i in range(3)],
+             "edges": [edge("k", "value", f"r{i}", "x") for i in range(4)] +
+             [edge("k", "value", f"h{i}", "x") for i in range(3)]}
+    first = run(graph, reg, seed=1234, max_parallel_nodes=4, keep_outputs="all")
+    assert probe.peak == 1  # one node at a time despite max_parallel_nodes=4
+    second = run(graph, reg, seed=1234, max_parallel_nodes=4, keep_outputs="all")
+    values1 = [first.outputs[f"r{i}"]["y"] for i in range(4)]
+    values2 = [second.outputs[f"r{i}"]["y"] for i in range(4)]
+    assert values1 == values2
+    assert len(set(values1)) == 4  # each node draws from its own seed
+    other = run(graph, reg, seed=99, keep_outputs="all")
+    assert [other.outputs[f"r{i}"]["y"] for i in range(4)] != values1
+
+
+def test_failure_stops_downstream_and_reports_what_ran(reg, probe):
+    graph = {"nodes": [{"id": "k", "type": "Const", "params": {"value": 7}}, {"id": "ok", "type": "Scale"},
+                       {"id": "boom", "type": "Boom"}, {"id": "after", "type": "Scale"}],
+             "edges": [edge("k", "value", "ok", "x"), edge("ok", "y", "boom", "x"), edge("boom", "y", "after", "x")]}
+    events = []
+    result = run(graph, reg, on_event=events.append)
+    assert result.status == "failed"
+    err = result.error
+    assert (err.node_id, err.node_type, err.exception_type) == ("boom", "Boom", "ValueError")
+    assert err.message == "boom at 7.0"
+    assert "raise ValueError" in err.traceback
+    assert err.executed == ["k", "ok"] and err.outputs_present == ["k", "ok"]
+    assert probe.calls["after"] == 0
+    assert {"event": "node_status", "node_id": "boom", "node_type": "Boom", "status": "failed",
+            "error": "boom at 7.0"} in events
+
+
+@pytest.mark.parametrize("mode,field,needle", [
+    ("missing", "outputs.y", "no value for output 'y'"),
+    ("extra", "outputs.z", "unknown output 'z'"),
+    ("scalar", "outputs", "returns a dict"),
+])
+def test_wrong_outputs_name_the_node_and_port(reg, mode, field, needle):
+    graph = {"nodes": [{"id": "k", "type": "Const"}, {"id": "w", "type": "WrongOut", "params": {"mode": mode}}],
+             "edges": [edge("k", "value", "w", "x")]}
+    result = run(graph, reg)
+    assert result.status == "failed"
+    assert (result.error.node_id, result.error.field, result.error.code) == ("w", field, "bad_node_output")
+    assert needle in result.error.message
+
+
+def test_invalid_graph_raises_before_anything_runs(reg, probe):
+    with pytest.raises(GraphError):
+        run({"nodes": [{"id": "k", "type": "Const"}, {"id": "x", "type": "Missing"}]}, reg)
+    assert probe.calls == {}
+
+
+def test_runtime_cycle_is_reported_with_only_the_cycle(reg, probe):
+    # Validation refuses cycles, so build the Graph by hand: a <-> b, c downstream, d independent.
+    valid = parse_graph({"nodes": [{"id": n, "type": "Scale"} for n in "abc"] + [{"id": "d", "type": "Const"}],
+                         "edges": [edge("a", "y", "b", "x"), edge("b", "y", "c", "x")]} | {}, reg,
+                        bound={("a", "x")})
+    inputs = dict(valid.inputs)
+    inputs["a"] = {"x": ("b", "y")}
+    consumers = {k: list(v) for k, v in valid.consumers.items()}
+    consumers["b"].append("a")
+    cyclic = Graph(valid.nodes, inputs, consumers)
+    result = run(cyclic, reg)
+    assert result.status == "failed"
+    assert result.error.code == "cycle" and result.error.params["cycle"] == ["a", "b"]
+    assert "'c'" not in result.error.message
+    assert result.error.executed == ["d"]
+
+
+def test_cancel_between_nodes_stops_the_run(reg, probe):
+    token = CancelToken()
+    graph = {"nodes": [{"id": "k", "type": "Const"}, {"id": "h", "type": "Hold", "params": {"seconds": 5}},
+                       {"id": "after", "type": "Scale"}],
+             "edges": [edge("k", "value", "h", "x"), edge("h", "y", "after", "x")]}
+    threading.Timer(0.2, token.cancel).start()
+    started = time.monotonic()
+    result = run(graph, reg, cancel=token)
+    assert result.status == "cancelled"
+    assert time.monotonic() - started < 2
+    assert probe.calls["after"] == 0
+    assert "h" not in result.executed
+
+
+def test_a_node_that_never_checks_cancel_finishes_and_is_named(reg, probe):
+    token = CancelToken()
+    graph = {"nodes": [{"id": "k", "type": "Const"}, {"id": "s", "type": "Stubborn"}, {"id": "after", "type": "Scale"}],
+             "edges": [edge("k", "value", "s", "x"), edge("s", "y", "after", "x")]}
+    threading.Timer(0.1, token.cancel).start()
+    result = run(graph, reg, cancel=token)
+    assert result.status == "cancelled"
+    assert probe.calls["s"] == 1 and probe.calls["after"] == 0
+    (warning,) = result.warnings
+    assert warning["code"] == "cancel_not_checked" and warning["node_id"] == "s"
+
+
+def test_cancel_during_async_wait_ends_promptly(reg, probe):
+    token = CancelToken()
+    graph = {"nodes": [{"id": "k", "type": "Const"}, {"id": "w1", "type": "Wait", "params": {"seconds": 30}},
+                       {"id": "w2", "type": "Wait", "params": {"seconds": 30}}],
+             "edges": [edge("k", "value", "w1", "x"), edge("k", "value", "w2", "x")]}
+    threading.Timer(0.2, token.cancel).start()
+    started = time.monotonic()
+    result = run(graph, reg, cancel=token)
+    assert result.status == "cancelled"
+    assert time.monotonic() - started < 2
+
+
+def test_session_cache_reruns_only_the_changed_node_and_its_descendants(reg, probe):
+    # k -> a -> b -> c, and k -> side: change b's factor.
+    graph = {"nodes": [{"id": "k", "type": "Const", "params": {"value": 2}}, {"id": "a", "type": "Scale"},
+                       {"id": "b", "type": "Scale"}, {"id": "c", "type": "Scale"}, {"id": "side", "type": "Scale"}],
+             "edges": [edge("k", "value", "a", "x"), edge("a", "y", "b", "x"), edge("b", "y", "c", "x"),
+                       edge("k", "value", "side", "x")]}
+    cache = SessionCache()
+    first = run(graph, reg, cache=cache)
+    assert sorted(first.executed) == ["a", "b", "c", "k", "side"]
+    graph["nodes"][2]["params"] = {"factor": 5}
+    second = run(graph, reg, cache=cache)
+    assert sorted(second.executed) == ["b", "c"]
+    assert second.outputs == {"c": {"y": 10.0}, "side": {"y": 2.0}}
+    assert probe.calls == {"k": 1, "a": 1, "b": 2, "c": 2, "side": 1}
+    third = run(graph, reg, cache=cache)
+    assert third.executed == [] and sorted(third.cached) == ["c", "side"]
+    assert third.outputs == second.outputs
+
+
+def test_uncacheable_nodes_and_their_descendants_always_run(reg, probe):
+    graph = {"nodes": [{"id": "k", "type": "Const"}, {"id": "w", "type": "Wait", "params": {"seconds": 0}},
+                       {"id": "after", "type": "Scale"}],
+             "edges": [edge("k", "value", "w", "x"), edge("w", "y", "after", "x")]}
+    cache = SessionCache()
+    run(graph, reg, cache=cache)
+    second = run(graph, reg, cache=cache)
+    assert sorted(second.executed) == ["after", "w"]
+    assert probe.calls["k"] == 1
+
+
+def test_lru_cache_keeps_at_most_n_entries(reg):
+    cache = LRUCache(2)
+    run(chain(5), reg, cache=cache)
+    assert len(cache) == 2
+
+
+def test_ram_pressure_eviction_keeps_running_consumers_correct(reg, probe):
+    # k feeds 'late' through a long detour, so k's value must survive many node boundaries
+    # while the cache, under constant pressure, evicts everything it holds.
+    graph = chain(6, factor=2.0)
+    graph["nodes"].append({"id": "late", "type": "Add"})
+    graph["edges"] += [edge("n0", "value", "late", "a"), edge("n5", "y", "late", "b")]
+    pressure = {"low": True}
+    cache = RAMPressureCache(min_available_bytes=1, probe=lambda: 0 if pressure["low"] else 10)
+    result = run(graph, reg, cache=cache, max_parallel_nodes=1)
+    assert result.ok
+    assert result.outputs["late"] == {"y": 1.0 + 32.0}
+    assert cache.evictions >= 6 and len(cache) == 0
+    assert probe.calls["n0"] == 1  # never recomputed: the consumer's link kept the value
+    reference = run(graph, reg, cache=NoCache())
+    assert reference.outputs == result.outputs
+    # Without pressure the same cache keeps what it was given.
+    pressure["low"] = False
+    run(graph, reg, cache=cache)
+    assert len(cache) == 7
+
+
+def test_ram_pressure_evicts_other_runs_entries_first_then_largest():
+    cache = RAMPressureCache(min_available_bytes=100, probe=lambda: 0)
+    free = {"bytes": 0}
+    cache.probe = lambda: free["bytes"]
+    cache.begin_run("old")
+    cache.set("old-small", {"v": b"x" * 10})
+    cache.begin_run("new")
+    cache.set("new-small", {"v": b"x" * 10})
+    cache.set("new-big", {"v": b"x" * 1000})
+    evicted = cache.evicted_keys
+
+    def probe():
+        return 100 if len(evicted) >= 2 else 0
+
+    cache.probe = probe
+    cache.at_node_boundary()
+    assert evicted == ["old-small", "new-big"]
+    assert cache.keys() == ["new-small"]
+
+
+def test_100k_node_chain_runs(reg):
+    result = run(chain(100_000), reg, max_parallel_nodes=1)
+    assert result.ok
+    assert len(result.executed) == 100_000
+    assert result.outputs == {"n99999": {"y": 1.0}}
+
+
+def test_100k_node_chain_with_session_cache_hits_on_rerun(reg):
+    cache = SessionCache(LRUCache(200_000))
+    run(chain(100_000), reg, cache=cache)
+    again = run(chain(100_000), reg, cache=cache)
+    assert again.executed == [] and again.cached == ["n99999"]
+
+
+def test_run_graph_works_inside_a_running_event_loop(reg):
+    import asyncio
+
+    async def inside():
+        return run(chain(3, factor=2.0), reg)
+
+    assert asyncio.run(inside()).outputs == {"n2": {"y": 4.0}}
