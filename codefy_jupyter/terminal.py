@@ -35,24 +35,40 @@ class LiveView:
         self.plain_interval_s = plain_interval_s
         self._bar_shown = False
         self._last_plain: dict[str, float] = {}
+        # Metrics of one node and step arrive one by one; they print as one line.
+        self._metrics_key: tuple[str, Any] | None = None
+        self._metrics: list[str] = []
         self._lock = threading.Lock()
 
     def __call__(self, event: dict[str, Any]) -> None:
         with self._lock:
             kind = event.get("event", "")
+            if kind == "metric":
+                key = (event["node_id"], event.get("step"))
+                if key != self._metrics_key:
+                    self._flush_metrics()
+                    self._metrics_key = key
+                self._metrics.append(f"{event['name']} {format_value(event['value'])}")
+                return
+            self._flush_metrics()
             if kind.endswith("node_status"):
                 self._node_status(event)
             elif kind.endswith("progress"):
                 self._progress(event)
             elif kind == "execution_cached":
                 self._line(f"  cached: {', '.join(event['nodes'])}")
-            elif kind == "metric":
-                step = f" (step {event['step']})" if event.get("step") is not None else ""
-                self._line(f"  · {event['node_id']}: {event['name']} = {format_value(event['value'])}{step}")
             elif kind == "warning":
                 self._line(f"  ! {event.get('node_id') or 'run'}: {event['message']}")
             elif kind == "artifact":
                 self._line(f"  ↳ {event['kind']}: {event['path']}")
+
+    def _flush_metrics(self) -> None:
+        if self._metrics_key is None:
+            return
+        node_id, step = self._metrics_key
+        at = f" step {step}" if step is not None else ""
+        self._line(f"  · {node_id}{at}: {' · '.join(self._metrics)}")
+        self._metrics_key, self._metrics = None, []
 
     def _node_status(self, event: dict[str, Any]) -> None:
         status = event["status"]
@@ -97,6 +113,7 @@ class LiveView:
 
     def close(self) -> None:
         with self._lock:
+            self._flush_metrics()
             if self._bar_shown:
                 self.stream.write("\r\x1b[2K")
                 self.stream.flush()

@@ -41,6 +41,8 @@ class Graph:
     # For subgraphs/presets: interface name -> (node id, port)
     interface_inputs: dict[str, tuple[str, str]] = field(default_factory=dict)
     interface_outputs: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Interface inputs that set an inner node's param: name -> (node id, param)
+    interface_params: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def output_nodes(self) -> list[str]:
         """Nodes a run targets: declared output nodes and every node nobody consumes."""
@@ -73,8 +75,15 @@ class PortResolver:
         ins = {}
         for name, (nid, port) in inner.interface_inputs.items():
             ins[name] = PortSpec(inner.nodes[nid].inputs[port].type, optional=inner.nodes[nid].inputs[port].optional)
+        for name, (nid, pname) in inner.interface_params.items():
+            ins[name] = PortSpec(_PARAM_PORT_TYPES[inner.nodes[nid].definition.params[pname].type], optional=True)
         outs = {name: inner.nodes[nid].outputs[port] for name, (nid, port) in inner.interface_outputs.items()}
         return ins, outs, []
+
+
+# The port type of an interface input that sets a param.
+_PARAM_PORT_TYPES = {"int": "int", "float": "float", "bool": "bool", "string": "string", "select": "any",
+                     "json": "any"}
 
 
 def _in_field(p: Problem, field_name: str) -> Problem:
@@ -162,7 +171,9 @@ def parse_graph(
                 problems.append(Problem("missing_input", f"required input {port!r} ({pspec.type}) is not connected",
                                         nid, f"inputs.{port}"))
 
-    iface_in = _parse_interface(data.get("inputs"), "inputs", prefix, nodes, seen, problems, is_input=True)
+    iface_params: dict[str, tuple[str, str]] = {}
+    iface_in = _parse_interface(data.get("inputs"), "inputs", prefix, nodes, seen, problems, is_input=True,
+                                params_out=iface_params)
     iface_out = _parse_interface(data.get("outputs"), "outputs", prefix, nodes, seen, problems, is_input=False)
 
     if nodes:
@@ -171,7 +182,7 @@ def parse_graph(
                                     cycle[0], None, {"cycle": cycle}))
     if problems:
         raise GraphError(problems)
-    return Graph(nodes, inputs, consumers, dict(settings), iface_in, iface_out)
+    return Graph(nodes, inputs, consumers, dict(settings), iface_in, iface_out, iface_params)
 
 
 def _check_settings(settings: dict[str, Any]) -> list[Problem]:
@@ -299,8 +310,10 @@ def _parse_edge(
 
 def _parse_interface(
     raw: Any, key: str, prefix: str, nodes: dict[str, NodeSpec], seen: set[str], problems: list[Problem], *,
-    is_input: bool
+    is_input: bool, params_out: dict[str, tuple[str, str]] | None = None,
 ) -> dict[str, tuple[str, str]]:
+    """Interface entries are `{"node", "port"}`; an input may instead be `{"node", "param"}`, which
+    sets that inner param from the block's input (a preset's knob, e.g. a hidden size to Map over)."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -309,8 +322,24 @@ def _parse_interface(
     out = {}
     for name, ref in raw.items():
         where = f"{key}.{name}"
+        if is_input and params_out is not None and isinstance(ref, dict) and isinstance(ref.get("param"), str) \
+                and isinstance(ref.get("node"), str) and "port" not in ref:
+            nid = prefix + ref["node"]
+            if nid not in nodes:
+                if nid not in seen:
+                    problems.append(Problem("missing_node", f"{ref['node']!r} is not a node of this graph",
+                                            field=where))
+                continue
+            pspec = nodes[nid].definition.params.get(ref["param"])
+            if pspec is None or pspec.type not in _PARAM_PORT_TYPES:
+                problems.append(Problem("unknown_param", f"{nodes[nid].type} has no settable param "
+                                        f"{ref['param']!r}", nid, where))
+                continue
+            params_out[name] = (nid, ref["param"])
+            continue
         if not isinstance(ref, dict) or not isinstance(ref.get("node"), str) or not isinstance(ref.get("port"), str):
-            problems.append(Problem("invalid_field", "must be {\"node\": id, \"port\": name}", field=where))
+            problems.append(Problem("invalid_field", "must be {\"node\": id, \"port\": name}"
+                                    + (" or {\"node\": id, \"param\": name}" if is_input else ""), field=where))
             continue
         nid = prefix + ref["node"]
         if nid not in nodes:

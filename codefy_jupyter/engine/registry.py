@@ -181,6 +181,9 @@ class NodeDef:
     cacheable: bool = True
     is_async: bool = False
     lazy_check: Callable[..., Any] | None = None
+    # Extra cache-key material read from outside the graph (a file's size and mtime), so a
+    # changed file is not served from the cache.
+    fingerprint_fn: Callable[[dict[str, Any]], Any] | None = None
     # Nodes whose ports depend on their params (Subgraph, Preset) compute them here.
     dynamic_ports: PortsFn | None = field(default=None, repr=False)
 
@@ -192,6 +195,12 @@ class NodeDef:
         if not any(p.lazy for p in self.inputs.values()):
             raise RegistryError(f"node {self.type!r} has no lazy inputs to check")
         self.lazy_check = fn
+        return fn
+
+    def fingerprint(self, fn: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+        """Decorator: `@my_node.fingerprint` returns what, besides params and inputs, the output
+        depends on (e.g. a file's size and modification time). Part of the cache key."""
+        self.fingerprint_fn = fn
         return fn
 
     def definition(self) -> dict[str, Any]:

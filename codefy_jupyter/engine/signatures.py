@@ -47,6 +47,8 @@ def compute_signatures(graph: Graph, salt: str, *, per_node_seed: bool) -> dict[
             parts = [salt, spec.type, params_text(spec.params)]
             if per_node_seed:
                 parts.append(nid)
+            if spec.definition.fingerprint_fn is not None:
+                parts.append(_fingerprint(spec))
             for port in sorted(inputs[nid]):
                 src, src_port = inputs[nid][port]
                 parts.append(f"{port}={sigs[src]}.{src_port}")
@@ -63,6 +65,13 @@ def compute_signatures(graph: Graph, salt: str, *, per_node_seed: bool) -> dict[
         if nid not in sigs:
             sigs[nid] = "nocache:" + uuid.uuid4().hex
     return sigs
+
+
+def _fingerprint(spec: Any) -> str:
+    try:
+        return repr(spec.definition.fingerprint_fn(spec.params))
+    except Exception:  # an unreadable source gets a fresh key; the node itself reports the error
+        return "unreadable:" + uuid.uuid4().hex
 
 
 def child_signature(parent_sig: str, local_id: str, cacheable: bool) -> str:

@@ -114,3 +114,29 @@ async def sleep(ctx: Any, seconds: float, value: Any = None) -> dict[str, Any]:
             break
         await asyncio.sleep(min(_SLEEP_SLICE_S, left))
     return {"value": value}
+
+
+# ---------------------------------------------------------------------------------------------
+# Lists
+
+
+@node("List", outputs={"values": "list"}, params={"values": param.json([], description="a JSON list")},
+      category="basic", description="A constant list (e.g. the items a Map runs over).")
+def list_constant(ctx: Any, values: Any) -> dict[str, Any]:
+    if not isinstance(values, list):
+        raise ValueError(f"param 'values' must be a JSON list, got {type(values).__name__}")
+    return {"values": list(values)}
+
+
+@node("Mean", inputs={"values": "list"}, outputs={"mean": "float", "min": "float", "max": "float"},
+      category="basic", description="Mean, min and max of a list of numbers; logs the mean as `mean`.")
+def mean(ctx: Any, values: list[Any]) -> dict[str, Any]:
+    if not values:
+        raise ValueError("input 'values' is an empty list")
+    try:
+        numbers = [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise ValueError(f"input 'values' must hold numbers, got {values[:3]!r}...") from None
+    avg = sum(numbers) / len(numbers)
+    ctx.log_metric("mean", avg)
+    return {"mean": avg, "min": min(numbers), "max": max(numbers)}

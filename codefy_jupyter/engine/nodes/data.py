@@ -126,6 +126,13 @@ def csv_dataset(ctx: Any, path: str, target_column: str, task: str) -> dict[str,
     return {"dataset": read_csv_dataset(path, target_column, task)}
 
 
+@csv_dataset.fingerprint
+def _csv_fingerprint(params: dict[str, Any]) -> tuple[str, int, int]:
+    """A cached dataset is reused only while the file is unchanged."""
+    stat = Path(params["path"]).expanduser().stat()
+    return str(Path(params["path"]).expanduser().resolve()), stat.st_size, stat.st_mtime_ns
+
+
 def read_csv_dataset(path: str, target_column: str, task: str) -> Dataset:
     import numpy as np
     import torch

@@ -15,10 +15,21 @@ _RESERVED = {"subgraph": {"graph"}, "preset": {"preset"}}
 
 
 def _expand_interface(graph: dict[str, Any], inputs: dict[str, Any]) -> Expand:
-    """Bind the block's inputs to the inner ports its interface names; map its outputs back."""
+    """Bind the block's inputs to the inner ports (or params) its interface names; map its outputs back."""
     bound: dict[str, dict[str, Any]] = {}
+    param_values: dict[str, dict[str, Any]] = {}
     for name, ref in (graph.get("inputs") or {}).items():
-        bound.setdefault(ref["node"], {})[ref["port"]] = inputs.get(name)
+        if "param" in ref:
+            if inputs.get(name) is not None:  # unconnected: the inner param keeps its value
+                param_values.setdefault(ref["node"], {})[ref["param"]] = inputs[name]
+        else:
+            bound.setdefault(ref["node"], {})[ref["port"]] = inputs.get(name)
+    if param_values:
+        nodes = []
+        for raw in graph.get("nodes", []):
+            values = param_values.get(raw.get("id"))
+            nodes.append({**raw, "params": {**(raw.get("params") or {}), **values}} if values else raw)
+        graph = {**graph, "nodes": nodes}
     outputs = {name: (ref["node"], ref["port"]) for name, ref in (graph.get("outputs") or {}).items()}
     return Expand(graph, outputs=outputs, inputs=bound)
 
