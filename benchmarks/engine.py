@@ -182,17 +182,21 @@ def measure(shape: str, size: int) -> dict[str, Any]:
 
 
 def summarise(rows: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Targets at every size; ratios compare the largest size with the smallest (None for one size)."""
     lo, hi = rows[min(rows)], rows[max(rows)]
-    span = f"{hi['nodes']}/{lo['nodes']}"
-    loop_ratio = hi["loop_us_per_node"] / lo["loop_us_per_node"] if lo["loop_us_per_node"] else None
+
+    def ratio(key: str) -> float | None:
+        return round(hi[key] / lo[key], 3) if len(rows) > 1 and lo[key] else None
+
+    loop_ratio = ratio("loop_us_per_node")
     return {
-        "compared": span,
-        "scheduler": {"loop_per_node_ratio": loop_ratio and round(loop_ratio, 3),
-                      "flat": None if len(rows) < 2 or loop_ratio is None else loop_ratio <= FLAT_FACTOR,
+        "compared": f"{hi['nodes']}/{lo['nodes']}",
+        "scheduler": {"loop_per_node_ratio": loop_ratio,
+                      "flat": None if loop_ratio is None else loop_ratio <= FLAT_FACTOR,
                       "meets_target": all(r["loop_us_per_node"] <= LOOP_TARGET_US for r in rows.values())},
         "run_graph": {"meets_target": all(r["run_graph_us_per_node"] <= RUN_TARGET_US and r["status"] == "succeeded"
                                           for r in rows.values())},
-        "signatures": {"per_node_ratio": round(hi["signatures_us_per_node"] / lo["signatures_us_per_node"], 3)},
+        "signatures": {"per_node_ratio": ratio("signatures_us_per_node")},
     }
 
 

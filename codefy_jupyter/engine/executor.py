@@ -71,6 +71,7 @@ class _Execution:
         self.presets = presets
         self.run = run
         self.cache = cache
+        self.no_cache = isinstance(cache, NoCache)
         self.limit = 1 if run.seed is not None else max(1, max_parallel_nodes)
         self.inline = inline
         self.keep_all = keep_outputs == "all"
@@ -112,6 +113,8 @@ class _Execution:
         link = self.links.get(nid)
         if link is not None and dep in link:
             return True
+        if self.no_cache:
+            return False
         hit = self.cache.get(self.sigs[dep])
         if hit is None:
             return False
@@ -179,7 +182,7 @@ class _Execution:
                             self._finish(nid, await call_async(self.run, spec, kwargs))
                         else:
                             self._start_async(nid, spec, kwargs)
-                    elif self.inline and not running and not self.tasks and not sched.has_ready():
+                    elif self.inline and not running and not self.tasks and (self.limit == 1 or not sched.has_ready()):
                         self._finish(nid, call_sync(self.run, spec, kwargs))
                     else:
                         fut = loop.run_in_executor(self._executor(), call_sync, self.run, spec, kwargs)
@@ -244,10 +247,11 @@ class _Execution:
         if nid in self.expansions:
             self._resolve_expansion(nid)
             return None
-        hit = self.cache.get(self.sigs[nid])  # defensive: an equal node may have just filled it
-        if hit is not None:
-            self._complete(nid, hit, cached=True)
-            return None
+        if not self.no_cache:
+            hit = self.cache.get(self.sigs[nid])  # defensive: an equal node may have just filled it
+            if hit is not None:
+                self._complete(nid, hit, cached=True)
+                return None
         spec = self.nodes[nid]
         kwargs = dict(spec.params)
         links = self.links.get(nid, {})

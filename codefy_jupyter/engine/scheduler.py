@@ -15,6 +15,7 @@ Work per step does not grow with the graph:
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from typing import Callable, Iterable
 
 from .graph import find_cycles
@@ -48,7 +49,9 @@ class ExecutionList:
         self.staged: set[str] = set()
         self.external_blocks = 0
         self._class: dict[str, int] = {}
-        self._ready: tuple[dict[str, None], ...] = ({}, {}, {}, {}, {})
+        # OrderedDict, not dict: popping the first item of a plain dict again and again skips the
+        # deleted slots in front of it, which turns a 100k-wide ready set quadratic.
+        self._ready: tuple[OrderedDict[str, None], ...] = tuple(OrderedDict() for _ in range(5))
         self._event: asyncio.Event | None = None
 
     # -- graph growth ---------------------------------------------------------------------------
@@ -103,8 +106,7 @@ class ExecutionList:
         """Stage the best ready node, or None when nothing is ready."""
         for bucket in self._ready:
             if bucket:
-                node_id = next(iter(bucket))
-                del bucket[node_id]
+                node_id = bucket.popitem(last=False)[0]
                 self.staged.add(node_id)
                 return node_id
         return None

@@ -21,7 +21,20 @@ def run_salt(*, seed: int | None, device: str, deterministic: bool) -> str:
     return f"{device}|{seed}|{int(deterministic)}"
 
 
-def params_text(params: dict[str, Any]) -> str:
+def params_text(params: dict[str, Any], memo: dict[Any, str] | None = None) -> str:
+    """Canonical text of a node's params. Graphs repeat the same params a lot (every Scale with
+    factor 1), so `memo` keeps the text per distinct set of hashable values."""
+    if not params:
+        return "{}"
+    if memo is not None:
+        try:
+            key = tuple(sorted(params.items()))
+            text = memo.get(key)
+            if text is None:
+                text = memo[key] = json.dumps(params, sort_keys=True, separators=(",", ":"), default=repr)
+            return text
+        except TypeError:  # unhashable values (lists, dicts): no memo
+            pass
     return json.dumps(params, sort_keys=True, separators=(",", ":"), default=repr)
 
 
@@ -38,13 +51,14 @@ def compute_signatures(graph: Graph, salt: str, *, per_node_seed: bool) -> dict[
     nodes = graph.nodes
     inputs = graph.inputs
     consumers = graph.consumers
+    memo: dict[Any, str] = {}
     while queue:
         nid = queue.popleft()
         spec = nodes[nid]
         if not spec.definition.cacheable:
             sigs[nid] = "nocache:" + uuid.uuid4().hex
         else:
-            parts = [salt, spec.type, params_text(spec.params)]
+            parts = [salt, spec.type, params_text(spec.params, memo)]
             if per_node_seed:
                 parts.append(nid)
             if spec.definition.fingerprint_fn is not None:
