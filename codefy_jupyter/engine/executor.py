@@ -80,9 +80,10 @@ class _Execution:
         self.inputs = dict(graph.inputs)
         self.consumers = {k: list(v) for k, v in graph.consumers.items()}
         self.outputs_set = set(graph.output_nodes())
-        self.sigs = compute_signatures(graph, run_salt(seed=run.seed, device=run.device,
-                                                       deterministic=run.deterministic),
-                                       per_node_seed=run.seed is not None)
+        # Cache keys are only worth their cost when there is a cache to ask.
+        self.sigs = {} if self.no_cache else compute_signatures(
+            graph, run_salt(seed=run.seed, device=run.device, deterministic=run.deterministic),
+            per_node_seed=run.seed is not None)
         self.bound: dict[str, dict[str, Any]] = {}
         self.strong_lazy: dict[str, set[str]] = {}
         self.extra_deps: dict[str, list[str]] = {}
@@ -103,6 +104,8 @@ class _Execution:
     # -- callbacks for the scheduler ------------------------------------------------------------
     def _deps_of(self, nid: str) -> list[str]:
         spec = self.nodes[nid]
+        if not spec.has_lazy and nid not in self.extra_deps:  # the common case
+            return [src for src, _ in self.inputs[nid].values()]
         strong = self.strong_lazy.get(nid, ())
         deps = [src for port, (src, _) in self.inputs[nid].items()
                 if not spec.inputs[port].lazy or port in strong]
@@ -128,18 +131,23 @@ class _Execution:
             return OUTPUT
         if self.nodes[nid].definition.is_async:
             return ASYNC
-        consumers = self.consumers[nid][:_CLASS_SCAN_LIMIT]
-        if any(c in outputs for c in consumers):
-            return BLOCKS_OUTPUT
+        consumers = self.consumers[nid]
+        if len(consumers) > _CLASS_SCAN_LIMIT:
+            consumers = consumers[:_CLASS_SCAN_LIMIT]
         for c in consumers:
-            if any(cc in outputs for cc in self.consumers[c][:_CLASS_SCAN_LIMIT]):
-                return TWO_HOPS
+            if c in outputs:
+                return BLOCKS_OUTPUT
+        for c in consumers:
+            second = self.consumers[c]
+            for cc in second if len(second) <= _CLASS_SCAN_LIMIT else second[:_CLASS_SCAN_LIMIT]:
+                if cc in outputs:
+                    return TWO_HOPS
         return OTHER
 
     # -- the loop -------------------------------------------------------------------------------
     async def execute(self) -> None:
         for nid in self.outputs_set if len(self.outputs_set) < 2 else sorted(self.outputs_set, key=self._order):
-            hit = self.cache.get(self.sigs[nid])
+            hit = None if self.no_cache else self.cache.get(self.sigs[nid])
             if hit is not None:
                 self._note_cached(nid, hit)
             else:
@@ -343,9 +351,10 @@ class _Execution:
             self.cached.append(nid)
         else:
             self.executed.append(nid)
-            sig = self.sigs[nid]
-            if not sig.startswith("nocache:"):
-                self.cache.set(sig, outputs)
+            if not self.no_cache:
+                sig = self.sigs[nid]
+                if not sig.startswith("nocache:"):
+                    self.cache.set(sig, outputs)
         for consumer in self.consumers[nid]:
             if consumer not in self.done:
                 self.links.setdefault(consumer, {})[nid] = outputs
@@ -358,7 +367,8 @@ class _Execution:
                 self._status(spec, "cached")
             else:
                 self._status(spec, "done", elapsed_s=round(elapsed_s, 6))
-        self.cache.at_node_boundary()
+        if not self.no_cache:
+            self.cache.at_node_boundary()
 
     def _note_cached(self, nid: str, outputs: dict[str, Any]) -> None:
         if nid not in self.done:
@@ -402,12 +412,13 @@ class _Execution:
             self._fail(parent, NodeOutputError(problem[0], field=problem[1]), code="invalid_expansion",
                        field=problem[1])
             return
-        parent_sig = self.sigs[parent]
         self.nodes.update(sub.nodes)
         self.inputs.update(sub.inputs)
         for nid, consumers in sub.consumers.items():
             self.consumers[nid] = list(consumers)
-            self.sigs[nid] = child_signature(parent_sig, nid[len(parent) + 1:], sub.nodes[nid].definition.cacheable)
+            if not self.no_cache:
+                self.sigs[nid] = child_signature(self.sigs[parent], nid[len(parent) + 1:],
+                                                 sub.nodes[nid].definition.cacheable)
         for inner, ports in exp.inputs.items():
             self.bound[f"{parent}/{inner}"] = dict(ports)
         targets = {ref[0] for refs in resolved.values() for ref in (refs if isinstance(refs, list) else [refs])}

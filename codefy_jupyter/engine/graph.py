@@ -28,6 +28,7 @@ class NodeSpec:
     inputs: dict[str, PortSpec]
     outputs: dict[str, str]
     label: str | None = None
+    has_lazy: bool = False
 
 
 @dataclass
@@ -43,6 +44,8 @@ class Graph:
     interface_outputs: dict[str, tuple[str, str]] = field(default_factory=dict)
     # Interface inputs that set an inner node's param: name -> (node id, param)
     interface_params: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # A topological order of the nodes (inputs before consumers), when the graph is acyclic.
+    order: list[str] | None = None
 
     def output_nodes(self) -> list[str]:
         """Nodes a run targets: declared output nodes and every node nobody consumes."""
@@ -176,13 +179,33 @@ def parse_graph(
                                 params_out=iface_params)
     iface_out = _parse_interface(data.get("outputs"), "outputs", prefix, nodes, seen, problems, is_input=False)
 
-    if nodes:
-        for cycle in find_cycles(list(nodes), lambda n: (src for src, _ in inputs[n].values())):
+    order = topological_order(nodes, inputs, consumers)
+    if len(order) < len(nodes):
+        # Kahn's pass leaves exactly the nodes on or behind a cycle; name only those on one.
+        placed = set(order)
+        left = [n for n in nodes if n not in placed]
+        for cycle in find_cycles(left, lambda n: (src for src, _ in inputs[n].values() if src not in placed)):
             problems.append(Problem("cycle", f"cycle through {', '.join(repr(n) for n in cycle)}",
                                     cycle[0], None, {"cycle": cycle}))
     if problems:
         raise GraphError(problems)
-    return Graph(nodes, inputs, consumers, dict(settings), iface_in, iface_out, iface_params)
+    return Graph(nodes, inputs, consumers, dict(settings), iface_in, iface_out, iface_params, order)
+
+
+def topological_order(nodes: Any, inputs: dict[str, dict[str, tuple[str, str]]],
+                      consumers: dict[str, list[str]]) -> list[str]:
+    """Kahn's algorithm: inputs before consumers; nodes on or behind a cycle are left out."""
+    indegree = {nid: len(inputs[nid]) for nid in nodes}
+    order = [nid for nid, d in indegree.items() if d == 0]
+    i = 0
+    while i < len(order):
+        for dst in consumers[order[i]]:
+            left = indegree[dst] - 1
+            indegree[dst] = left
+            if left == 0:
+                order.append(dst)
+        i += 1
+    return order
 
 
 def _check_settings(settings: dict[str, Any]) -> list[Problem]:
@@ -200,13 +223,12 @@ def _parse_node(
     raw: Any, i: int, prefix: str, registry: NodeRegistry, resolver: PortResolver, seen: set[str],
     problems: list[Problem],
 ) -> NodeSpec | None:
-    where = f"nodes[{i}]"
     if not isinstance(raw, dict):
-        problems.append(Problem("invalid_field", "a node is a JSON object", field=where))
+        problems.append(Problem("invalid_field", "a node is a JSON object", field=f"nodes[{i}]"))
         return None
     local = raw.get("id")
     if not isinstance(local, str) or not local:
-        problems.append(Problem("invalid_field", "node id must be a non-empty string", field=f"{where}.id"))
+        problems.append(Problem("invalid_field", "node id must be a non-empty string", field=f"nodes[{i}].id"))
         return None
     nid = prefix + local
     if "/" in local:
@@ -217,7 +239,7 @@ def _parse_node(
         return None
     seen.add(nid)
     type_ = raw.get("type")
-    nd = registry.get(type_) if isinstance(type_, str) else None
+    nd = registry._defs.get(type_) if isinstance(type_, str) else None
     if nd is None:
         problems.append(Problem("unknown_type", f"unknown node type {type_!r}", nid, "type", {"type": type_}))
         return None
@@ -227,12 +249,14 @@ def _parse_node(
         return None
     params: dict[str, Any] = {}
     bad = False
+    if not raw_params:  # the common case of all defaults
+        params = {name: pspec.default for name, pspec in nd.params.items()}
     for name in raw_params:
         if name not in nd.params:
             problems.append(Problem("unknown_param", f"{type_} has no param {name!r}", nid, f"params.{name}",
                                     {"known": sorted(nd.params)}))
             bad = True
-    for name, pspec in nd.params.items():
+    for name, pspec in nd.params.items() if raw_params else ():
         if name in raw_params:
             value, reason = pspec.check(raw_params[name])
             if reason:
@@ -252,7 +276,8 @@ def _parse_node(
     else:
         ins, outs = nd.inputs, nd.outputs
     label = raw.get("label")
-    return NodeSpec(nid, type_, params, nd, ins, outs, label if isinstance(label, str) else None)
+    has_lazy = any(p.lazy for p in ins.values()) if ins else False
+    return NodeSpec(nid, type_, params, nd, ins, outs, label if isinstance(label, str) else None, has_lazy)
 
 
 def _parse_edge(
@@ -260,52 +285,56 @@ def _parse_edge(
     inputs: dict[str, dict[str, tuple[str, str]]], consumers: dict[str, list[str]], problems: list[Problem],
     aimed: set[tuple[str, str]],
 ) -> None:
-    where = f"edges[{i}]"
-    if not isinstance(raw, dict):
-        problems.append(Problem("invalid_field", "an edge is a JSON object", field=where))
-        return
-    fields = {}
-    for key in ("source", "source_port", "target", "target_port"):
-        value = raw.get(key)
-        if not isinstance(value, str) or not value:
-            problems.append(Problem("invalid_field", f"{key} must be a non-empty string", field=f"{where}.{key}"))
+    # Hot for big graphs: the valid path does no formatting; messages are built only on failure.
+    try:
+        source, s_port, target, t_port = raw["source"], raw["source_port"], raw["target"], raw["target_port"]
+    except (KeyError, TypeError):
+        source = s_port = target = t_port = None
+    if not (type(source) is str and type(s_port) is str and type(target) is str and type(t_port) is str
+            and source and s_port and target and t_port):
+        if not isinstance(raw, dict):
+            problems.append(Problem("invalid_field", "an edge is a JSON object", field=f"edges[{i}]"))
             return
-        fields[key] = value
-    src, dst = prefix + fields["source"], prefix + fields["target"]
-    aimed.add((dst, fields["target_port"]))
-    ok = True
-    for key, nid in (("source", src), ("target", dst)):
-        if nid not in nodes:
-            if nid not in seen:  # nodes that failed to parse were reported already
-                problems.append(Problem("missing_node", f"edge {key} {fields[key]!r} is not a node of this graph",
-                                        field=f"{where}.{key}"))
-            ok = False
-    if not ok:
+        for key in ("source", "source_port", "target", "target_port"):
+            value = raw.get(key)
+            if not isinstance(value, str) or not value:
+                problems.append(Problem("invalid_field", f"{key} must be a non-empty string",
+                                        field=f"edges[{i}].{key}"))
+                if isinstance(raw.get("target"), str) and isinstance(raw.get("target_port"), str):
+                    aimed.add((prefix + raw["target"], raw["target_port"]))
+                return
+    src, dst = prefix + source, prefix + target
+    src_spec, dst_spec = nodes.get(src), nodes.get(dst)
+    s_type = src_spec.outputs.get(s_port) if src_spec is not None else None
+    t_spec = dst_spec.inputs.get(t_port) if dst_spec is not None else None
+    taken = dst_spec is not None and t_port in inputs[dst]
+    if s_type is not None and t_spec is not None and not taken and (
+            s_type == t_spec.type or types_compatible(s_type, t_spec.type)):
+        inputs[dst][t_port] = (src, s_port)
+        consumers[src].append(dst)
         return
-    s_port, t_port = fields["source_port"], fields["target_port"]
-    s_type = nodes[src].outputs.get(s_port)
-    t_spec = nodes[dst].inputs.get(t_port)
+    aimed.add((dst, t_port))
+    for key, nid, spec in (("source", src, src_spec), ("target", dst, dst_spec)):
+        if spec is None and nid not in seen:  # nodes that failed to parse were reported already
+            problems.append(Problem("missing_node", f"edge {key} {(source, target)[key == 'target']!r} is not a "
+                                    "node of this graph", field=f"edges[{i}].{key}"))
+    if src_spec is None or dst_spec is None:
+        return
     if s_type is None:
-        problems.append(Problem("unknown_port", f"{nodes[src].type} has no output {s_port!r}", src,
-                                f"outputs.{s_port}", {"known": sorted(nodes[src].outputs)}))
-        ok = False
+        problems.append(Problem("unknown_port", f"{src_spec.type} has no output {s_port!r}", src,
+                                f"outputs.{s_port}", {"known": sorted(src_spec.outputs)}))
     if t_spec is None:
-        problems.append(Problem("unknown_port", f"{nodes[dst].type} has no input {t_port!r}", dst,
-                                f"inputs.{t_port}", {"known": sorted(nodes[dst].inputs)}))
-        ok = False
-    if not ok:
+        problems.append(Problem("unknown_port", f"{dst_spec.type} has no input {t_port!r}", dst,
+                                f"inputs.{t_port}", {"known": sorted(dst_spec.inputs)}))
+    if s_type is None or t_spec is None:
         return
     if not types_compatible(s_type, t_spec.type):
-        problems.append(Problem("type_mismatch", f"input {t_port!r} takes {t_spec.type}, but {fields['source']!r}."
+        problems.append(Problem("type_mismatch", f"input {t_port!r} takes {t_spec.type}, but {source!r}."
                                 f"{s_port} gives {s_type}", dst, f"inputs.{t_port}",
                                 {"expected": t_spec.type, "got": s_type}))
         return
-    if t_port in inputs[dst]:
-        problems.append(Problem("duplicate_edge", f"input {t_port!r} has more than one incoming edge", dst,
-                                f"inputs.{t_port}"))
-        return
-    inputs[dst][t_port] = (src, s_port)
-    consumers[src].append(dst)
+    problems.append(Problem("duplicate_edge", f"input {t_port!r} has more than one incoming edge", dst,
+                            f"inputs.{t_port}"))
 
 
 def _parse_interface(

@@ -10,10 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections import deque
 from typing import Any
 
-from .graph import Graph
+from .graph import Graph, topological_order
 
 
 def run_salt(*, seed: int | None, device: str, deterministic: bool) -> str:
@@ -45,39 +44,35 @@ def compute_signatures(graph: Graph, salt: str, *, per_node_seed: bool) -> dict[
     key downstream of them unique: their consumers see fresh inputs each run.
     In a seeded run each node draws its own seed from its id, so the id is part of the key.
     """
-    indegree = {nid: len(ports) for nid, ports in graph.inputs.items()}
-    queue = deque(nid for nid, d in indegree.items() if d == 0)
+    order = graph.order if graph.order is not None else topological_order(graph.nodes, graph.inputs,
+                                                                            graph.consumers)
     sigs: dict[str, str] = {}
     nodes = graph.nodes
     inputs = graph.inputs
-    consumers = graph.consumers
     memo: dict[Any, str] = {}
-    while queue:
-        nid = queue.popleft()
+    blake2b = hashlib.blake2b
+    for nid in order:
         spec = nodes[nid]
         if not spec.definition.cacheable:
             sigs[nid] = "nocache:" + uuid.uuid4().hex
-        else:
-            parts = [salt, spec.type, params_text(spec.params, memo)]
-            if per_node_seed:
-                parts.append(nid)
-            if spec.definition.fingerprint_fn is not None:
-                parts.append(_fingerprint(spec))
-            for port in sorted(inputs[nid]):
-                src, src_port = inputs[nid][port]
-                parts.append(f"{port}={sigs[src]}.{src_port}")
-            sigs[nid] = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=16).hexdigest()
-        for dst in consumers[nid]:
-            left = indegree[dst] - 1
-            indegree[dst] = left
-            if left == 0:
-                queue.append(dst)
+            continue
+        parts = [salt, spec.type, params_text(spec.params, memo)]
+        if per_node_seed:
+            parts.append(nid)
+        if spec.definition.fingerprint_fn is not None:
+            parts.append(_fingerprint(spec))
+        ports = inputs[nid]
+        for port in sorted(ports) if len(ports) > 1 else ports:
+            src, src_port = ports[port]
+            parts.append(f"{port}={sigs[src]}.{src_port}")
+        sigs[nid] = blake2b("\x1f".join(parts).encode(), digest_size=16).hexdigest()
     # Nodes on a cycle never reach indegree 0. Validation rejects such graphs; a hand-built Graph
     # may still carry one, and the run must reach the scheduler's own cycle report, so they get
     # keys that never hit.
-    for nid in nodes:
-        if nid not in sigs:
-            sigs[nid] = "nocache:" + uuid.uuid4().hex
+    if len(sigs) < len(nodes):
+        for nid in nodes:
+            if nid not in sigs:
+                sigs[nid] = "nocache:" + uuid.uuid4().hex
     return sigs
 
 
