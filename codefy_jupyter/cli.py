@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -111,7 +112,9 @@ def _exec(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         nonlocal interrupts
         interrupts += 1
         if interrupts > 1:
-            raise KeyboardInterrupt  # a second Ctrl+C stops waiting for the node to notice
+            # A second Ctrl+C: stop waiting for a node that does not check for cancellation.
+            print("\n■ interrupted", file=sys.stderr, flush=True)
+            os._exit(EXIT_INTERRUPTED)
         token.cancel("interrupted")
         if view is not None:
             print("\n■ stopping: waiting for the running node to reach a cancel check (Ctrl+C again to quit)",
@@ -129,9 +132,6 @@ def _exec(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if view is not None:
             view.close()
         return _fail(str(err), args.json, err.to_dict())
-    except KeyboardInterrupt:
-        print("\n■ interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGINT, previous)
     if view is not None:

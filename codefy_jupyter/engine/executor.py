@@ -86,7 +86,6 @@ class _Execution:
             per_node_seed=run.seed is not None)
         self.bound: dict[str, dict[str, Any]] = {}
         self.strong_lazy: dict[str, set[str]] = {}
-        self.extra_deps: dict[str, list[str]] = {}
         self.links: dict[str, dict[str, dict[str, Any]]] = {}
         self.kept: dict[str, dict[str, Any]] = {}
         self.expansions: dict[str, dict[str, Any]] = {}
@@ -98,21 +97,25 @@ class _Execution:
         self.cached: list[str] = []
         self.failure: NodeFailure | None = None
         self.cancelled = False
-        self.sched = ExecutionList(self._deps_of, self._is_available, self._pick_class)
+        # The scheduler works on dense integer handles; ids[h] and index[id] translate.
+        self.ids: list[str] = list(graph.nodes)
+        self.index: dict[str, int] = {nid: h for h, nid in enumerate(self.ids)}
+        self.sched = ExecutionList(self._deps_of, self._is_available, self._pick_class, size=len(self.ids))
         self._pool: ThreadPoolExecutor | None = None
 
     # -- callbacks for the scheduler ------------------------------------------------------------
-    def _deps_of(self, nid: str) -> list[str]:
+    def _deps_of(self, handle: int) -> list[int]:
+        nid = self.ids[handle]
         spec = self.nodes[nid]
-        if not spec.has_lazy and nid not in self.extra_deps:  # the common case
-            return [src for src, _ in self.inputs[nid].values()]
+        index = self.index
+        if not spec.has_lazy:  # the common case
+            return [index[src] for src, _ in self.inputs[nid].values()]
         strong = self.strong_lazy.get(nid, ())
-        deps = [src for port, (src, _) in self.inputs[nid].items()
+        return [index[src] for port, (src, _) in self.inputs[nid].items()
                 if not spec.inputs[port].lazy or port in strong]
-        extra = self.extra_deps.get(nid)
-        return deps + extra if extra else deps
 
-    def _is_available(self, dep: str, nid: str) -> bool:
+    def _is_available(self, dep_handle: int, handle: int) -> bool:
+        dep, nid = self.ids[dep_handle], self.ids[handle]
         link = self.links.get(nid)
         if link is not None and dep in link:
             return True
@@ -125,7 +128,8 @@ class _Execution:
         self._note_cached(dep, hit)
         return True
 
-    def _pick_class(self, nid: str) -> int:
+    def _pick_class(self, handle: int) -> int:
+        nid = self.ids[handle]
         outputs = self.outputs_set
         if nid in outputs:
             return OUTPUT
@@ -151,7 +155,7 @@ class _Execution:
             if hit is not None:
                 self._note_cached(nid, hit)
             else:
-                self.sched.add_node(nid)
+                self.sched.add_node(self.index[nid])
         if self.cached and self.run.reports_status:
             self.run.emit_status({"event": "execution_cached", "nodes": list(self.cached)})
         try:
@@ -178,9 +182,10 @@ class _Execution:
                     self.cancelled = True
                     break
                 while len(running) < self.limit and self.failure is None and not self.run.cancelled:
-                    nid = sched.pick()
-                    if nid is None:
+                    handle = sched.pick()
+                    if handle is None:
                         break
+                    nid = self.ids[handle]
                     prepared = self._prepare(nid)
                     if prepared is None:
                         continue
@@ -232,8 +237,9 @@ class _Execution:
         return self._pool
 
     def _start_async(self, nid: str, spec: NodeSpec, kwargs: dict[str, Any]) -> None:
-        unblock = self.sched.add_external_block(nid)
-        self.sched.unstage(nid)
+        handle = self.index[nid]
+        unblock = self.sched.add_external_block(handle)
+        self.sched.unstage(handle)
         task = asyncio.get_running_loop().create_task(call_async(self.run, spec, kwargs))
 
         def finished(t: asyncio.Task[Outcome]) -> None:
@@ -304,9 +310,9 @@ class _Execution:
             return True
         for port in newly:
             strong.add(port)
-            self.sched.add_strong_link(self.inputs[nid][port][0], nid)
-        if self.sched.block_count[nid] > 0:
-            self.sched.unstage(nid)
+            self.sched.add_strong_link(self.index[self.inputs[nid][port][0]], self.index[nid])
+        if self.sched.block_count[self.index[nid]] > 0:
+            self.sched.unstage(self.index[nid])
             self._status(spec, "pending", reason="lazy_inputs", inputs=newly)
             return False
         links = self.links[nid]
@@ -344,7 +350,7 @@ class _Execution:
             self.executed.append(nid)
 
     def _complete(self, nid: str, outputs: dict[str, Any], *, cached: bool, elapsed_s: float = 0.0) -> None:
-        self.sched.complete(nid)
+        self.sched.complete(self.index[nid])
         self.done.add(nid)
         self.done_order.append(nid)
         if cached:
@@ -414,6 +420,10 @@ class _Execution:
             return
         self.nodes.update(sub.nodes)
         self.inputs.update(sub.inputs)
+        for nid in sub.nodes:
+            self.index[nid] = len(self.ids)
+            self.ids.append(nid)
+        self.sched.grow(len(self.ids))
         for nid, consumers in sub.consumers.items():
             self.consumers[nid] = list(consumers)
             if not self.no_cache:
@@ -427,8 +437,8 @@ class _Execution:
         position = {nid: i for i, nid in enumerate(sub.nodes)}
         for inner in sorted(targets, key=position.__getitem__):
             self.consumers[inner].append(parent)
-            self.sched.add_strong_link(inner, parent)
-        self.sched.unstage(parent)
+            self.sched.add_strong_link(self.index[inner], self.index[parent])
+        self.sched.unstage(self.index[parent])
         self._status(spec, "pending", reason="expanded", nodes=len(sub.nodes))
 
     def _resolve_expansion(self, parent: str) -> None:
@@ -468,7 +478,7 @@ class _Execution:
 
     def _fail_cycle(self) -> None:
         cycles = self.sched.find_cycle()
-        nodes = cycles[0] if cycles else sorted(self.sched.pending)
+        nodes = [self.ids[h] for h in (cycles[0] if cycles else self.sched.pending())]
         shown = nodes[0].split("/", 1)[0]  # attribute to a node the user can see
         spec = self.nodes[shown]
         message = "dependency cycle through " + ", ".join(repr(n) for n in nodes)

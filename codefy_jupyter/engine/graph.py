@@ -310,8 +310,10 @@ def _parse_edge(
     taken = dst_spec is not None and t_port in inputs[dst]
     if s_type is not None and t_spec is not None and not taken and (
             s_type == t_spec.type or types_compatible(s_type, t_spec.type)):
-        inputs[dst][t_port] = (src, s_port)
-        consumers[src].append(dst)
+        # The nodes' own id objects, not the concatenated copies: every later dict lookup on
+        # these ids then matches by identity, without comparing string contents.
+        inputs[dst_spec.id][t_port] = (src_spec.id, s_port)
+        consumers[src_spec.id].append(dst_spec.id)
         return
     aimed.add((dst, t_port))
     for key, nid, spec in (("source", src, src_spec), ("target", dst, dst_spec)):

@@ -4,10 +4,12 @@ It decides which node runs next; it never runs anything. The executor stages a n
 and after running it reports back: `complete` (SUCCESS), `unstage` (PENDING: the node added
 dependencies or an external block and will be picked again) or stops (FAILURE).
 
-Work per step does not grow with the graph:
-- ready nodes sit in five buckets by pick class, decided once when a node is added, so picking is
-  a look at five dicts;
-- `complete` releases exactly the node's dependents through the blocking map;
+Nodes are dense integer handles (0..n-1, growing as expansions add nodes); the executor maps
+them to ids. All state lives in flat lists indexed by handle, so each step is a few list reads
+and writes, and the cost per node stays flat from a thousand nodes to a hundred thousand:
+- ready nodes sit in five FIFO buckets by pick class, decided once when a node is admitted, so
+  picking looks at five deques;
+- `complete` releases exactly the node's dependents through the blocking lists;
 - the pending set is never rescanned. Only when nothing is ready, nothing is staged and no
   external block is held does `find_cycle` walk the pending nodes (once, and the run then ends).
 """
@@ -15,7 +17,7 @@ Work per step does not grow with the graph:
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+from collections import deque
 from typing import Callable, Iterable
 
 from .graph import find_cycles
@@ -24,9 +26,11 @@ from .graph import find_cycles
 # that feed an output directly, then two hops from one, then everything else in arrival order.
 OUTPUT, ASYNC, BLOCKS_OUTPUT, TWO_HOPS, OTHER = range(5)
 
+NOT_PENDING = -1
+
 
 class ExecutionList:
-    """Pending nodes, block counts, blocking map, external blocks and ready buckets.
+    """Pending nodes, block counts, blocking lists, external blocks and ready buckets.
 
     deps_of(node)        -> the nodes it needs now (strong links only)
     is_available(dep, n) -> True when dep's outputs already exist for n (cached or done); the
@@ -36,100 +40,128 @@ class ExecutionList:
 
     def __init__(
         self,
-        deps_of: Callable[[str], Iterable[str]],
-        is_available: Callable[[str, str], bool],
-        pick_class: Callable[[str], int],
+        deps_of: Callable[[int], Iterable[int]],
+        is_available: Callable[[int, int], bool],
+        pick_class: Callable[[int], int],
+        size: int = 0,
     ) -> None:
         self._deps_of = deps_of
         self._is_available = is_available
         self._pick_class = pick_class
-        self.pending: set[str] = set()
-        self.block_count: dict[str, int] = {}
-        self.blocking: dict[str, dict[str, int]] = {}  # dep -> {dependent: number of links}
-        self.staged: set[str] = set()
+        # block_count[n] is NOT_PENDING for nodes outside the pending graph.
+        self.block_count: list[int] = []
+        # blocking[dep]: its dependents, once per link. Links are only ever added, and all of a
+        # node's are released together when it completes, so a plain list is enough.
+        self.blocking: list[list[int] | None] = []
+        self._class = bytearray()
+        self._in_ready = bytearray()  # 1 while the node sits in a ready bucket (removal is lazy)
+        self.staged: set[int] = set()
+        self.pending_count = 0
         self.external_blocks = 0
-        self._class: dict[str, int] = {}
-        # OrderedDict, not dict: popping the first item of a plain dict again and again skips the
-        # deleted slots in front of it, which turns a 100k-wide ready set quadratic.
-        self._ready: tuple[OrderedDict[str, None], ...] = tuple(OrderedDict() for _ in range(5))
+        self._ready: tuple[deque[int], ...] = tuple(deque() for _ in range(5))
         self._event: asyncio.Event | None = None
+        self.grow(size)
+
+    def grow(self, size: int) -> None:
+        """Make room for handles up to size - 1 (an expansion added nodes)."""
+        extra = size - len(self.block_count)
+        if extra > 0:
+            self.block_count.extend([NOT_PENDING] * extra)
+            self.blocking.extend([None] * extra)
+            self._class.extend(bytes(extra))
+            self._in_ready.extend(bytes(extra))
 
     # -- graph growth ---------------------------------------------------------------------------
-    def add_node(self, node_id: str) -> None:
-        """Make node_id pending, with every strong dependency whose outputs do not exist yet."""
-        if node_id in self.pending:
-            return
-        self._admit(node_id)
-        self._expand_deps([node_id])
+    def is_pending(self, node: int) -> bool:
+        return self.block_count[node] != NOT_PENDING
 
-    def add_strong_link(self, dep: str, node_id: str) -> None:
-        """node_id (pending) now needs dep: a lazy input asked for, or an expansion's output."""
-        if self._is_available(dep, node_id):
+    def pending(self) -> list[int]:
+        return [n for n, count in enumerate(self.block_count) if count != NOT_PENDING]
+
+    def add_node(self, node: int) -> None:
+        """Make node pending, with every strong dependency whose outputs do not exist yet."""
+        if self.block_count[node] != NOT_PENDING:
             return
-        if dep not in self.pending:
+        self._admit(node)
+        self._expand_deps([node])
+
+    def add_strong_link(self, dep: int, node: int) -> None:
+        """node (pending) now needs dep: a lazy input asked for, or an expansion's output."""
+        if self._is_available(dep, node):
+            return
+        if self.block_count[dep] == NOT_PENDING:
             self._admit(dep)
             self._expand_deps([dep])
-        self._link(dep, node_id)
+        self._link(dep, node)
 
-    def _admit(self, node_id: str) -> None:
-        self.pending.add(node_id)
-        self.block_count[node_id] = 0
-        self._class[node_id] = self._pick_class(node_id)
+    def _admit(self, node: int) -> None:
+        self.block_count[node] = 0
+        self.pending_count += 1
+        self._class[node] = self._pick_class(node)
 
-    def _expand_deps(self, todo: list[str]) -> None:
+    def _expand_deps(self, todo: list[int]) -> None:
         # Iterative: a 100,000-node chain must not touch the recursion limit.
+        block_count = self.block_count
         while todo:
-            node_id = todo.pop()
-            for dep in self._deps_of(node_id):
-                if self._is_available(dep, node_id):
+            node = todo.pop()
+            for dep in self._deps_of(node):
+                if self._is_available(dep, node):
                     continue
-                if dep not in self.pending:
+                if block_count[dep] == NOT_PENDING:
                     self._admit(dep)
                     todo.append(dep)
-                self._link(dep, node_id)
-            if self.block_count[node_id] == 0 and node_id not in self.staged:
-                self._ready[self._class[node_id]][node_id] = None
+                self._link(dep, node)
+            if block_count[node] == 0 and node not in self.staged:
+                self._make_ready(node)
 
-    def _link(self, dep: str, node_id: str) -> None:
-        count = self.block_count[node_id]
-        if count == 0:
-            self._ready[self._class[node_id]].pop(node_id, None)
-        self.block_count[node_id] = count + 1
-        dependents = self.blocking.get(dep)
+    def _link(self, dep: int, node: int) -> None:
+        self._in_ready[node] = 0  # a queued entry, if any, is now stale
+        self.block_count[node] += 1
+        dependents = self.blocking[dep]
         if dependents is None:
-            self.blocking[dep] = {node_id: 1}
+            self.blocking[dep] = [node]
         else:
-            dependents[node_id] = dependents.get(node_id, 0) + 1
+            dependents.append(node)
+
+    def _make_ready(self, node: int) -> None:
+        if not self._in_ready[node]:
+            self._in_ready[node] = 1
+            self._ready[self._class[node]].append(node)
 
     # -- stage / unstage / complete -------------------------------------------------------------
-    def pick(self) -> str | None:
+    def pick(self) -> int | None:
         """Stage the best ready node, or None when nothing is ready."""
+        in_ready = self._in_ready
         for bucket in self._ready:
-            if bucket:
-                node_id = bucket.popitem(last=False)[0]
-                self.staged.add(node_id)
-                return node_id
+            while bucket:
+                node = bucket.popleft()
+                if in_ready[node]:
+                    in_ready[node] = 0
+                    self.staged.add(node)
+                    return node
         return None
 
-    def unstage(self, node_id: str) -> None:
+    def unstage(self, node: int) -> None:
         """PENDING: the node stays in the graph and is picked again once unblocked."""
-        self.staged.discard(node_id)
-        if self.block_count[node_id] == 0:
-            self._ready[self._class[node_id]][node_id] = None
+        self.staged.discard(node)
+        if self.block_count[node] == 0:
+            self._make_ready(node)
 
-    def complete(self, node_id: str) -> None:
+    def complete(self, node: int) -> None:
         """SUCCESS: remove the node and release what it was blocking."""
-        self.staged.discard(node_id)
-        self.pending.discard(node_id)
-        del self.block_count[node_id]
-        del self._class[node_id]
-        dependents = self.blocking.pop(node_id, None)
-        if dependents:
-            for dependent, n in dependents.items():
-                left = self.block_count[dependent] - n
-                self.block_count[dependent] = left
+        self.staged.discard(node)
+        block_count = self.block_count
+        block_count[node] = NOT_PENDING
+        self._in_ready[node] = 0
+        self.pending_count -= 1
+        dependents = self.blocking[node]
+        if dependents is not None:
+            self.blocking[node] = None
+            for dependent in dependents:
+                left = block_count[dependent] - 1
+                block_count[dependent] = left
                 if left == 0 and dependent not in self.staged:
-                    self._ready[self._class[dependent]][dependent] = None
+                    self._make_ready(dependent)
 
     # -- external blocks ------------------------------------------------------------------------
     @property
@@ -139,10 +171,11 @@ class ExecutionList:
             self._event = asyncio.Event()
         return self._event
 
-    def add_external_block(self, node_id: str) -> Callable[[], None]:
-        """Hold node_id back until the returned function is called (once), e.g. an async task."""
+    def add_external_block(self, node: int) -> Callable[[], None]:
+        """Hold node back until the returned function is called (once), e.g. an async task."""
         self.external_blocks += 1
-        self._link_external(node_id)
+        self._in_ready[node] = 0
+        self.block_count[node] += 1
         released = False
 
         def unblock() -> None:
@@ -151,40 +184,41 @@ class ExecutionList:
                 return
             released = True
             self.external_blocks -= 1
-            if node_id in self.block_count:
-                left = self.block_count[node_id] - 1
-                self.block_count[node_id] = left
-                if left == 0 and node_id not in self.staged:
-                    self._ready[self._class[node_id]][node_id] = None
+            if self.block_count[node] != NOT_PENDING:
+                left = self.block_count[node] - 1
+                self.block_count[node] = left
+                if left == 0 and node not in self.staged:
+                    self._make_ready(node)
             self.unblocked.set()
 
         return unblock
 
-    def _link_external(self, node_id: str) -> None:
-        if self.block_count[node_id] == 0:
-            self._ready[self._class[node_id]].pop(node_id, None)
-        self.block_count[node_id] += 1
-
     # -- state ----------------------------------------------------------------------------------
     def is_empty(self) -> bool:
-        return not self.pending
+        return self.pending_count == 0
 
     def has_ready(self) -> bool:
-        return any(self._ready)
+        in_ready = self._in_ready
+        for bucket in self._ready:
+            while bucket and not in_ready[bucket[0]]:
+                bucket.popleft()  # drop stale entries so the answer is exact
+            if bucket:
+                return True
+        return False
 
     def ready_count(self) -> int:
-        return sum(len(b) for b in self._ready)
+        return sum(1 for bucket in self._ready for n in bucket if self._in_ready[n])
 
     def is_stuck(self) -> bool:
         """Nothing ready, nothing staged, no external block, yet nodes pending: a cycle."""
-        return bool(self.pending) and not self.staged and not self.external_blocks and not self.has_ready()
+        return self.pending_count > 0 and not self.staged and not self.external_blocks and not self.has_ready()
 
-    def find_cycle(self) -> list[list[str]]:
+    def find_cycle(self) -> list[list[int]]:
         """The cycles among pending nodes (only nodes on a cycle, not those downstream of one)."""
-        deps: dict[str, list[str]] = {n: [] for n in self.pending}
-        for dep, dependents in self.blocking.items():
-            if dep in self.pending:
-                for dependent in dependents:
-                    if dependent in deps:
-                        deps[dependent].append(dep)
-        return find_cycles(sorted(self.pending), lambda n: deps[n])
+        pending = self.pending()
+        deps: dict[int, list[int]] = {n: [] for n in pending}
+        for dep in pending:
+            for dependent in set(self.blocking[dep] or ()):
+                if dependent in deps:
+                    deps[dependent].append(dep)
+        return find_cycles(pending, lambda n: deps[n])

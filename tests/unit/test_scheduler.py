@@ -6,15 +6,62 @@ import asyncio
 
 import pytest
 
-from codefy_jupyter.engine.scheduler import ASYNC, BLOCKS_OUTPUT, OTHER, OUTPUT, TWO_HOPS, ExecutionList
+from codefy_jupyter.engine.scheduler import ASYNC, BLOCKS_OUTPUT, NOT_PENDING, OTHER, OUTPUT, TWO_HOPS, ExecutionList
 
 
-def make(deps: dict[str, list[str]], classes: dict[str, int] | None = None, available: set[str] = frozenset()):
-    deps = {k: list(v) for k, v in deps.items()}
-    return ExecutionList(lambda n: deps[n], lambda d, n: d in available, lambda n: (classes or {}).get(n, OTHER))
+class Named:
+    """An ExecutionList over named nodes: the scheduler itself works on integer handles."""
+
+    def __init__(self, deps: dict[str, list[str]], classes: dict[str, int] | None = None,
+                 available: set[str] = frozenset()) -> None:
+        self.names = list(deps)
+        self.h = {n: i for i, n in enumerate(self.names)}
+        hdeps = [[self.h[d] for d in deps[n]] for n in self.names]
+        classes = classes or {}
+        self.el = ExecutionList(lambda i: hdeps[i], lambda d, i: self.names[d] in available,
+                                lambda i: classes.get(self.names[i], OTHER), size=len(self.names))
+
+    def __getattr__(self, name):
+        return getattr(self.el, name)
+
+    def add_node(self, n):
+        self.el.add_node(self.h[n])
+
+    def add_strong_link(self, dep, n):
+        self.el.add_strong_link(self.h[dep], self.h[n])
+
+    def pick(self):
+        i = self.el.pick()
+        return None if i is None else self.names[i]
+
+    def complete(self, n):
+        self.el.complete(self.h[n])
+
+    def unstage(self, n):
+        self.el.unstage(self.h[n])
+
+    def add_external_block(self, n):
+        return self.el.add_external_block(self.h[n])
+
+    @property
+    def pending(self):
+        return {self.names[i] for i in self.el.pending()}
+
+    @property
+    def staged(self):
+        return {self.names[i] for i in self.el.staged}
+
+    def count(self, n):
+        return self.el.block_count[self.h[n]]
+
+    def cycles(self):
+        return [[self.names[i] for i in c] for c in self.el.find_cycle()]
 
 
-def drain(el: ExecutionList) -> list[str]:
+make = Named
+
+
+def drain(el) -> list[str]:
     order = []
     while (n := el.pick()) is not None:
         order.append(n)
@@ -26,7 +73,7 @@ def test_dependencies_run_before_dependents():
     el = make({"a": [], "b": ["a"], "c": ["a", "b"]})
     el.add_node("c")
     assert el.pending == {"a", "b", "c"}
-    assert el.block_count == {"a": 0, "b": 1, "c": 2}
+    assert [el.count(n) for n in "abc"] == [0, 1, 2]
     assert drain(el) == ["a", "b", "c"]
     assert el.is_empty()
 
@@ -74,7 +121,7 @@ def test_unstage_then_new_dependency_blocks_until_it_completes():
     assert el.pick() == "sw"
     el.add_strong_link("branch", "sw")  # a lazy input asked for
     el.unstage("sw")
-    assert el.block_count["sw"] == 1
+    assert el.count("sw") == 1
     assert el.pick() == "branch"
     assert el.pick() is None
     el.complete("branch")
@@ -92,8 +139,8 @@ def test_unstage_without_new_dependency_makes_the_node_ready_again():
 def test_two_links_to_the_same_dependency_are_counted_and_released_together():
     el = make({"a": [], "b": ["a", "a"]})
     el.add_node("b")
-    assert el.block_count["b"] == 2
-    assert el.blocking["a"] == {"b": 2}
+    assert el.count("b") == 2
+    assert el.blocking[el.h["a"]] == [el.h["b"], el.h["b"]]
     assert drain(el) == ["a", "b"]
 
 
@@ -124,14 +171,14 @@ def test_cycle_names_only_the_nodes_on_the_cycle():
     el.add_node("d")
     assert drain(el) == ["d"]
     assert el.is_stuck()
-    assert el.find_cycle() == [["a", "b"]]
+    assert el.cycles() == [["a", "b"]]
 
 
 def test_self_loop_is_a_cycle():
     el = make({"a": ["a"]})
     el.add_node("a")
     assert el.is_stuck()
-    assert el.find_cycle() == [["a"]]
+    assert el.cycles() == [["a"]]
 
 
 def test_long_chain_is_added_without_recursion():
@@ -139,7 +186,7 @@ def test_long_chain_is_added_without_recursion():
     deps = {f"n{i}": ([f"n{i - 1}"] if i else []) for i in range(n)}
     el = make(deps)
     el.add_node(f"n{n - 1}")
-    assert len(el.pending) == n
+    assert el.pending_count == n
     order = drain(el)
     assert order[0] == "n0" and order[-1] == f"n{n - 1}" and len(order) == n
 
@@ -152,3 +199,31 @@ def test_fan_in_releases_the_sink_only_after_every_source(width):
     el.add_node("sink")
     order = drain(el)
     assert order[-1] == "sink" and len(order) == width + 1
+
+
+def test_expansion_growth_adds_handles():
+    el = ExecutionList(lambda i: [], lambda d, i: False, lambda i: OTHER, size=1)
+    el.add_node(0)
+    assert el.pick() == 0
+    el.grow(3)
+    assert el.block_count[1:] == [NOT_PENDING, NOT_PENDING]
+    el.add_strong_link(1, 0)
+    el.add_strong_link(2, 0)
+    el.unstage(0)
+    assert sorted([el.pick(), el.pick()]) == [1, 2]
+    el.complete(1)
+    el.complete(2)
+    assert el.pick() == 0
+
+
+def test_a_node_blocked_while_queued_is_not_picked_until_released():
+    # 'late' is ready, then gains a dependency before it is picked (lazy bucket removal).
+    el = ExecutionList(lambda i: [], lambda d, i: False, lambda i: OTHER, size=3)
+    el.add_node(0)
+    el.add_node(1)
+    el.add_strong_link(2, 1)
+    assert el.pick() == 0
+    assert el.pick() == 2
+    assert el.pick() is None
+    el.complete(2)
+    assert el.pick() == 1
