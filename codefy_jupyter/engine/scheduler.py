@@ -50,9 +50,11 @@ class ExecutionList:
         self._pick_class = pick_class
         # block_count[n] is NOT_PENDING for nodes outside the pending graph.
         self.block_count: list[int] = []
-        # blocking[dep]: its dependents, once per link. Links are only ever added, and all of a
-        # node's are released together when it completes, so a plain list is enough.
-        self.blocking: list[list[int] | None] = []
+        # blocking[dep]: its dependents, once per link: None, one handle, or a list of handles.
+        # Links are only ever added and all of a node's are released together when it completes.
+        # Most nodes feed one consumer; storing that handle inline spares a list object per node,
+        # which keeps the scheduler's memory (and its cost per node) flat on big graphs.
+        self.blocking: list[int | list[int] | None] = []
         self._class = bytearray()
         self._in_ready = bytearray()  # 1 while the node sits in a ready bucket (removal is lazy)
         self.staged: set[int] = set()
@@ -119,7 +121,9 @@ class ExecutionList:
         self.block_count[node] += 1
         dependents = self.blocking[dep]
         if dependents is None:
-            self.blocking[dep] = [node]
+            self.blocking[dep] = node
+        elif type(dependents) is int:
+            self.blocking[dep] = [dependents, node]
         else:
             dependents.append(node)
 
@@ -155,13 +159,14 @@ class ExecutionList:
         self._in_ready[node] = 0
         self.pending_count -= 1
         dependents = self.blocking[node]
-        if dependents is not None:
-            self.blocking[node] = None
-            for dependent in dependents:
-                left = block_count[dependent] - 1
-                block_count[dependent] = left
-                if left == 0 and dependent not in self.staged:
-                    self._make_ready(dependent)
+        if dependents is None:
+            return
+        self.blocking[node] = None
+        for dependent in (dependents,) if type(dependents) is int else dependents:
+            left = block_count[dependent] - 1
+            block_count[dependent] = left
+            if left == 0 and dependent not in self.staged:
+                self._make_ready(dependent)
 
     # -- external blocks ------------------------------------------------------------------------
     @property
@@ -218,7 +223,8 @@ class ExecutionList:
         pending = self.pending()
         deps: dict[int, list[int]] = {n: [] for n in pending}
         for dep in pending:
-            for dependent in set(self.blocking[dep] or ()):
+            dependents = self.blocking[dep]
+            for dependent in {dependents} if type(dependents) is int else set(dependents or ()):
                 if dependent in deps:
                     deps[dependent].append(dep)
         return find_cycles(pending, lambda n: deps[n])

@@ -141,6 +141,7 @@ def test_two_links_to_the_same_dependency_are_counted_and_released_together():
     el.add_node("b")
     assert el.count("b") == 2
     assert el.blocking[el.h["a"]] == [el.h["b"], el.h["b"]]
+    assert el.blocking[el.h["b"]] is None
     assert drain(el) == ["a", "b"]
 
 
