@@ -25,7 +25,7 @@ For each shape and size (node counts in the output are the real ones) it measure
 
 Timing: time.perf_counter, best of N (the garbage collector stays on, as in real runs; gc.collect()
 runs before each repeat). (c) and parse repeat max(3, min(30, 100000 / nodes)) times (30 at 1k,
-10 at 10k, 3 at 100k), (a) at least 7 times; run_graph repeats 3 times up to 10k nodes and once above (each result records
+10 at 10k, 3 at 100k), (a) at least 15 times; run_graph repeats 3 times up to 10k nodes and once above (each result records
 its repeats).
 
 Summary per shape: (a) `flat` = loop µs/node at the largest size <= 1.5 x at the smallest, and
@@ -174,7 +174,7 @@ def measure(shape: str, size: int) -> dict[str, Any]:
     reps, run_reps = max(3, min(30, 100_000 // n)), 3 if size <= 10_000 else 1
     parse_s, g = best_of(reps, lambda: parse_graph(data, REG))
     out: dict[str, Any] = {"nodes": n, "edges": len(data["edges"]), "sinks": len(g.output_nodes())}
-    out.update(scheduler_alone(g, max(reps, 7)))  # cheap, and the loop is the flatness check
+    out.update(scheduler_alone(g, max(reps, 15)))  # cheap, and the loop is the flatness check
     run_s, result = best_of(run_reps, lambda: run_graph(data, registry=REG, max_parallel_nodes=1))
     out.update(run_graph_us_per_node=round(run_s / n * 1e6, 3), status=result.status,
                parse_us_per_node=round(parse_s / n * 1e6, 3))
