@@ -29,41 +29,42 @@ class Outcome:
     elapsed_s: float = 0.0
 
 
-def _running(run: RunState, spec: NodeSpec) -> None:
+def _start(run: RunState, spec: NodeSpec) -> tuple[ExecutionContext, float]:
+    ctx = ExecutionContext(run, spec.id, spec.type)
     if run.reports_status:
         run.emit_status({"event": "node_status", "node_id": spec.id, "node_type": spec.type, "status": "running"})
+    if run.seed is not None:
+        seed_everything(ctx.seed)
+    return ctx, run.clock()
+
+
+def _ended(run: RunState, ctx: ExecutionContext, started: float, kind: str, value: Any = None,
+           error: BaseException | None = None) -> Outcome:
+    # format_exc here: still inside the except block of the caller, where the traceback lives.
+    tb = traceback.format_exc() if kind == "error" else ""
+    return Outcome(kind, value=value, error=error, traceback=tb, ctx=ctx, elapsed_s=run.clock() - started)
 
 
 def call_sync(run: RunState, spec: NodeSpec, kwargs: dict[str, Any]) -> Outcome:
-    ctx = ExecutionContext(run, spec.id, spec.type)
-    _running(run, spec)
-    if run.seed is not None:
-        seed_everything(ctx.seed)
-    started = run.clock()
+    ctx, started = _start(run, spec)
     try:
         value = spec.definition.fn(ctx, **kwargs)
     except RunCancelled as err:
-        return Outcome("cancelled", error=err, ctx=ctx, elapsed_s=run.clock() - started)
+        return _ended(run, ctx, started, "cancelled", error=err)
     except Exception as err:  # a node's bug must not take the process down
-        return Outcome("error", error=err, traceback=traceback.format_exc(), ctx=ctx,
-                       elapsed_s=run.clock() - started)
-    return Outcome("ok", value=value, ctx=ctx, elapsed_s=run.clock() - started)
+        return _ended(run, ctx, started, "error", error=err)
+    return _ended(run, ctx, started, "ok", value=value)
 
 
 async def call_async(run: RunState, spec: NodeSpec, kwargs: dict[str, Any]) -> Outcome:
-    ctx = ExecutionContext(run, spec.id, spec.type)
-    _running(run, spec)
-    if run.seed is not None:
-        seed_everything(ctx.seed)
-    started = run.clock()
+    ctx, started = _start(run, spec)
     try:
         value = await spec.definition.fn(ctx, **kwargs)
     except RunCancelled as err:
-        return Outcome("cancelled", error=err, ctx=ctx, elapsed_s=run.clock() - started)
+        return _ended(run, ctx, started, "cancelled", error=err)
     except Exception as err:
-        return Outcome("error", error=err, traceback=traceback.format_exc(), ctx=ctx,
-                       elapsed_s=run.clock() - started)
-    return Outcome("ok", value=value, ctx=ctx, elapsed_s=run.clock() - started)
+        return _ended(run, ctx, started, "error", error=err)
+    return _ended(run, ctx, started, "ok", value=value)
 
 
 def check_outputs(spec: NodeSpec, value: Any) -> dict[str, Any] | Expand:
