@@ -332,3 +332,21 @@ def test_run_graph_works_inside_a_running_event_loop(reg):
         return run(chain(3, factor=2.0), reg)
 
     assert asyncio.run(inside()).outputs == {"n2": {"y": 4.0}}
+
+
+def test_runtime_cycle_inside_a_block_is_attributed_to_the_block(reg):
+    # Nodes inside a block (ids 'blk/...') are not shown on their own; the error names the block.
+    valid = parse_graph({"nodes": [{"id": "blk", "type": "Const"}, {"id": "a", "type": "Scale"},
+                                   {"id": "b", "type": "Scale"}, {"id": "out", "type": "Scale"}],
+                         "edges": [edge("a", "y", "b", "x"), edge("b", "y", "out", "x")]}, reg, bound={("a", "x")})
+    rename = {"blk": "blk", "a": "blk/a", "b": "blk/b", "out": "out"}
+    nodes = {rename[k]: v for k, v in valid.nodes.items()}
+    for new_id, spec in nodes.items():
+        spec.id = new_id
+    inputs = {"blk": {}, "blk/a": {"x": ("blk/b", "y")}, "blk/b": {"x": ("blk/a", "y")}, "out": {"x": ("blk/b", "y")}}
+    consumers = {"blk": [], "blk/a": ["blk/b"], "blk/b": ["blk/a", "out"], "out": []}
+    result = run(Graph(nodes, inputs, consumers), reg)
+    assert result.status == "failed"
+    assert (result.error.node_id, result.error.node_type, result.error.code) == ("blk", "Const", "cycle")
+    assert result.error.params["cycle"] == ["blk/a", "blk/b"]
+    assert result.error.executed == ["blk"]
