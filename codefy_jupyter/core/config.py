@@ -1,0 +1,132 @@
+"""Every setting of the control plane, declared once.
+
+Each setting has a name (the `CodefyApp` trait: `c.CodefyApp.run_queue_max_concurrent_gpu = 1`),
+an environment twin (`CODEFY_RUN_QUEUE_MAX_CONCURRENT_GPU`), a type, a default and its help text.
+The server turns this table into traitlets; `Settings.load` resolves values with the environment
+winning over configured values, and refuses a malformed value naming its variable.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+ENV_PREFIX = "CODEFY_"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    kind: type
+    default: Any
+    help: str
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("data_dir", str, "",
+            "Folder for the run database and run files. Empty: the Jupyter data dir's codefy/ folder."),
+    Setting("run_queue_max_concurrent_gpu", int, 1, "Concurrent runs per accelerator queue (cuda:N, mps:N)."),
+    Setting("run_queue_max_concurrent_cpu", int, 2, "Concurrent runs on the cpu queue."),
+    Setting("run_queue_max_concurrent", str, "",
+            "Per-slot overrides, e.g. 'cuda:0=2,cpu=8'. A bare device is this server's; "
+            "'<worker>/<device>' is that worker's. Beats the two defaults above. Malformed entries are "
+            "ignored with a warning; limits below 1 count as 1."),
+    Setting("run_interactive_max_concurrent", int, 2, "Concurrent interactive runs (at most one per session)."),
+    Setting("worker_resume_grace_s", int, 300,
+            "Seconds a disconnected worker's runs wait for it before they end interrupted. 0 ends them at once."),
+    Setting("worker_output_fetch_timeout_s", int, 60,
+            "Seconds a read of a worker run's recorded outputs waits for the worker before answering 504."),
+    Setting("max_parallel_nodes", int, 4, "Nodes executing concurrently inside one run (a seeded run uses 1)."),
+    Setting("run_retention_keep_last", int, 200,
+            "How many finished runs to keep. 0 keeps none; a negative value disables retention."),
+    Setting("run_event_payload_cap_bytes", int, 131072,
+            "Largest event payload stored and fanned out; an over-cap output entry is replaced by an elision "
+            "marker naming its port. 0 or less disables the cap."),
+    Setting("run_events_response_cap_bytes", int, 4194304,
+            "Byte budget for one events page; a page that stops early hands back a cursor to resume from."),
+    Setting("mount_label", str, "data", "The label of this server's data folder for workers that share it."),
+    Setting("device_inventory", str, "",
+            "A JSON file declaring this machine's devices, used instead of probing NVML/MPS (machines whose "
+            "devices are declared, and tests)."),
+)
+
+BY_NAME = {s.name: s for s in SETTINGS}
+
+
+class ConfigError(ValueError):
+    def __init__(self, setting: Setting, value: Any, reason: str) -> None:
+        self.setting = setting
+        super().__init__(f"{setting.env} (c.CodefyApp.{setting.name}) = {value!r}: {reason}")
+
+
+def _coerce(setting: Setting, value: Any) -> Any:
+    if setting.kind is int:
+        if isinstance(value, bool):
+            raise ConfigError(setting, value, "expected an integer")
+        try:
+            return int(str(value).strip()) if not isinstance(value, int) else value
+        except ValueError:
+            raise ConfigError(setting, value, "expected an integer") from None
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: str = ""
+    run_queue_max_concurrent_gpu: int = 1
+    run_queue_max_concurrent_cpu: int = 2
+    run_queue_max_concurrent: str = ""
+    run_interactive_max_concurrent: int = 2
+    worker_resume_grace_s: int = 300
+    worker_output_fetch_timeout_s: int = 60
+    max_parallel_nodes: int = 4
+    run_retention_keep_last: int = 200
+    run_event_payload_cap_bytes: int = 131072
+    run_events_response_cap_bytes: int = 4194304
+    mount_label: str = "data"
+    device_inventory: str = ""
+    # Where each value came from ("default", "config", "env"), for the startup log.
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def load(cls, configured: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Settings:
+        """Defaults, then configured values (traits), then `CODEFY_*` environment variables."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for s in SETTINGS:
+            value, source = s.default, "default"
+            if configured and s.name in configured and configured[s.name] is not None:
+                value, source = configured[s.name], "config"
+            if s.env in env:
+                value, source = env[s.env], "env"
+            values[s.name] = _coerce(s, value)
+            sources[s.name] = source
+        return cls(**values, sources=sources)
+
+    def resolved_data_dir(self) -> Path:
+        if self.data_dir:
+            return Path(self.data_dir).expanduser()
+        try:
+            from jupyter_core.paths import jupyter_data_dir
+        except ImportError:  # jupyter_core is there whenever the server is; this is for bare installs
+            return Path.home() / ".local" / "share" / "jupyter" / "codefy"
+        return Path(jupyter_data_dir()) / "codefy"
+
+
+def _check_table_matches_dataclass() -> None:
+    names = [f.name for f in fields(Settings) if f.name != "sources"]
+    if names != [s.name for s in SETTINGS]:
+        raise RuntimeError("Settings fields and SETTINGS must list the same names in order")
+    for s in SETTINGS:
+        if getattr(Settings, s.name) != s.default:
+            raise RuntimeError(f"default of {s.name} differs between Settings and SETTINGS")
+
+
+_check_table_matches_dataclass()

@@ -1,0 +1,39 @@
+"""Settings: defaults, configured values, environment twins winning, refusals naming the variable."""
+
+from __future__ import annotations
+
+import pytest
+
+from codefy_jupyter.core.config import SETTINGS, ConfigError, Settings
+
+
+def test_defaults_match_the_seed_table():
+    s = Settings.load(env={})
+    assert (s.run_queue_max_concurrent_gpu, s.run_queue_max_concurrent_cpu, s.run_interactive_max_concurrent) == (1, 2, 2)
+    assert (s.worker_resume_grace_s, s.worker_output_fetch_timeout_s, s.max_parallel_nodes) == (300, 60, 4)
+    assert (s.run_retention_keep_last, s.run_event_payload_cap_bytes, s.run_events_response_cap_bytes) == (
+        200, 131072, 4194304)
+    assert s.mount_label == "data" and s.run_queue_max_concurrent == ""
+    assert set(s.sources.values()) == {"default"}
+
+
+def test_environment_wins_over_configuration():
+    s = Settings.load({"run_queue_max_concurrent_cpu": 4, "max_parallel_nodes": 8},
+                      env={"CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU": "6"})
+    assert s.run_queue_max_concurrent_cpu == 6 and s.sources["run_queue_max_concurrent_cpu"] == "env"
+    assert s.max_parallel_nodes == 8 and s.sources["max_parallel_nodes"] == "config"
+
+
+def test_a_malformed_value_names_its_variable():
+    with pytest.raises(ConfigError) as info:
+        Settings.load(env={"CODEFY_WORKER_RESUME_GRACE_S": "five"})
+    assert "CODEFY_WORKER_RESUME_GRACE_S" in str(info.value) and "c.CodefyApp.worker_resume_grace_s" in str(info.value)
+
+
+def test_every_setting_has_help_and_an_env_twin():
+    for s in SETTINGS:
+        assert s.help.strip() and s.env == "CODEFY_" + s.name.upper()
+
+
+def test_data_dir_setting_is_used(tmp_path):
+    assert Settings.load(env={"CODEFY_DATA_DIR": str(tmp_path)}).resolved_data_dir() == tmp_path
