@@ -62,3 +62,84 @@ def resolve_device(name: str, available: Callable[[], list[str]] = torch_devices
     if device != "cpu" and device not in available():
         raise DeviceError(f"device {device!r} is not available on this machine")
     return device, None
+
+
+# -- inventory -----------------------------------------------------------------------------------
+
+
+class InventoryError(ValueError):
+    pass
+
+
+def inventory_from_file(path: str) -> list[dict]:
+    """Devices declared in a JSON file: `{"devices": [{"key": "cuda:0", "name": ..., "uuid": ...,
+    "memory_total_mib": ...}]}` (or just the list). The CPU is always present and need not be listed."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InventoryError(f"device inventory {path!r} does not exist") from None
+    except (OSError, ValueError) as err:
+        raise InventoryError(f"device inventory {path!r} is not readable JSON: {err}") from None
+    items = data.get("devices") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise InventoryError(f"device inventory {path!r}: expected a list under 'devices'")
+    devices = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("key"), str):
+            raise InventoryError(f"device inventory {path!r}: devices[{i}] needs a 'key' such as 'cuda:0'")
+        try:
+            key = canonical_device(item["key"])
+        except DeviceError as err:
+            raise InventoryError(f"device inventory {path!r}: devices[{i}].key: {err}") from None
+        if key != "cpu":
+            devices.append({**item, "key": key})
+    return devices
+
+
+def nvml_inventory() -> list[dict]:
+    """CUDA cards as NVML reports them, without importing torch (or initialising CUDA)."""
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no GPU: not an error on a CPU machine
+        return []
+    try:
+        devices = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            devices.append({"key": f"cuda:{i}", "name": name.decode() if isinstance(name, bytes) else name,
+                            "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
+                            "memory_total_mib": int(memory.total) // (1024 * 1024)})
+        return devices
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def mps_inventory() -> list[dict]:
+    """The Apple GPU. Only asked on macOS, where it is the one probe that needs torch."""
+    import platform
+
+    if platform.system() != "Darwin":
+        return []
+    try:
+        import torch
+    except ImportError:
+        return []
+    mps = getattr(torch.backends, "mps", None)
+    return [{"key": "mps:0", "name": "Apple GPU"}] if mps is not None and mps.is_available() else []
+
+
+def probe_inventory(declared_file: str = "") -> list[dict]:
+    """This machine's accelerators: the declared file when given, else NVML and MPS."""
+    if declared_file:
+        return inventory_from_file(declared_file)
+    return nvml_inventory() + mps_inventory()
