@@ -1,0 +1,125 @@
+"""Request bodies: shape checks that answer 422 with the failing field path.
+
+Shape only (types, required keys, unknown keys, enums). Whether a well-formed request can be
+honoured (a device this server lacks, a busy session) is a semantic question, answered with 400
+by the run service.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SEED_MAX = 2**32 - 1
+
+
+class SchemaError(ValueError):
+    """A body that does not fit the schema. `field` is a dotted path such as `options.seed`."""
+
+    status = 422
+    code = "invalid_request"
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": str(self), "params": {"field": self.field}}
+
+
+@dataclass(frozen=True)
+class Target:
+    worker: str | None = None
+    devices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    device: str | None = None
+    seed: int | None = None
+    seed_given: bool = False  # "seed": null (run unseeded) differs from no seed key (use the graph's)
+    deterministic: bool = False
+    record_outputs: bool = False
+    lane: str = "queued"
+    session: str | None = None
+    target: Target | None = None
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    graph: dict[str, Any]
+    name: str | None = None
+    options: SubmitOptions = field(default_factory=SubmitOptions)
+
+
+def _keys(obj: dict[str, Any], allowed: set[str], where: str) -> None:
+    for key in obj:
+        if key not in allowed:
+            path = f"{where}.{key}" if where else key
+            raise SchemaError(path, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def _type(value: Any, kinds: tuple[type, ...], path: str, what: str) -> None:
+    if isinstance(value, bool) and bool not in kinds:
+        raise SchemaError(path, f"expected {what}, got a boolean")
+    if not isinstance(value, kinds):
+        raise SchemaError(path, f"expected {what}, got {type(value).__name__ if value is not None else 'null'}")
+
+
+def parse_submit(body: Any) -> SubmitRequest:
+    """`{"graph": {...}, "name"?: str, "options"?: {...}}` or SchemaError."""
+    _type(body, (dict,), "", "a JSON object")
+    _keys(body, {"graph", "name", "options"}, "")
+    if "graph" not in body:
+        raise SchemaError("graph", "required")
+    _type(body["graph"], (dict,), "graph", "a graph object")
+    name = body.get("name")
+    if name is not None:
+        _type(name, (str,), "name", "a string")
+        if len(name) > 200:
+            raise SchemaError("name", "at most 200 characters")
+    raw = body.get("options", {})
+    if raw is None:
+        raw = {}
+    _type(raw, (dict,), "options", "an object")
+    _keys(raw, {"device", "seed", "deterministic", "record_outputs", "lane", "session", "target"}, "options")
+    opts: dict[str, Any] = {}
+    if "device" in raw and raw["device"] is not None:
+        _type(raw["device"], (str,), "options.device", "a device name")
+        opts["device"] = raw["device"]
+    if "seed" in raw:
+        opts["seed_given"] = True
+        if raw["seed"] is not None:
+            _type(raw["seed"], (int,), "options.seed", "an integer or null")
+            if not 0 <= raw["seed"] <= SEED_MAX:
+                raise SchemaError("options.seed", f"must be from 0 to {SEED_MAX}")
+            opts["seed"] = raw["seed"]
+    for flag in ("deterministic", "record_outputs"):
+        if flag in raw:
+            _type(raw[flag], (bool,), f"options.{flag}", "true or false")
+            opts[flag] = raw[flag]
+    if "lane" in raw:
+        if raw["lane"] not in ("queued", "interactive"):
+            raise SchemaError("options.lane", "must be 'queued' or 'interactive'")
+        opts["lane"] = raw["lane"]
+    if "session" in raw and raw["session"] is not None:
+        _type(raw["session"], (str,), "options.session", "a string")
+        opts["session"] = raw["session"]
+    if "target" in raw and raw["target"] is not None:
+        opts["target"] = _parse_target(raw["target"])
+    return SubmitRequest(graph=body["graph"], name=name, options=SubmitOptions(**opts))
+
+
+def _parse_target(raw: Any) -> Target:
+    _type(raw, (dict,), "options.target", "an object")
+    _keys(raw, {"worker", "devices"}, "options.target")
+    worker = raw.get("worker")
+    if worker is not None:
+        _type(worker, (str,), "options.target.worker", "a worker name")
+    devices = raw.get("devices", [])
+    if devices is None:
+        devices = []
+    _type(devices, (list,), "options.target.devices", "a list of device names")
+    for i, dev in enumerate(devices):
+        _type(dev, (str,), f"options.target.devices[{i}]", "a device name")
+    return Target(worker=worker, devices=tuple(devices))
