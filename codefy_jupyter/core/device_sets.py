@@ -1,0 +1,186 @@
+"""Which device a run gets, and which devices it holds: pure, no I/O.
+
+The rules are the run queue's (run-queue seed, "One queue per device" and its notes):
+
+- The device comes from the run's own `options.device`, then the graph's `settings.device`, then
+  `cpu`. Nothing picks an accelerator on the user's behalf except an explicit `auto`, which takes
+  the best accelerator this server has (CUDA, lowest index first, then MPS) and otherwise falls
+  back to `cpu` with a warning.
+- A device set (`options.target.devices`) lists concrete devices of one kind: `cpu`, `cuda:N`,
+  `mps:N` (a bare `mps` means `mps:0`). A bare `cuda` is refused (on a multi-GPU box it would
+  follow the process's current device, so the set would not say which card), and so are `auto`,
+  duplicates and mixed kinds. The set's first entry is the run's device (and so its queue) when
+  the device is omitted, `auto` or only the kind (`cuda`, `mps`); any other device must equal it.
+  `settings.device` is not consulted for a set run.
+- Decision (the seed leaves it open for explicit names): an accelerator named explicitly, by the
+  run, by the graph's settings or in a set, that this server does not have is refused with 400
+  (`device_unavailable`) rather than silently run on the CPU. A submit that can never run as asked
+  answers 400; only `auto` falls back.
+
+Refusals are `SubmitError`s (code, message, params; HTTP 400 unless said otherwise). Warnings are
+`Notice`s with the same three fields, so the API reports both in one shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from codefy_jupyter.core.devices import DeviceError, canonical_device
+
+KINDS = ("cpu", "cuda", "mps")
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A warning or a wait reason: a stable `code`, an English `message`, and `params` a UI can
+    render in its own language."""
+
+    code: str
+    message: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "params": dict(self.params)}
+
+
+class SubmitError(ValueError):
+    """A submit refused at once. `status` is the HTTP status the API answers with (400 for a
+    request that can never run as asked, 503 for the interactive lane's "busy" refusals)."""
+
+    def __init__(self, code: str, message: str, params: dict[str, Any] | None = None, status: int = 400) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.params = dict(params or {})
+        self.status = status
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "params": dict(self.params)}
+
+    def __repr__(self) -> str:
+        return f"SubmitError({self.code!r}, {self.message!r}, {self.params!r})"
+
+
+@dataclass(frozen=True)
+class ResolvedDevice:
+    """`device` is the run's canonical device and queue key; `devices` the set it holds a slot on
+    (just `(device,)` without a set); `requested` what was asked for before resolution (None when
+    nothing was: the cpu default or a set's first device); `warnings` are `Notice`s."""
+
+    device: str
+    devices: tuple[str, ...]
+    requested: str | None = None
+    warnings: tuple[Notice, ...] = ()
+
+    @property
+    def is_set(self) -> bool:
+        return len(self.devices) > 1
+
+
+def device_kind(device: str) -> str:
+    """`cuda:1` → `cuda`; works on canonical names and on bare kinds alike."""
+    return device.split(":", 1)[0]
+
+
+def _is_auto(name: Any) -> bool:
+    return isinstance(name, str) and name.strip().lower() == "auto"
+
+
+def _canonical(name: Any, field_name: str) -> str:
+    try:
+        return canonical_device(name)
+    except DeviceError as exc:
+        raise SubmitError("device_invalid", f"{field_name}: {exc}", {"field": field_name, "device": name}) from None
+
+
+def parse_device_set(devices: Iterable[Any], field_name: str = "options.target.devices") -> tuple[str, ...]:
+    """Canonical device set, or SubmitError: one kind, concrete, no duplicates, no `auto`,
+    no bare `cuda`. An empty set is returned as `()` (no set)."""
+    out: list[str] = []
+    for i, raw in enumerate(devices):
+        where = f"{field_name}[{i}]"
+        if _is_auto(raw):
+            raise SubmitError("device_set_auto", f"{where}: a device set lists concrete devices, not 'auto'",
+                              {"field": where, "device": raw})
+        if isinstance(raw, str) and raw.strip().lower() == "cuda":
+            raise SubmitError("device_set_bare_cuda",
+                              f"{where}: name the card (cuda:0, cuda:1, ...); a bare 'cuda' in a device set is refused",
+                              {"field": where, "device": raw})
+        dev = _canonical(raw, where)
+        if dev in out:
+            raise SubmitError("device_set_duplicate", f"{where}: {dev} is listed twice",
+                              {"field": where, "device": dev})
+        if out and device_kind(dev) != device_kind(out[0]):
+            raise SubmitError("device_set_mixed_kinds",
+                              f"{where}: a device set lists devices of one kind; {out[0]} and {dev} differ",
+                              {"field": where, "devices": [out[0], dev]})
+        out.append(dev)
+    return tuple(out)
+
+
+def best_accelerator(available: Iterable[str]) -> str | None:
+    """The accelerator `auto` picks: the lowest-numbered CUDA card, else the lowest MPS device."""
+    found = {dev for dev in available if device_kind(dev) in ("cuda", "mps")}
+    for kind in ("cuda", "mps"):
+        cards = sorted((int(d.split(":", 1)[1]), d) for d in found if device_kind(d) == kind)
+        if cards:
+            return cards[0][1]
+    return None
+
+
+def _available(available: Iterable[str]) -> set[str]:
+    # The CPU is always here; accept aliases in the inventory for robustness.
+    return {canonical_device(d) for d in available} | {"cpu"}
+
+
+def _require_present(device: str, here: set[str], field_name: str) -> None:
+    if device not in here:
+        raise SubmitError(
+            "device_unavailable", f"{field_name}: {device} is not available on this server "
+            f"(it has {', '.join(sorted(here))})",
+            {"field": field_name, "device": device, "available": sorted(here)})
+
+
+def resolve_run_device(option_device: str | None, graph_device: str | None,
+                       target_devices: Iterable[str] | None, available: Iterable[str]) -> ResolvedDevice:
+    """The device and device set a local run queues on, or SubmitError.
+
+    `available` lists this server's devices (canonical; `cpu` is added if missing).
+    """
+    here = _available(available)
+    devices = parse_device_set(target_devices or ())
+    if devices:
+        for i, dev in enumerate(devices):
+            _require_present(dev, here, f"options.target.devices[{i}]")
+        first = devices[0]
+        if option_device is None or _is_auto(option_device):
+            return ResolvedDevice(first, devices, option_device)
+        text = option_device.strip().lower() if isinstance(option_device, str) else option_device
+        if text in ("cuda", "mps") and device_kind(first) == text:
+            return ResolvedDevice(first, devices, option_device)
+        dev = _canonical(option_device, "options.device")
+        if dev != first:
+            raise SubmitError(
+                "device_not_in_set", f"options.device: {option_device!r} must be the device set's first device "
+                f"({first}), its kind, auto, or omitted",
+                {"field": "options.device", "device": option_device, "devices": list(devices)})
+        return ResolvedDevice(first, devices, option_device)
+
+    if option_device is not None:
+        requested, field_name = option_device, "options.device"
+    elif graph_device is not None:
+        requested, field_name = graph_device, "graph.settings.device"
+    else:
+        return ResolvedDevice("cpu", ("cpu",), None)
+    if _is_auto(requested):
+        best = best_accelerator(here)
+        if best is None:
+            warning = Notice("auto_no_accelerator",
+                             "device auto: no CUDA or MPS device on this server, running on the CPU",
+                             {"field": field_name, "device": "cpu"})
+            return ResolvedDevice("cpu", ("cpu",), requested, (warning,))
+        return ResolvedDevice(best, (best,), requested)
+    dev = _canonical(requested, field_name)
+    _require_present(dev, here, field_name)
+    return ResolvedDevice(dev, (dev,), requested)
