@@ -1,0 +1,147 @@
+"""The store's schema, as numbered migration steps.
+
+`PRAGMA user_version` holds how many steps a database file has applied. A step is a list of SQL
+statements applied in one `BEGIN IMMEDIATE` transaction together with the new user_version, so a
+crash mid-migration leaves the file at the previous version, never half-migrated. Steps are only
+ever appended: a released step is never edited, because files in the field have already run it.
+
+A file whose user_version is higher than the steps we know was written by a newer codefy-jupyter;
+we refuse it rather than guess (`SchemaVersionError`), and write nothing to it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Sequence
+
+Step = Sequence[str]
+
+SCHEMA_STEPS: list[Step] = [
+    # 1: runs, their event log, metrics, artifacts, environment fingerprints.
+    (
+        # submit_order is assigned by the store (max + 1): "newest first" must not depend on clock
+        # ties or on run-id spelling, and an implicit rowid may be renumbered by VACUUM.
+        """
+        CREATE TABLE runs (
+            id                 TEXT PRIMARY KEY,
+            submit_order       INTEGER NOT NULL UNIQUE,
+            name               TEXT,
+            status             TEXT NOT NULL,
+            owner              TEXT,
+            device             TEXT,
+            devices            TEXT,      -- json list
+            queue_key          TEXT,
+            lane               TEXT,
+            session            TEXT,
+            seed               INTEGER,
+            deterministic      INTEGER,   -- 0/1/NULL
+            options            TEXT,      -- json object
+            graph              TEXT,      -- json object
+            submitted_at       REAL NOT NULL,
+            started_at         REAL,
+            finished_at        REAL,
+            error              TEXT,      -- json object
+            fingerprint_digest TEXT,
+            worker_id          TEXT,
+            last_seq           INTEGER NOT NULL DEFAULT 0  -- highest committed event seq
+        )
+        """,
+        # The list view filters by status and pages newest first.
+        "CREATE INDEX runs_status_order ON runs (status, submit_order)",
+        # payload_bytes sits before payload so that sizing a page never reads payload overflow pages.
+        # A rowid table rather than WITHOUT ROWID: payloads can be large (up to the payload cap).
+        """
+        CREATE TABLE run_events (
+            run_id        TEXT NOT NULL,
+            seq           INTEGER NOT NULL,
+            type          TEXT NOT NULL,
+            created_at    REAL NOT NULL,
+            payload_bytes INTEGER NOT NULL,
+            payload       TEXT NOT NULL,  -- json object
+            PRIMARY KEY (run_id, seq)
+        )
+        """,
+        """
+        CREATE TABLE run_metrics (
+            id         INTEGER PRIMARY KEY,
+            run_id     TEXT NOT NULL,
+            node_id    TEXT,
+            name       TEXT NOT NULL,
+            step       INTEGER,
+            value      REAL,
+            created_at REAL NOT NULL
+        )
+        """,
+        # An index on run_id alone is ordered by (run_id, id): reads come back in write order.
+        "CREATE INDEX run_metrics_run ON run_metrics (run_id)",
+        """
+        CREATE TABLE run_artifacts (
+            id         INTEGER PRIMARY KEY,
+            run_id     TEXT NOT NULL,
+            node_id    TEXT,
+            kind       TEXT NOT NULL,
+            path       TEXT NOT NULL,
+            meta       TEXT,              -- json object
+            created_at REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX run_artifacts_run ON run_artifacts (run_id)",
+        """
+        CREATE TABLE fingerprints (
+            digest     TEXT PRIMARY KEY,
+            document   TEXT NOT NULL,     -- json object
+            created_at REAL NOT NULL
+        )
+        """,
+    ),
+]
+
+SCHEMA_VERSION = len(SCHEMA_STEPS)
+
+
+class SchemaVersionError(Exception):
+    """The file's schema is newer than this code knows."""
+
+    def __init__(self, found: int, supported: int) -> None:
+        super().__init__(f"schema version {found} is newer than this codefy-jupyter supports ({supported})")
+        self.found = found
+        self.supported = supported
+
+
+def read_schema_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection, steps: Sequence[Step] = SCHEMA_STEPS) -> int:
+    """Apply the steps the file lacks; return the resulting version.
+
+    `conn` must be in autocommit mode (isolation_level=None): each step opens its own
+    `BEGIN IMMEDIATE`, re-reads the version under that lock (another process may have migrated
+    meanwhile), and commits the statements and the new user_version together.
+    """
+    version = read_schema_version(conn)
+    if version > len(steps):
+        raise SchemaVersionError(version, len(steps))
+    for target in range(version + 1, len(steps) + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if read_schema_version(conn) >= target:
+                conn.execute("ROLLBACK")
+                continue
+            for statement in steps[target - 1]:
+                conn.execute(statement)
+            # PRAGMA takes no parameters; target is our own int.
+            conn.execute(f"PRAGMA user_version = {int(target)}")
+            conn.execute("COMMIT")
+        except BaseException:
+            rollback_quietly(conn)
+            raise
+    return read_schema_version(conn)
+
+
+def rollback_quietly(conn: sqlite3.Connection) -> None:
+    # SQLite may already have rolled back (e.g. on SQLITE_FULL); the original error matters more.
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
