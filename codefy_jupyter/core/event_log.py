@@ -1,0 +1,141 @@
+"""The sink every run's events go through: seq in memory, payload cap, batched writes, wake-ups.
+
+`emit` is synchronous and cheap (it runs on the server's loop for every engine event): it gives
+the event the run's next seq, caps and encodes its payload, and queues it. One flusher task
+writes everything queued in one go (the store folds concurrent writes into one transaction), then
+wakes the readers. Readers never get events from memory: they read the log from their cursor, so
+a reader that replays and then follows live sees every event exactly once, with no gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+from .run_events import RunEvent, cap_payload, encode
+from .store import Store
+
+
+class EventLog:
+    def __init__(self, store: Store, *, payload_cap_bytes: int, clock: Callable[[], float]) -> None:
+        self._store = store
+        self._cap = payload_cap_bytes
+        self._clock = clock
+        self._next_seq: dict[str, int] = {}
+        self._pending: dict[str, list[tuple[int, str, str, float]]] = {}
+        self._metrics: list[tuple[str, str | None, str, int | None, float, float]] = []
+        self._flushed: dict[str, int] = {}
+        self._wake = asyncio.Event()
+        self._changed = asyncio.Condition()
+        self._flusher: asyncio.Task[None] | None = None
+        self._flush_lock = asyncio.Lock()  # one flush at a time keeps each run's appends in seq order
+        self._closed = False
+
+    # -- writing ----------------------------------------------------------------------------------
+    def track(self, run_id: str, last_seq: int) -> None:
+        """Continue `run_id`'s log after `last_seq` (a new run: 0)."""
+        self._next_seq[run_id] = last_seq + 1
+        self._flushed[run_id] = last_seq
+
+    def forget(self, run_id: str) -> None:
+        self._next_seq.pop(run_id, None)
+        self._flushed.pop(run_id, None)
+
+    def next_seq(self, run_id: str) -> int:
+        return self._next_seq[run_id]
+
+    def emit(self, run_id: str, event: RunEvent) -> int:
+        """Queue an event; returns its seq. Durable once `flush` (or the flusher) has run."""
+        seq = self._next_seq[run_id]
+        self._next_seq[run_id] = seq + 1
+        payload = cap_payload(event.payload, self._cap)
+        self._pending.setdefault(run_id, []).append((seq, event.type, encode(payload), self._clock()))
+        if event.type == "metric":
+            self._metrics.append((run_id, payload.get("node_id"), payload.get("name", ""), payload.get("step"),
+                                  _as_float(payload.get("value")), self._clock()))
+        self._kick()
+        return seq
+
+    def take_closing(self, run_id: str, event: RunEvent) -> list[tuple[int, str, str, float]]:
+        """Everything still queued for the run plus its closing event, for the caller to write in
+        one transaction with the run's final status (so no reader sees one without the other).
+        Call `flush` first: events already on their way must land before these."""
+        seq = self._next_seq[run_id]
+        self._next_seq[run_id] = seq + 1
+        rows = self._pending.pop(run_id, [])
+        rows.append((seq, event.type, encode(cap_payload(event.payload, self._cap)), self._clock()))
+        return rows
+
+    async def committed(self, run_id: str, last_seq: int) -> None:
+        """The caller wrote events up to `last_seq` itself (see take_closing): wake readers."""
+        self._flushed[run_id] = max(self._flushed.get(run_id, 0), last_seq)
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _kick(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+        self._wake.set()
+
+    async def _flush_loop(self) -> None:
+        while not self._closed:
+            await self._wake.wait()
+            self._wake.clear()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Make everything emitted so far durable (waits for a flush already under way)."""
+        async with self._flush_lock:
+            await self._flush_pending()
+
+    async def _flush_pending(self) -> None:
+        pending, self._pending = self._pending, {}
+        metrics, self._metrics = self._metrics, []
+        writes = [self._store.append_events(run_id, rows) for run_id, rows in pending.items()]
+        if metrics:
+            writes.append(self._store.record_metrics(metrics))
+        if not writes:
+            return
+        results = await asyncio.gather(*writes, return_exceptions=True)
+        for (run_id, rows), result in zip(pending.items(), results):
+            if not isinstance(result, BaseException):
+                self._flushed[run_id] = max(self._flushed.get(run_id, 0), rows[-1][0])
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def close(self) -> None:
+        await self.flush()
+        self._closed = True
+        self._wake.set()
+        if self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
+
+    # -- reading ----------------------------------------------------------------------------------
+    def flushed_seq(self, run_id: str) -> int | None:
+        return self._flushed.get(run_id)
+
+    async def wait_beyond(self, run_ids: Callable[[], list[str]] | str, cursor: int | Callable[[str], int],
+                          timeout: float) -> bool:
+        """Wait until some run has durable events past its cursor; False on timeout."""
+
+        def ready() -> bool:
+            ids = [run_ids] if isinstance(run_ids, str) else run_ids()
+            for rid in ids:
+                after = cursor if isinstance(cursor, int) else cursor(rid)
+                if self._flushed.get(rid, 0) > after:
+                    return True
+            return False
+
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(ready), timeout)
+            except asyncio.TimeoutError:
+                return False
+        return True
+
+
+def _as_float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")

@@ -1,0 +1,99 @@
+"""`CodefyApp`: the control plane as a jupyter-server extension (inside `jupyter lab`, or headless
+via `codefy start`). Every setting of `core.config.SETTINGS` is a trait here, with its
+`CODEFY_*` environment twin winning over configuration."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from jupyter_server._tz import utcnow
+from jupyter_server.extension.application import ExtensionApp
+from tornado.ioloop import PeriodicCallback
+from traitlets import Bool, Int, List, Unicode
+
+from .._version import __version__
+from ..core.config import SETTINGS, Settings
+from ..core.devices import probe_inventory
+from ..core.run_service import RunService
+from ..core.store import Store
+from .handlers import route_table
+
+ACTIVITY_INTERVAL_S = 30
+
+
+def _setting_traits() -> dict[str, Any]:
+    traits = {}
+    for s in SETTINGS:
+        kind = Int if s.kind is int else Unicode
+        traits[s.name] = kind(s.default, help=f"{s.help} (env: {s.env}, which wins)").tag(config=True)
+    return traits
+
+
+class CodefyApp(ExtensionApp):
+    name = "codefy"
+    description = "codefy-jupyter: a run queue for ML node graphs"
+    version = __version__
+    load_other_extensions = True
+
+    locals().update(_setting_traits())
+
+    shared_server = Bool(False, help="Several people use this server (JupyterHub sharing, a multi-user "
+                         "identity provider): each may stop or delete only their own runs, unless listed "
+                         "in admin_users. Everyone may read.").tag(config=True)
+    admin_users = List(Unicode(), help="Usernames who may stop or delete anyone's runs on a shared "
+                       "server.").tag(config=True)
+
+    service: RunService | None = None
+    store: Store | None = None
+    _start_lock: asyncio.Lock | None = None
+
+    def initialize_settings(self) -> None:
+        configured = {s.name: getattr(self, s.name) for s in SETTINGS}
+        self.codefy_settings = Settings.load(configured)
+
+    def initialize_handlers(self) -> None:
+        # ExtensionApp prefixes each pattern with the server's base_url itself.
+        self.handlers.extend((pattern, handler) for pattern, handler, _ in route_table("/"))
+
+    async def _start_service(self) -> None:
+        settings = self.codefy_settings
+        data_dir = settings.resolved_data_dir()
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.store = await Store.open(data_dir / "codefy.sqlite")
+        devices = [d["key"] for d in probe_inventory(settings.device_inventory)]
+        self.service = RunService(self.store, settings, devices=devices, data_dir=data_dir)
+        await self.service.start()
+        self._activity = PeriodicCallback(self._report_activity, ACTIVITY_INTERVAL_S * 1000)
+        self._activity.start()
+        self.log.info("codefy: run queue ready (database %s, devices: %s)", data_dir / "codefy.sqlite",
+                      ", ".join(["cpu", *devices]))
+
+    async def ready(self) -> RunService:
+        """The run service, started on first use (recovery and retention run then)."""
+        if self.service is None:
+            if self._start_lock is None:
+                self._start_lock = asyncio.Lock()
+            async with self._start_lock:
+                if self.service is None:
+                    await self._start_service()
+        return self.service
+
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        # A real server starts the queue with the server, so a restart's recovery does not wait
+        # for the first request.
+        await self.ready()
+
+    def _report_activity(self) -> None:
+        """While runs are queued or executing, the server is busy: tell idle culling so (JupyterHub's
+        culler reads the server's last activity), or it would stop the server under a long run."""
+        if self.service is not None and self.service.active_count:
+            self.serverapp.web_app.settings["api_last_activity"] = utcnow()
+
+    async def stop_extension(self) -> None:
+        if getattr(self, "_activity", None) is not None:
+            self._activity.stop()
+        if self.service is not None:
+            await self.service.shutdown()
+        if self.store is not None:
+            await self.store.close()

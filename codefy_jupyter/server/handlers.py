@@ -1,0 +1,293 @@
+"""REST and WebSocket handlers under `{base_url}codefy/`. Thin: parse, call the run service, render.
+
+Every error leaves in one shape, `{"error": {"code", "message", "params"}}`, with the status its
+class carries (422 schema, 400 semantic, 403, 404, 409, 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized, ws_authenticated
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import web, websocket
+
+from ..core.errors import ServiceError
+from ..core.requests import SchemaError
+from ..core.run_service import RunService
+from ..core.scheduling import SubmitError
+
+AUTH_RESOURCE = "codefy"
+
+
+def error_body(err: Exception) -> tuple[int, dict[str, Any]]:
+    if isinstance(err, (ServiceError, SchemaError, SubmitError)):
+        return getattr(err, "status", 400), {"error": err.to_dict()}
+    return 500, {"error": {"code": "internal_error", "message": "internal error", "params": {}}}
+
+
+class CodefyAPIHandler(ExtensionHandlerMixin, APIHandler):
+    auth_resource = AUTH_RESOURCE
+    service: RunService
+
+    async def prepare(self) -> None:
+        await super().prepare()
+        self.service = await self.extensionapp.ready()
+
+    @property
+    def username(self) -> str | None:
+        user = self.current_user
+        return getattr(user, "username", None) if user else None
+
+    @property
+    def is_admin(self) -> bool:
+        app = self.extensionapp
+        return not app.shared_server or self.username in set(app.admin_users)
+
+    def body(self) -> Any:
+        try:
+            return json.loads(self.request.body or b"null")
+        except ValueError as err:
+            raise ServiceError(f"the request body is not JSON: {err}", code="invalid_json") from None
+
+    def send(self, status: int, payload: Any) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(payload, allow_nan=False, default=str))
+
+    def fail(self, err: Exception) -> None:
+        status, payload = error_body(err)
+        if status == 500:
+            self.log.exception("codefy: unexpected error", exc_info=err)
+        self.send(status, payload)
+
+    def int_arg(self, name: str, default: int) -> int:
+        raw = self.get_argument(name, None)
+        if raw is None:
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise ServiceError(f"{name} must be an integer, got {raw!r}", code=f"invalid_{name}",
+                               params={"field": name}) from None
+
+    def float_arg(self, name: str, default: float) -> float:
+        raw = self.get_argument(name, None)
+        if raw is None:
+            return default
+        try:
+            return float(raw)
+        except ValueError:
+            raise ServiceError(f"{name} must be a number, got {raw!r}", code=f"invalid_{name}",
+                               params={"field": name}) from None
+
+
+class RunsHandler(CodefyAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        try:
+            statuses = [s for s in self.get_arguments("status") for s in s.split(",") if s] or None
+            page = await self.service.list(status=statuses, offset=self.int_arg("offset", 0),
+                                           limit=self.int_arg("limit", 50))
+        except Exception as err:
+            return self.fail(err)
+        self.send(200, page)
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        try:
+            run = await self.service.submit(self.body(), owner=self.username)
+        except Exception as err:
+            return self.fail(err)
+        self.send(201, run)
+
+
+class RunHandler(CodefyAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, run_id: str) -> None:
+        try:
+            run = await self.service.get(run_id)
+        except Exception as err:
+            return self.fail(err)
+        self.send(200, run)
+
+    @web.authenticated
+    @authorized
+    async def delete(self, run_id: str) -> None:
+        try:
+            await self.service.delete(run_id, user=self.username, admin=self.is_admin)
+        except Exception as err:
+            return self.fail(err)
+        self.set_status(204)
+        self.finish()
+
+
+class CancelHandler(CodefyAPIHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, run_id: str) -> None:
+        try:
+            run = await self.service.cancel(run_id, user=self.username, admin=self.is_admin)
+        except Exception as err:
+            return self.fail(err)
+        self.send(200, run)
+
+
+class EventsHandler(CodefyAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, run_id: str) -> None:
+        try:
+            cursor = self.int_arg("cursor", 0)
+            if cursor < 0:
+                raise ServiceError("cursor must not be negative", code="invalid_cursor", params={"field": "cursor"})
+            wait = self.float_arg("wait", 0.0)
+            if not 0 <= wait <= 60:
+                raise ServiceError("wait must be from 0 to 60 seconds", code="invalid_wait", params={"field": "wait"})
+            page = await self.service.events_page(run_id, cursor, wait)
+        except Exception as err:
+            return self.fail(err)
+        self.send(200, page)
+
+
+class MetricsHandler(CodefyAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, run_id: str) -> None:
+        try:
+            points = await self.service.metrics(run_id)
+            fmt = self.get_argument("format", "json")
+            if fmt not in ("json", "csv"):
+                raise ServiceError("format must be json or csv", code="invalid_format", params={"field": "format"})
+        except Exception as err:
+            return self.fail(err)
+        if fmt == "json":
+            return self.send(200, {"run_id": run_id, "metrics": points})
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["node_id", "name", "step", "value", "created_at"])
+        for p in points:
+            writer.writerow([p.get("node_id"), p.get("name"), p.get("step"), p.get("value"), p.get("created_at")])
+        self.set_header("Content-Disposition", f'attachment; filename="run-{run_id}-metrics.csv"')
+        self.finish(out.getvalue(), set_content_type="text/csv; charset=utf-8")
+
+
+class ArtifactsHandler(CodefyAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, run_id: str) -> None:
+        try:
+            items = await self.service.artifacts(run_id)
+        except Exception as err:
+            return self.fail(err)
+        self.send(200, {"run_id": run_id, "artifacts": items})
+
+
+class NodesHandler(CodefyAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        registry = self.service.registry
+        self.send(200, {"nodes": registry.definitions(), "catalog": registry.catalog()})
+
+
+class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHandler):
+    """`/codefy/ws/execution`: follow one run (replay from a cursor, then live, no gap).
+
+    Client frames: {"type": "subscribe", "run_id": ..., "cursor": 0} and {"type": "unsubscribe",
+    "run_id": ...}. Server frames: {"type": "events", "run_id", "events": [...], "cursor"} and
+    {"type": "error", "error": {...}}.
+    """
+
+    auth_resource = AUTH_RESOURCE
+    service: RunService
+
+    @ws_authenticated
+    async def get(self, *args: Any, **kwargs: Any) -> None:
+        self.service = await self.extensionapp.ready()
+        user = self.current_user
+        if not self.authorizer.is_authorized(self, user, "read", AUTH_RESOURCE):
+            raise web.HTTPError(403)
+        await websocket.WebSocketHandler.get(self, *args, **kwargs)
+
+    def open(self, *args: Any, **kwargs: Any) -> None:
+        self._follows: dict[str, asyncio.Task[None]] = {}
+
+    async def on_message(self, message: str | bytes) -> None:
+        try:
+            frame = json.loads(message)
+            kind = frame.get("type") if isinstance(frame, dict) else None
+            if kind == "subscribe":
+                run_id, cursor = frame.get("run_id"), frame.get("cursor", 0)
+                if not isinstance(run_id, str) or not isinstance(cursor, int) or cursor < 0:
+                    raise SchemaError("run_id" if not isinstance(run_id, str) else "cursor",
+                                      "subscribe needs a run_id string and a cursor >= 0")
+                await self.service.get(run_id)  # 404 shape for unknown runs
+                if run_id in self._follows:
+                    self._follows.pop(run_id).cancel()
+                self._follows[run_id] = asyncio.get_running_loop().create_task(self._follow(run_id, cursor))
+            elif kind == "unsubscribe":
+                task = self._follows.pop(frame.get("run_id"), None)
+                if task is not None:
+                    task.cancel()
+            else:
+                raise SchemaError("type", "expected 'subscribe' or 'unsubscribe'")
+        except Exception as err:
+            if isinstance(err, ValueError) and not isinstance(err, (SchemaError, SubmitError)):
+                err = SchemaError("", f"frame is not JSON: {err}")
+            self._send({"type": "error", "error": error_body(err)[1]["error"]})
+
+    async def _follow(self, run_id: str, cursor: int) -> None:
+        try:
+            await self._follow_events(run_id, cursor)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # the follower must say why it stopped, not vanish
+            status, body = error_body(err)
+            if status == 500:
+                self.log.exception("codefy: following run %s failed", run_id)
+            self._send({"type": "error", "run_id": run_id, "error": body["error"]})
+
+    async def _follow_events(self, run_id: str, cursor: int) -> None:
+        while True:
+            page = await self.service.events_page(run_id, cursor, wait=30.0)
+            if page["events"]:
+                cursor = page["cursor"]
+                self._send({"type": "events", "run_id": run_id, "events": page["events"], "cursor": cursor,
+                            "status": page["status"]})
+                if page["more"]:
+                    continue
+            if page["status"] not in ("queued", "running", "disconnected") and not page["more"]:
+                return
+
+    def _send(self, frame: dict[str, Any]) -> None:
+        try:
+            self.write_message(json.dumps(frame, allow_nan=False, default=str))
+        except websocket.WebSocketClosedError:
+            self.on_close()
+
+    def on_close(self) -> None:
+        for task in getattr(self, "_follows", {}).values():
+            task.cancel()
+        self._follows = {}
+
+
+def route_table(base: str) -> list[tuple[str, type, dict[str, Any]]]:
+    run = r"(?P<run_id>[^/]+)"
+    return [
+        (f"{base}codefy/api/runs", RunsHandler, {}),
+        (f"{base}codefy/api/runs/{run}", RunHandler, {}),
+        (f"{base}codefy/api/runs/{run}/cancel", CancelHandler, {}),
+        (f"{base}codefy/api/runs/{run}/events", EventsHandler, {}),
+        (f"{base}codefy/api/runs/{run}/metrics", MetricsHandler, {}),
+        (f"{base}codefy/api/runs/{run}/artifacts", ArtifactsHandler, {}),
+        (f"{base}codefy/api/nodes", NodesHandler, {}),
+        (f"{base}codefy/ws/execution", ExecutionSocket, {}),
+    ]
