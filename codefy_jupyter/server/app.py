@@ -16,7 +16,9 @@ from .._version import __version__
 from ..core.config import SETTINGS, Settings
 from ..core.devices import probe_inventory
 from ..core.run_service import RunService
+from ..core.errors import Unavailable
 from ..core.store import Store
+from ..core.store_queries import StoreError
 from .handlers import route_table
 
 ACTIVITY_INTERVAL_S = 30
@@ -70,13 +72,21 @@ class CodefyApp(ExtensionApp):
                       ", ".join(["cpu", *devices]))
 
     async def ready(self) -> RunService:
-        """The run service, started on first use (recovery and retention run then)."""
+        """The run service, started on first use (recovery and retention run then).
+
+        A database that cannot be opened (not SQLite, a newer schema) is reported on every
+        request as a 503 naming the file; the file is never touched."""
         if self.service is None:
             if self._start_lock is None:
                 self._start_lock = asyncio.Lock()
             async with self._start_lock:
                 if self.service is None:
-                    await self._start_service()
+                    try:
+                        await self._start_service()
+                    except StoreError as err:
+                        self.log.error("codefy: the run queue is unavailable: %s", err)
+                        raise Unavailable(f"the run queue is unavailable: {err}", code="store_unavailable",
+                                          params={"path": str(err.path) if err.path else None}) from None
         return self.service
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:

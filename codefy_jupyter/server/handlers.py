@@ -37,7 +37,11 @@ class CodefyAPIHandler(ExtensionHandlerMixin, APIHandler):
 
     async def prepare(self) -> None:
         await super().prepare()
-        self.service = await self.extensionapp.ready()
+        try:
+            self.service = await self.extensionapp.ready()
+        except ServiceError as err:
+            if self.current_user:  # strangers get the auth refusal, not details of the server
+                self.fail(err)
 
     @property
     def username(self) -> str | None:

@@ -30,8 +30,10 @@ def sleepy(seconds):
             "edges": [edge("k", "value", "nap", "value")]}
 
 
-async def call(jp_fetch, *path, method="GET", body=None, **params):
+async def call(jp_fetch, *path, method="GET", body=None, headers=None, **params):
     kwargs = {"method": method, "raise_error": False}
+    if headers:
+        kwargs["headers"] = headers
     if body is not None:
         kwargs["body"] = json.dumps(body)
     elif method == "POST":
@@ -43,10 +45,10 @@ async def call(jp_fetch, *path, method="GET", body=None, **params):
                            response.headers.get("Content-Type", "").startswith("application/json") else response.body)
 
 
-async def wait_status(jp_fetch, run_id, statuses, timeout=30.0):
+async def wait_status(jp_fetch, run_id, statuses, timeout=30.0, headers=None):
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        code, run = await call(jp_fetch, "api", "runs", run_id)
+        code, run = await call(jp_fetch, "api", "runs", run_id, headers=headers)
         assert code == 200
         if run["status"] in statuses:
             return run

@@ -1,0 +1,109 @@
+"""Server-level rules: owners on a shared server, the interactive lane, retention, activity,
+a database file that is not SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from test_server_runs import SMALL, call, sleepy, wait_status
+
+
+def _config(tmp_path, **codefy):
+    return {"ServerApp": {"jpserver_extensions": {"codefy_jupyter": True}},
+            "CodefyApp": {"data_dir": str(tmp_path / "codefy"), **codefy}}
+
+
+class TestSharedServer:
+    @pytest.fixture
+    def jp_server_config(self, tmp_path):
+        config = _config(tmp_path, shared_server=True, admin_users=["boss"])
+        config["ServerApp"]["identity_provider_class"] = "fake_identity.HeaderIdentityProvider"
+        config["ServerApp"]["disable_check_xsrf"] = True  # header identities carry no token
+        return config
+
+    async def test_only_the_owner_or_an_admin_may_stop_or_delete(self, jp_fetch):
+        async def as_user(user, *path, **kw):
+            return await call(jp_fetch, *path, headers={"X-Test-User": user}, **kw)
+
+        code, run = await as_user("alice", "api", "runs", method="POST", body={"graph": sleepy(5)})
+        assert code == 201 and run["owner"] == "alice"
+        code, body = await as_user("bob", "api", "runs", run["id"], "cancel", method="POST")
+        assert code == 403 and body["error"]["code"] == "forbidden" and body["error"]["params"]["owner"] == "alice"
+        code, seen = await as_user("bob", "api", "runs", run["id"])  # everyone may read
+        assert code == 200 and seen["status"] in ("queued", "running")
+        code, _ = await as_user("boss", "api", "runs", run["id"], "cancel", method="POST")
+        assert code == 200
+        await wait_status(jp_fetch, run["id"], {"cancelled"}, headers={"X-Test-User": "alice"})
+        code, _ = await as_user("bob", "api", "runs", run["id"], method="DELETE")
+        assert code == 403
+        code, _ = await as_user("alice", "api", "runs", run["id"], method="DELETE")
+        assert code == 204
+
+
+class TestLanesAndRetention:
+    @pytest.fixture
+    def jp_server_config(self, tmp_path):
+        return _config(tmp_path, run_retention_keep_last=2)
+
+    async def test_interactive_lane_refusals_are_immediate_503s(self, jp_fetch):
+        def interactive(session):
+            return {"graph": sleepy(3), "options": {"lane": "interactive", "session": session}}
+
+        code, first = await call(jp_fetch, "api", "runs", method="POST", body=interactive("s1"))
+        assert code == 201 and first["lane"] == "interactive"
+        code, body = await call(jp_fetch, "api", "runs", method="POST", body=interactive("s1"))
+        assert code == 503 and body["error"]["code"] == "session_busy"
+        code, second = await call(jp_fetch, "api", "runs", method="POST", body=interactive("s2"))
+        assert code == 201
+        code, body = await call(jp_fetch, "api", "runs", method="POST", body=interactive("s3"))
+        assert code == 503 and body["error"]["code"] == "interactive_busy"
+        code, body = await call(jp_fetch, "api", "runs", method="POST",
+                                body={"graph": SMALL, "options": {"lane": "interactive"}})
+        assert code == 400 and body["error"]["params"]["field"] == "options.session"
+        for run in (first, second):
+            await call(jp_fetch, "api", "runs", run["id"], "cancel", method="POST")
+            await wait_status(jp_fetch, run["id"], {"cancelled"})
+
+    async def test_retention_keeps_the_newest_finished_runs(self, jp_fetch):
+        ids = []
+        for _ in range(4):
+            code, run = await call(jp_fetch, "api", "runs", method="POST", body={"graph": SMALL})
+            ids.append(run["id"])
+            await wait_status(jp_fetch, run["id"], {"succeeded"})
+        code, page = await call(jp_fetch, "api", "runs")
+        assert page["total"] == 2 and [r["id"] for r in page["runs"]] == ids[:1:-1]
+        code, _ = await call(jp_fetch, "api", "runs", ids[0])
+        assert code == 404
+
+    async def test_activity_is_reported_while_runs_are_active(self, jp_fetch, jp_serverapp):
+        app = jp_serverapp.extension_manager.extension_points["codefy"].app
+        settings = jp_serverapp.web_app.settings
+        code, run = await call(jp_fetch, "api", "runs", method="POST", body={"graph": sleepy(2)})
+        settings["api_last_activity"] = before = settings.get("api_last_activity")
+        await asyncio.sleep(0.01)
+        app._report_activity()
+        during = settings["api_last_activity"]
+        assert during is not None and (before is None or during > before)
+        await wait_status(jp_fetch, run["id"], {"succeeded"})
+        idle = settings["api_last_activity"]  # (our own polling counts as API activity too)
+        await asyncio.sleep(0.01)
+        app._report_activity()
+        assert settings["api_last_activity"] == idle  # no active runs: nothing reported
+
+
+class TestBrokenDatabase:
+    @pytest.fixture
+    def jp_server_config(self, tmp_path):
+        folder = tmp_path / "codefy"
+        folder.mkdir()
+        (folder / "codefy.sqlite").write_bytes(b"this is not a database, keep me")
+        return _config(tmp_path)
+
+    async def test_a_file_that_is_not_sqlite_is_reported_and_left_alone(self, jp_fetch, tmp_path):
+        code, body = await call(jp_fetch, "api", "runs")
+        assert code == 503 and body["error"]["code"] == "store_unavailable"
+        assert "codefy.sqlite" in body["error"]["message"]
+        assert (tmp_path / "codefy" / "codefy.sqlite").read_bytes() == b"this is not a database, keep me"
+        assert sorted(p.name for p in (tmp_path / "codefy").iterdir()) == ["codefy.sqlite"]
