@@ -10,6 +10,7 @@ import asyncio
 import csv
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized, ws_authenticated
@@ -202,6 +203,14 @@ class NodesHandler(CodefyAPIHandler):
         self.send(200, {"nodes": registry.definitions(), "catalog": registry.catalog()})
 
 
+class OpenAPIHandler(CodefyAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        spec = (Path(__file__).with_name("openapi.yaml")).read_text(encoding="utf-8")
+        self.finish(spec, set_content_type="application/yaml; charset=utf-8")
+
+
 class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHandler):
     """`/codefy/ws/execution`: follow one run (replay from a cursor, then live, no gap).
 
@@ -293,5 +302,6 @@ def route_table(base: str) -> list[tuple[str, type, dict[str, Any]]]:
         (f"{base}codefy/api/runs/{run}/metrics", MetricsHandler, {}),
         (f"{base}codefy/api/runs/{run}/artifacts", ArtifactsHandler, {}),
         (f"{base}codefy/api/nodes", NodesHandler, {}),
+        (f"{base}codefy/api/openapi.yaml", OpenAPIHandler, {}),
         (f"{base}codefy/ws/execution", ExecutionSocket, {}),
     ]

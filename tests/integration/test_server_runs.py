@@ -214,3 +214,11 @@ async def test_execution_socket_replays_then_follows(jp_fetch, jp_ws_fetch):
     frame = json.loads(await asyncio.wait_for(ws.read_message(), 10))
     assert frame["type"] == "error" and frame["error"]["code"] == "run_not_found"
     ws.close()
+
+
+async def test_the_openapi_description_is_served(jp_fetch):
+    import yaml
+
+    response = await jp_fetch("codefy", "api", "openapi.yaml")
+    spec = yaml.safe_load(response.body)
+    assert "/runs/{run_id}/events" in spec["paths"]
