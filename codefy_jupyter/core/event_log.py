@@ -114,6 +114,10 @@ class EventLog:
     def flushed_seq(self, run_id: str) -> int | None:
         return self._flushed.get(run_id)
 
+    def run_ids(self) -> list[str]:
+        """Runs whose log this process writes (active now, or since it started)."""
+        return list(self._flushed)
+
     async def wait_beyond(self, run_ids: Callable[[], list[str]] | str, cursor: int | Callable[[str], int],
                           timeout: float) -> bool:
         """Wait until some run has durable events past its cursor; False on timeout."""

@@ -10,6 +10,7 @@ import asyncio
 import csv
 import io
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -212,11 +213,21 @@ class OpenAPIHandler(CodefyAPIHandler):
 
 
 class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHandler):
-    """`/codefy/ws/execution`: follow one run (replay from a cursor, then live, no gap).
+    """`/codefy/ws/execution`: follow runs (replay from a cursor, then live, no gap) and submit
+    interactive runs for this connection's session.
 
-    Client frames: {"type": "subscribe", "run_id": ..., "cursor": 0} and {"type": "unsubscribe",
-    "run_id": ...}. Server frames: {"type": "events", "run_id", "events": [...], "cursor"} and
-    {"type": "error", "error": {...}}.
+    Client frames:
+      {"type": "subscribe", "run_id": ..., "cursor": 0}    one run, from after `cursor`
+      {"type": "subscribe", "all": true, "cursors"?: {run_id: seq}}
+                                                         every run: those named from their cursor,
+                                                         others live from now, new runs from 0
+      {"type": "unsubscribe", "run_id": ...} / {"type": "unsubscribe", "all": true}
+      {"type": "submit", "request_id"?: ..., "body": {"graph", "name"?, "options"?}}
+                                                         an interactive run of this connection's
+                                                         session (`?session=` on the URL, else one
+                                                         per connection); followed from 0
+    Server frames: {"type": "events", "run_id", "events", "cursor", "status"},
+      {"type": "submitted", "request_id", "run"}, {"type": "error", "request_id"?, "error"}.
     """
 
     auth_resource = AUTH_RESOURCE
@@ -232,53 +243,104 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
 
     def open(self, *args: Any, **kwargs: Any) -> None:
         self._follows: dict[str, asyncio.Task[None]] = {}
+        self.session = self.get_argument("session", None) or f"ws-{uuid.uuid4().hex[:12]}"
 
     async def on_message(self, message: str | bytes) -> None:
+        request_id = None
         try:
-            frame = json.loads(message)
-            kind = frame.get("type") if isinstance(frame, dict) else None
-            if kind == "subscribe":
+            try:
+                frame = json.loads(message)
+            except ValueError as err:
+                raise SchemaError("", f"frame is not JSON: {err}") from None
+            if not isinstance(frame, dict):
+                raise SchemaError("", "a frame is a JSON object")
+            request_id = frame.get("request_id")
+            kind = frame.get("type")
+            if kind == "subscribe" and frame.get("all") is True:
+                cursors = frame.get("cursors") or {}
+                if not isinstance(cursors, dict) or not all(isinstance(v, int) and v >= 0 for v in cursors.values()):
+                    raise SchemaError("cursors", "expected {run_id: seq >= 0}")
+                self._follow_task("*", self._follow_all(dict(cursors)))
+            elif kind == "subscribe":
                 run_id, cursor = frame.get("run_id"), frame.get("cursor", 0)
-                if not isinstance(run_id, str) or not isinstance(cursor, int) or cursor < 0:
-                    raise SchemaError("run_id" if not isinstance(run_id, str) else "cursor",
-                                      "subscribe needs a run_id string and a cursor >= 0")
+                if not isinstance(run_id, str):
+                    raise SchemaError("run_id", "subscribe needs a run_id (or \"all\": true)")
+                if not isinstance(cursor, int) or isinstance(cursor, bool) or cursor < 0:
+                    raise SchemaError("cursor", "expected an integer >= 0")
                 await self.service.get(run_id)  # 404 shape for unknown runs
-                if run_id in self._follows:
-                    self._follows.pop(run_id).cancel()
-                self._follows[run_id] = asyncio.get_running_loop().create_task(self._follow(run_id, cursor))
+                self._follow_task(run_id, self._follow(run_id, cursor))
             elif kind == "unsubscribe":
-                task = self._follows.pop(frame.get("run_id"), None)
+                task = self._follows.pop("*" if frame.get("all") is True else frame.get("run_id"), None)
                 if task is not None:
                     task.cancel()
+            elif kind == "submit":
+                await self._submit(frame.get("body"), request_id)
             else:
-                raise SchemaError("type", "expected 'subscribe' or 'unsubscribe'")
+                raise SchemaError("type", "expected 'subscribe', 'unsubscribe' or 'submit'")
         except Exception as err:
-            if isinstance(err, ValueError) and not isinstance(err, (SchemaError, SubmitError)):
-                err = SchemaError("", f"frame is not JSON: {err}")
-            self._send({"type": "error", "error": error_body(err)[1]["error"]})
+            frame_out: dict[str, Any] = {"type": "error", "error": error_body(err)[1]["error"]}
+            if request_id is not None:
+                frame_out["request_id"] = request_id
+            self._send(frame_out)
+
+    async def _submit(self, body: Any, request_id: Any) -> None:
+        if not isinstance(body, dict):
+            raise SchemaError("body", "expected the submit body {graph, name?, options?}")
+        options = body.get("options") or {}
+        if not isinstance(options, dict):
+            raise SchemaError("body.options", "expected an object")
+        body = {**body, "options": {**options, "lane": "interactive", "session": self.session}}
+        user = getattr(self.current_user, "username", None)
+        run = await self.service.submit(body, owner=user)
+        self._send({"type": "submitted", "request_id": request_id, "run": run})
+        self._follow_task(run["id"], self._follow(run["id"], 0))
+
+    def _follow_task(self, key: str, coro: Any) -> None:
+        if key in self._follows:
+            self._follows.pop(key).cancel()
+        self._follows[key] = asyncio.get_running_loop().create_task(coro)
 
     async def _follow(self, run_id: str, cursor: int) -> None:
         try:
-            await self._follow_events(run_id, cursor)
+            while True:
+                page = await self.service.events_page(run_id, cursor, wait=30.0)
+                cursor = self._deliver(run_id, page, cursor)
+                if not page["more"] and page["status"] not in ("queued", "running", "disconnected"):
+                    return
         except asyncio.CancelledError:
             raise
         except Exception as err:  # the follower must say why it stopped, not vanish
-            status, body = error_body(err)
-            if status == 500:
-                self.log.exception("codefy: following run %s failed", run_id)
-            self._send({"type": "error", "run_id": run_id, "error": body["error"]})
+            self._report(run_id, err)
 
-    async def _follow_events(self, run_id: str, cursor: int) -> None:
-        while True:
-            page = await self.service.events_page(run_id, cursor, wait=30.0)
-            if page["events"]:
-                cursor = page["cursor"]
-                self._send({"type": "events", "run_id": run_id, "events": page["events"], "cursor": cursor,
-                            "status": page["status"]})
-                if page["more"]:
-                    continue
-            if page["status"] not in ("queued", "running", "disconnected") and not page["more"]:
-                return
+    async def _follow_all(self, cursors: dict[str, int]) -> None:
+        log = self.service.events
+        for run_id in log.run_ids():
+            cursors.setdefault(run_id, log.flushed_seq(run_id) or 0)  # known runs: live from now
+        try:
+            while True:
+                for run_id in log.run_ids():
+                    cursor = cursors.setdefault(run_id, 0)  # a run new since we subscribed: all of it
+                    if (log.flushed_seq(run_id) or 0) > cursor:
+                        page = await self.service.events_page(run_id, cursor)
+                        cursors[run_id] = self._deliver(run_id, page, cursor)
+                await log.wait_beyond(log.run_ids, lambda rid: cursors.get(rid, 0), 30.0)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            self._report(None, err)
+
+    def _deliver(self, run_id: str, page: dict[str, Any], cursor: int) -> int:
+        if page["events"]:
+            cursor = page["cursor"]
+            self._send({"type": "events", "run_id": run_id, "events": page["events"], "cursor": cursor,
+                        "status": page["status"]})
+        return cursor
+
+    def _report(self, run_id: str | None, err: Exception) -> None:
+        status, body = error_body(err)
+        if status == 500:
+            self.log.exception("codefy: following %s failed", run_id or "all runs")
+        self._send({"type": "error", "run_id": run_id, "error": body["error"]})
 
     def _send(self, frame: dict[str, Any]) -> None:
         try:

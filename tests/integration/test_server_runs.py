@@ -222,3 +222,34 @@ async def test_the_openapi_description_is_served(jp_fetch):
     response = await jp_fetch("codefy", "api", "openapi.yaml")
     spec = yaml.safe_load(response.body)
     assert "/runs/{run_id}/events" in spec["paths"]
+
+
+async def test_socket_submits_interactive_runs_and_follows_all_runs(jp_fetch, jp_ws_fetch):
+    watcher = await jp_ws_fetch("codefy", "ws", "execution")
+    await watcher.write_message(json.dumps({"type": "subscribe", "all": True}))
+    canvas = await jp_ws_fetch("codefy", "ws", "execution", params={"session": "doc-1"})
+    await canvas.write_message(json.dumps({"type": "submit", "request_id": 7, "body": {"graph": SMALL}}))
+    frame = json.loads(await asyncio.wait_for(canvas.read_message(), 10))
+    assert frame["type"] == "submitted" and frame["request_id"] == 7
+    run = frame["run"]
+    assert run["lane"] == "interactive" and run["session"] == "doc-1"
+
+    async def frames_until_complete(ws, run_id):
+        seen = []
+        while True:
+            got = json.loads(await asyncio.wait_for(ws.read_message(), 10))
+            if got.get("run_id") == run_id and got["type"] == "events":
+                seen += got["events"]
+                if seen[-1]["type"] == "execution_complete":
+                    return seen
+
+    # The watcher, subscribed before the run existed, gets its whole log.
+    watched = await frames_until_complete(watcher, run["id"])
+    assert [e["seq"] for e in watched] == list(range(1, len(watched) + 1))
+    await watcher.write_message(json.dumps({"type": "subscribe", "cursor": 0}))
+    error = json.loads(await asyncio.wait_for(watcher.read_message(), 10))
+    while error["type"] != "error":
+        error = json.loads(await asyncio.wait_for(watcher.read_message(), 10))
+    assert error["error"]["code"] == "invalid_request" and error["error"]["params"]["field"] == "run_id"
+    watcher.close()
+    canvas.close()
