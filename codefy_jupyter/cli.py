@@ -40,6 +40,26 @@ def _parallel(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"port must be an integer, got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be from 1 to 65535, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="codefy", description="Run ML node graphs, here or on the run queue.")
     parser.add_argument("--version", action="version", version=f"codefy-jupyter {__version__}")
@@ -57,6 +77,26 @@ def build_parser() -> argparse.ArgumentParser:
                     help="nodes executing at once inside the run (default 4; a seeded run uses 1)")
     ex.add_argument("--data-dir", help="where nodes write checkpoints and models (default ./.codefy-data/runs/<id>)")
     ex.add_argument("--json", action="store_true", help="print one JSON document with the result, no live view")
+
+    st = sub.add_parser("start", help="run a headless jupyter-server with only the run queue",
+                        description="Run a headless jupyter-server with only the codefy extension (for machines "
+                        "with no JupyterLab). It records where it runs in <data dir>/server.json, which clients "
+                        "read to find it; `codefy stop` stops it.")
+    st.add_argument("--port", type=_port, help="the port to listen on (default: Jupyter's, 8888, or the next free one)")
+    st.add_argument("--ip", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    st.add_argument("--data-dir", help="the run database's folder (default: $CODEFY_DATA_DIR, else the Jupyter "
+                    "data dir's codefy/)")
+    st.add_argument("--token", help="the token clients send (default: $JUPYTER_TOKEN, else a generated one)")
+    st.add_argument("--foreground", action="store_true",
+                    help="serve in this process and log to the terminal (Ctrl+C stops it)")
+
+    sp = sub.add_parser("stop", help="stop the server `codefy start` started",
+                        description="Stop the codefy server running on a data dir: SIGTERM (waiting runs end "
+                        "interrupted, executing ones get 5 s to stop), then SIGKILL if it is still there.")
+    sp.add_argument("--data-dir", help="the server's data dir (default: $CODEFY_DATA_DIR, else the Jupyter data "
+                    "dir's codefy/)")
+    sp.add_argument("--timeout", type=_seconds, default=8.0, metavar="S",
+                    help="seconds to wait after SIGTERM before SIGKILL (default 8)")
     return parser
 
 
@@ -65,6 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "exec":
         return _exec(args, parser)
+    if args.command == "start":
+        from .server.headless import start_command
+
+        return start_command(args)
+    if args.command == "stop":
+        from .server.headless import stop_command
+
+        return stop_command(args)
     parser.print_help(sys.stderr)
     return EXIT_USAGE
 

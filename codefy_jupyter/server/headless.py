@@ -60,11 +60,11 @@ class HeadlessError(RuntimeError):
 # -- where things are -----------------------------------------------------------------------------
 def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
     """`--data-dir`, else `CODEFY_DATA_DIR`, else the Jupyter data dir's codefy/ folder."""
-    if data_dir:
-        return Path(data_dir).expanduser().resolve()
-    from ..core.config import Settings
+    from ..core.config import BY_NAME, Settings
 
-    return Settings.load().resolved_data_dir().resolve()
+    chosen = data_dir or os.environ.get(BY_NAME["data_dir"].env) or ""
+    # Only the data dir: a malformed value of another setting is the server's to report.
+    return Settings(data_dir=str(chosen)).resolved_data_dir().resolve()
 
 
 def state_path(data_dir: Path) -> Path:
@@ -202,7 +202,7 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
     # The CLI's choice of data dir beats any CODEFY_DATA_DIR the caller's environment had: the
     # extension reads it from here, and the state file sits next to the database it describes.
     os.environ["CODEFY_DATA_DIR"] = str(data_dir)
-    token = token or os.environ.pop(TOKEN_ENV, None) or secrets.token_hex(24)
+    token = token or os.environ.pop(TOKEN_ENV, None) or os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
     lock_fd = _acquire_lock(data_dir)
     path = state_path(data_dir)
     stale = read_state(data_dir)
@@ -222,7 +222,6 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
     config = Config()
     config.ServerApp.ip = ip
     config.ServerApp.open_browser = False
-    config.ServerApp.no_browser_open_file = True
     config.ServerApp.root_dir = str(data_dir)
     config.ServerApp.jpserver_extensions = {"codefy_jupyter": True}
     if port is not None:
@@ -241,6 +240,7 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
     except SystemExit as exc:
         os.close(lock_fd)
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_FAILED
+    app.no_browser_open_file = True  # no browser here: no redirect file (not a configurable trait)
 
     if foreground:
         def on_sigint(signum: int, frame: Any) -> None:
@@ -290,13 +290,27 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
 
 
 # -- start ----------------------------------------------------------------------------------------
+class _Refused(Exception):
+    """The server answered, but not with the run list: it will not become ready by waiting."""
+
+
 def _probe(state: dict[str, Any], timeout: float = 2.0) -> bool:
+    """True once the run queue answers; False while nothing listens yet; `_Refused` when the
+    server answers with an error (the extension failed to start, the token is refused)."""
     request = urllib.request.Request(f"{state['url']}codefy/api/runs?limit=1",
                                      headers={"Authorization": f"token {state['token']}"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             response.read()
             return response.status == 200
+    except urllib.error.HTTPError as err:
+        with err:
+            body = err.read()
+        try:
+            message = json.loads(body)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = f"{err.code} {err.reason}"
+        raise _Refused(f"the codefy server answered {err.code}: {message}") from None
     except (urllib.error.URLError, OSError, ValueError):
         return False
 
@@ -331,8 +345,14 @@ def start(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
                 raise HeadlessError(f"the codefy server exited with code {code} while starting; "
                                     f"the end of {log_path}:\n{_log_tail(log_path)}")
             state = read_state(data_dir)
-            if state is not None and state["pid"] == proc.pid and _probe(state):
-                return state
+            if state is not None and state["pid"] == proc.pid:
+                try:
+                    if _probe(state):
+                        return state
+                except _Refused as refused:
+                    _terminate(proc)
+                    raise HeadlessError(f"{refused}; stopped it. The end of {log_path}:\n"
+                                        f"{_log_tail(log_path)}") from None
             if time.monotonic() > deadline:
                 _terminate(proc)
                 raise HeadlessError(f"the codefy server did not answer within {timeout:.0f} s; "
