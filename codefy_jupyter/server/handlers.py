@@ -27,6 +27,18 @@ from ..core.scheduling import SubmitError
 AUTH_RESOURCE = "codefy"
 
 
+def owner_name(user: Any) -> str | None:
+    """The identity a run records as its owner. A shared token identifies nobody: jupyter-server
+    makes up an "Anonymous <moon>" user per request, so such runs record no owner."""
+    if not user:
+        return None
+    name = getattr(user, "name", "") or ""
+    username = getattr(user, "username", None)
+    if name.startswith("Anonymous ") and isinstance(username, str) and len(username) == 32:
+        return None
+    return username
+
+
 def error_body(err: Exception) -> tuple[int, dict[str, Any]]:
     if isinstance(err, (ServiceError, SchemaError, SubmitError)):
         return getattr(err, "status", 400), {"error": err.to_dict()}
@@ -47,8 +59,7 @@ class CodefyAPIHandler(ExtensionHandlerMixin, APIHandler):
 
     @property
     def username(self) -> str | None:
-        user = self.current_user
-        return getattr(user, "username", None) if user else None
+        return owner_name(self.current_user)
 
     @property
     def is_admin(self) -> bool:
@@ -290,8 +301,7 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
         if not isinstance(options, dict):
             raise SchemaError("body.options", "expected an object")
         body = {**body, "options": {**options, "lane": "interactive", "session": self.session}}
-        user = getattr(self.current_user, "username", None)
-        run = await self.service.submit(body, owner=user)
+        run = await self.service.submit(body, owner=owner_name(self.current_user))
         self._send({"type": "submitted", "request_id": request_id, "run": run})
         self._follow_task(run["id"], self._follow(run["id"], 0))
 

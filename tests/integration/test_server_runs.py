@@ -253,3 +253,9 @@ async def test_socket_submits_interactive_runs_and_follows_all_runs(jp_fetch, jp
     assert error["error"]["code"] == "invalid_request" and error["error"]["params"]["field"] == "run_id"
     watcher.close()
     canvas.close()
+
+
+async def test_a_shared_token_records_no_owner(jp_fetch):
+    # jupyter-server invents an anonymous user per token request; that identifies nobody.
+    code, run = await call(jp_fetch, "api", "runs", method="POST", body={"graph": SMALL})
+    assert code == 201 and run["owner"] is None
