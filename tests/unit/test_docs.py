@@ -16,12 +16,13 @@ def test_every_setting_is_in_the_readme():
         assert f"`{s.env}`" in row
 
 
-def test_every_cli_flag_of_exec_is_in_the_readme():
+def test_every_cli_flag_is_in_the_readme():
     from codefy_jupyter.cli import build_parser
 
     parser = build_parser()
-    sub = next(a for a in parser._subparsers._group_actions[0].choices.values() if a.prog.endswith("exec"))
-    for action in sub._actions:
-        for flag in action.option_strings:
-            if flag.startswith("--") and flag != "--help":
-                assert f"`{flag}" in README, f"{flag} is not documented"
+    for name, sub in parser._subparsers._group_actions[0].choices.items():
+        assert f"codefy {name}" in README, f"codefy {name} is not documented"
+        for action in sub._actions:
+            for flag in action.option_strings:
+                if flag.startswith("--") and flag != "--help":
+                    assert f"`{flag}" in README or f" {flag} " in README, f"codefy {name} {flag} is not documented"
