@@ -27,6 +27,7 @@ from .config import Settings
 from .errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError
 from .event_log import EventLog
 from .executors import InProcessExecutor, RunHandle, RunSpec
+from .fingerprint import digest, environment_document
 from .requests import SubmitRequest, parse_submit
 from .scheduling import Placement, Run, RunQueue, SubmitError, build_limits, resolve_run_device
 from .store import Store
@@ -71,10 +72,15 @@ class RunService:
         self._deferred: dict[str, Placement] = {}
         self._session_caches: dict[str, SessionCache] = {}
         self._closing = False
+        self.fingerprint_digest: str | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Retire what a dead process left behind, then apply retention."""
+        """Record this environment's fingerprint, retire what a dead process left behind, then
+        apply retention."""
+        document = environment_document(self.registry.catalog())
+        self.fingerprint_digest = digest(document)
+        await self.store.put_fingerprint(self.fingerprint_digest, document)
         for row in await self.store.active_runs():
             last = await self.store.last_event(row["id"])
             if last is not None and last.type in ev.CLOSING:
@@ -194,7 +200,8 @@ class RunService:
         graph = self._graphs.pop(run_id, None) or (row or {}).get("graph")
         now = self.clock()
         self._active[run_id] = _Active(started=now)
-        await self.store.update_run(run_id, status=rs.RUNNING, started_at=now)
+        await self.store.update_run(run_id, status=rs.RUNNING, started_at=now,
+                                    fingerprint_digest=self.fingerprint_digest)
         self.events.emit(run_id, ev.execution_start(
             run_id, name=row.get("name"), device=placement.device, devices=list(row.get("devices") or []),
             seed=row.get("seed"), deterministic=bool(row.get("deterministic")), queue_key=placement.queue_key,

@@ -259,3 +259,33 @@ async def test_a_shared_token_records_no_owner(jp_fetch):
     # jupyter-server invents an anonymous user per token request; that identifies nobody.
     code, run = await call(jp_fetch, "api", "runs", method="POST", body={"graph": SMALL})
     assert code == 201 and run["owner"] is None
+
+
+async def test_each_run_records_the_environment_fingerprint_stored_once(jp_fetch, jp_serverapp):
+    ids = [(await call(jp_fetch, "api", "runs", method="POST", body={"graph": SMALL}))[1]["id"] for _ in range(2)]
+    runs = [await wait_status(jp_fetch, i, {"succeeded"}) for i in ids]
+    digests = {r["fingerprint_digest"] for r in runs}
+    assert len(digests) == 1 and len(next(iter(digests))) == 64
+    app = jp_serverapp.extension_manager.extension_points["codefy"].app
+    document = await app.store.get_fingerprint(next(iter(digests)))
+    assert document["python"] and document["torch"]["version"] and document["node_catalog"]
+    assert any(p.startswith("codefy-jupyter==") for p in document["packages"])
+
+
+async def test_a_reconnecting_reader_resumes_from_its_cursor_without_gaps(jp_fetch, jp_ws_fetch):
+    code, run = await call(jp_fetch, "api", "runs", method="POST", body={"graph": sleepy(0.4)})
+    first = await jp_ws_fetch("codefy", "ws", "execution")
+    await first.write_message(json.dumps({"type": "subscribe", "run_id": run["id"], "cursor": 0}))
+    frame = json.loads(await asyncio.wait_for(first.read_message(), 10))
+    seen = [e["seq"] for e in frame["events"]]
+    first.close()  # the connection drops mid-run
+    await wait_status(jp_fetch, run["id"], {"succeeded"})
+    second = await jp_ws_fetch("codefy", "ws", "execution")
+    await second.write_message(json.dumps({"type": "subscribe", "run_id": run["id"], "cursor": seen[-1]}))
+    while True:
+        frame = json.loads(await asyncio.wait_for(second.read_message(), 10))
+        seen += [e["seq"] for e in frame["events"]]
+        if frame["events"][-1]["type"] == "execution_complete":
+            break
+    assert seen == list(range(1, len(seen) + 1))
+    second.close()
