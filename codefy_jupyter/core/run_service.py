@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
 import uuid
 from dataclasses import dataclass
@@ -282,9 +283,14 @@ class RunService:
         await self._write_final(run_id, status, closing, error=None)
 
     async def _retention(self) -> None:
+        """Keep the newest finished runs; a pruned run's files go too (checkpoints, logs), except
+        the checkpoints of a run that ended interrupted: they are its resume point."""
         pruned = await self.store.prune_finished(self.settings.run_retention_keep_last)
         for item in pruned:
             self.events.forget(item.run["id"])
+            folder = self.data_dir / "runs" / item.run["id"]
+            keep = {"checkpoints"} if item.run["status"] == rs.INTERRUPTED else set()
+            await asyncio.to_thread(_remove_run_files, folder, keep)
 
     # -- commands -------------------------------------------------------------------------------
     async def cancel(self, run_id: str, *, user: str | None = None, admin: bool = True) -> dict[str, Any]:
@@ -380,6 +386,23 @@ class RunService:
     @property
     def active_count(self) -> int:
         return len(self._active) + len(self.queue.waiting())
+
+
+def _remove_run_files(folder: Path, keep: set[str]) -> None:
+    if not folder.is_dir():
+        return
+    for entry in folder.iterdir():
+        if entry.name in keep:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    if not keep:
+        try:
+            folder.rmdir()
+        except OSError:  # something new appeared in it: leave it
+            pass
 
 
 def _event_view(e: Any) -> dict[str, Any]:

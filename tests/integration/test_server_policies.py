@@ -107,3 +107,37 @@ class TestBrokenDatabase:
         assert "codefy.sqlite" in body["error"]["message"]
         assert (tmp_path / "codefy" / "codefy.sqlite").read_bytes() == b"this is not a database, keep me"
         assert sorted(p.name for p in (tmp_path / "codefy").iterdir()) == ["codefy.sqlite"]
+
+
+class TestRetentionFiles:
+    @pytest.fixture
+    def jp_server_config(self, tmp_path):
+        return _config(tmp_path, run_retention_keep_last=1)
+
+    async def test_pruning_removes_run_files_but_keeps_an_interrupted_runs_checkpoints(self, jp_fetch, jp_serverapp):
+        from codefy_jupyter.engine import default_registry
+
+        reg = default_registry()
+        if reg.get("WritesFiles") is None:
+            @reg.node("WritesFiles", outputs={"done": "bool"})
+            def writes_files(ctx):
+                (ctx.data_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+                (ctx.data_dir / "checkpoints" / "epoch1.pt").write_bytes(b"ckpt")
+                (ctx.data_dir / "log.txt").write_text("log")
+                return {"done": True}
+
+        app = jp_serverapp.extension_manager.extension_points["codefy"].app
+        runs_dir = app.codefy_settings.resolved_data_dir() / "runs"
+        graph = {"nodes": [{"id": "w", "type": "WritesFiles"}]}
+        code, first = await call(jp_fetch, "api", "runs", method="POST", body={"graph": graph})
+        await wait_status(jp_fetch, first["id"], {"succeeded"})
+        assert (runs_dir / first["id"] / "checkpoints" / "epoch1.pt").exists()
+        # An interrupted run with a checkpoint (as a restart leaves one), then pruned.
+        code, second = await call(jp_fetch, "api", "runs", method="POST", body={"graph": graph})
+        await wait_status(jp_fetch, second["id"], {"succeeded"})
+        assert not (runs_dir / first["id"]).exists()  # pruned: its files went too
+        await app.store.update_run(second["id"], status="interrupted")
+        code, third = await call(jp_fetch, "api", "runs", method="POST", body={"graph": graph})
+        await wait_status(jp_fetch, third["id"], {"succeeded"})
+        assert (runs_dir / second["id"] / "checkpoints" / "epoch1.pt").read_bytes() == b"ckpt"
+        assert not (runs_dir / second["id"] / "log.txt").exists()
