@@ -2,7 +2,15 @@
 
 from ._version import __version__
 
-__all__ = ["__version__"]
+__all__ = ["AsyncClient", "Client", "CodefyError", "__version__"]
+
+
+def __getattr__(name: str):  # noqa: ANN202 - lazy: `import codefy_jupyter` must stay light (no tornado)
+    if name in ("AsyncClient", "Client", "CodefyError"):
+        from . import kernel
+
+        return getattr(kernel, name)
+    raise AttributeError(f"module 'codefy_jupyter' has no attribute {name!r}")
 
 
 def _jupyter_server_extension_points() -> list[dict]:

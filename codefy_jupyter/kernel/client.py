@@ -1,0 +1,253 @@
+"""The Python client of the run queue: `AsyncClient` and its synchronous twin `Client`.
+
+It talks to the control plane over HTTP only, like any other client. Without arguments it finds
+the server itself (see `discovery.py`): inside a notebook kernel, the server that runs the kernel.
+
+    from codefy_jupyter import Client
+    client = Client()
+    run = client.submit("examples/train_mlp.json", name="mlp", seed=42)
+    for event in client.follow(run["id"]):
+        ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import urllib.parse
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+from .discovery import ServerInfo, discover
+from .errors import CodefyError
+
+_UNSET: Any = object()
+CLOSING = ("execution_complete", "execution_error", "execution_stopped")
+ACTIVE = ("queued", "running", "disconnected")
+
+
+def load_graph(graph: dict[str, Any] | str | Path) -> dict[str, Any]:
+    """A graph given as a dict, or the path of a graph JSON file."""
+    if isinstance(graph, dict):
+        return graph
+    path = Path(graph)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CodefyError(f"graph file not found: {path}", code="file_not_found") from None
+    except json.JSONDecodeError as err:
+        raise CodefyError(f"{path} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}",
+                          code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise CodefyError(f"{path} does not hold a graph object", code="invalid_json")
+    return data
+
+
+class AsyncClient:
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
+                 server: ServerInfo | None = None) -> None:
+        self.server = server or discover(url=url, token=token)
+        self.timeout = timeout
+        self._http = AsyncHTTPClient(force_instance=True)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    async def close(self) -> None:
+        self._http.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def _call(self, method: str, path: str, body: Any = None, *, timeout: float | None = None,
+                    raw: bool = False, **query: Any) -> Any:
+        params = {k: v for k, v in query.items() if v is not None}
+        url = f"{self.server.url.rstrip('/')}/codefy/api/{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params, doseq=True)
+        headers = {"Authorization": f"token {self.server.token}"} if self.server.token else {}
+        request = HTTPRequest(url, method=method, headers=headers,
+                              body=json.dumps(body) if body is not None else (b"" if method == "POST" else None),
+                              request_timeout=timeout or self.timeout, connect_timeout=10)
+        try:
+            response = await self._http.fetch(request, raise_error=False)
+        except (OSError, asyncio.TimeoutError, HTTPClientError) as err:  # no HTTP answer at all
+            raise CodefyError(f"cannot reach the codefy server at {self.server.url}: {err}", code="unreachable") from None
+        if response.code == 599:
+            raise CodefyError(f"cannot reach the codefy server at {self.server.url}: {response.error}",
+                              code="unreachable")
+        if response.code >= 400:
+            try:
+                error = json.loads(response.body)["error"]
+            except (ValueError, KeyError, TypeError):
+                error = {"code": "http_error", "message": f"HTTP {response.code} from {url}", "params": {}}
+            raise CodefyError(error.get("message", ""), status=response.code, code=error.get("code", "error"),
+                              params=error.get("params") or {})
+        if raw:
+            return response.body.decode()
+        return json.loads(response.body) if response.body else None
+
+    # -- runs ---------------------------------------------------------------------------------
+    async def submit(self, graph: dict[str, Any] | str | Path, *, name: str | None = None,
+                     device: str | None = None, seed: int | None = _UNSET, deterministic: bool = False,
+                     record_outputs: bool = False, worker: str | None = None, devices: list[str] | None = None,
+                     lane: str | None = None, session: str | None = None) -> dict[str, Any]:
+        """Queue a run. `seed` omitted: the graph's settings.seed; `seed=None`: unseeded."""
+        options: dict[str, Any] = {}
+        if device is not None:
+            options["device"] = device
+        if seed is not _UNSET:
+            options["seed"] = seed
+        if deterministic:
+            options["deterministic"] = True
+        if record_outputs:
+            options["record_outputs"] = True
+        if worker is not None or devices:
+            options["target"] = {k: v for k, v in (("worker", worker), ("devices", devices)) if v}
+        if lane is not None:
+            options["lane"] = lane
+        if session is not None:
+            options["session"] = session
+        body: dict[str, Any] = {"graph": load_graph(graph)}
+        if name is not None:
+            body["name"] = name
+        if options:
+            body["options"] = options
+        return await self._call("POST", "runs", body)
+
+    async def get(self, run_id: str) -> dict[str, Any]:
+        return await self._call("GET", f"runs/{run_id}")
+
+    async def list(self, *, status: str | list[str] | None = None, offset: int = 0, limit: int = 50) -> dict[str, Any]:
+        if isinstance(status, list):
+            status = ",".join(status)
+        return await self._call("GET", "runs", status=status, offset=offset, limit=limit)
+
+    async def cancel(self, run_id: str) -> dict[str, Any]:
+        return await self._call("POST", f"runs/{run_id}/cancel")
+
+    async def delete(self, run_id: str) -> None:
+        await self._call("DELETE", f"runs/{run_id}")
+
+    async def events(self, run_id: str, cursor: int = 0, wait: float = 0.0) -> dict[str, Any]:
+        return await self._call("GET", f"runs/{run_id}/events", cursor=cursor, wait=wait or None,
+                                timeout=self.timeout + wait)
+
+    async def follow(self, run_id: str, cursor: int = 0, *, wait: float = 25.0,
+                     reconnect_s: float = 30.0) -> AsyncIterator[dict[str, Any]]:
+        """Every event of the run after `cursor`, live until its closing event. A dropped server
+        is retried from the last cursor for up to `reconnect_s`, then CodefyError("unreachable")."""
+        lost_since: float | None = None
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                page = await self.events(run_id, cursor, wait=wait)
+            except CodefyError as err:
+                if err.code != "unreachable":
+                    raise
+                lost_since = lost_since or loop.time()
+                if loop.time() - lost_since > reconnect_s:
+                    raise
+                await asyncio.sleep(0.5)
+                continue
+            lost_since = None
+            for event in page["events"]:
+                yield event
+            cursor = page["cursor"]
+            if page["events"] and page["events"][-1]["type"] in CLOSING:
+                return
+            if not page["more"] and page["status"] not in ACTIVE and not page["events"]:
+                return
+
+    async def metrics(self, run_id: str, *, csv: bool = False) -> Any:
+        if csv:
+            return await self._call("GET", f"runs/{run_id}/metrics", format="csv", raw=True)
+        return (await self._call("GET", f"runs/{run_id}/metrics"))["metrics"]
+
+    async def artifacts(self, run_id: str) -> list[dict[str, Any]]:
+        return (await self._call("GET", f"runs/{run_id}/artifacts"))["artifacts"]
+
+    async def nodes(self) -> dict[str, Any]:
+        return await self._call("GET", "nodes")
+
+
+class Client:
+    """The synchronous client: the async one on a private event loop in a thread of its own, so
+    it also works where a loop is already running (a notebook kernel)."""
+
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="codefy-client", daemon=True)
+        self._thread.start()
+        self._async = self._run(self._make(url, token, timeout))
+
+    async def _make(self, url: str | None, token: str | None, timeout: float) -> AsyncClient:
+        return AsyncClient(url, token, timeout=timeout)
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @property
+    def url(self) -> str:
+        return self._async.url
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._run(self._async.close())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+            self._loop.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def submit(self, graph: dict[str, Any] | str | Path, **options: Any) -> dict[str, Any]:
+        return self._run(self._async.submit(graph, **options))
+
+    def get(self, run_id: str) -> dict[str, Any]:
+        return self._run(self._async.get(run_id))
+
+    def list(self, **kwargs: Any) -> dict[str, Any]:
+        return self._run(self._async.list(**kwargs))
+
+    def cancel(self, run_id: str) -> dict[str, Any]:
+        return self._run(self._async.cancel(run_id))
+
+    def delete(self, run_id: str) -> None:
+        self._run(self._async.delete(run_id))
+
+    def events(self, run_id: str, cursor: int = 0, wait: float = 0.0) -> dict[str, Any]:
+        return self._run(self._async.events(run_id, cursor, wait))
+
+    def follow(self, run_id: str, cursor: int = 0, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        agen = self._async.follow(run_id, cursor, **kwargs)
+        while True:
+            try:
+                yield self._run(agen.__anext__())
+            except StopAsyncIteration:
+                return
+
+    def wait(self, run_id: str) -> dict[str, Any]:
+        """Follow the run to its end; its final row."""
+        for _ in self.follow(run_id):
+            pass
+        return self.get(run_id)
+
+    def metrics(self, run_id: str, *, csv: bool = False) -> Any:
+        return self._run(self._async.metrics(run_id, csv=csv))
+
+    def artifacts(self, run_id: str) -> list[dict[str, Any]]:
+        return self._run(self._async.artifacts(run_id))
+
+    def nodes(self) -> dict[str, Any]:
+        return self._run(self._async.nodes())
