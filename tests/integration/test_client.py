@@ -86,6 +86,7 @@ def test_sync_client_finds_the_last_codefy_start_and_runs_a_graph(servers, monke
     for key in ("CODEFY_URL", "CODEFY_TOKEN"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("CODEFY_DATA_DIR", str(servers.data_dir))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))  # no other Jupyter servers
     found = discover()
     assert (found.url, found.token, found.source) == (state["url"], state["token"], "codefy start")
     graph_file = tmp_path / "small.json"
