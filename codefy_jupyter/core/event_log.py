@@ -59,7 +59,8 @@ class EventLog:
     def take_closing(self, run_id: str, event: RunEvent) -> list[tuple[int, str, str, float]]:
         """Everything still queued for the run plus its closing event, for the caller to write in
         one transaction with the run's final status (so no reader sees one without the other).
-        Call `flush` first: events already on their way must land before these."""
+        Events a flush already handed to the store are queued there ahead of that write: the
+        store commits writes in the order they were made."""
         seq = self._next_seq[run_id]
         self._next_seq[run_id] = seq + 1
         rows = self._pending.pop(run_id, [])
@@ -91,6 +92,7 @@ class EventLog:
     async def _flush_pending(self) -> None:
         pending, self._pending = self._pending, {}
         metrics, self._metrics = self._metrics, []
+        # The store queues each write as it is called, before anything here yields.
         writes = [self._store.append_events(run_id, rows) for run_id, rows in pending.items()]
         if metrics:
             writes.append(self._store.record_metrics(metrics))

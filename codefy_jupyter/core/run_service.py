@@ -271,7 +271,6 @@ class RunService:
     async def _write_final(self, run_id: str, status: str, closing: ev.RunEvent, *, error: Any) -> None:
         """Final status and closing event (with whatever is still queued) in one transaction."""
         self._active.pop(run_id, None)
-        await self.events.flush()
         rows = self.events.take_closing(run_id, closing)
         await self.store.update_run(run_id, status=status, finished_at=self.clock(), error=error, events=rows)
         await self.events.committed(run_id, rows[-1][0])
@@ -354,17 +353,23 @@ class RunService:
             view["queue_reason"] = reason.to_dict() if reason else None
         return view
 
+    async def _status(self, run_id: str) -> tuple[str, int]:
+        found = await self.store.run_status(run_id)
+        if found is None:
+            raise NotFound(f"no run {run_id}", code="run_not_found", params={"run_id": run_id})
+        return found
+
     async def events_page(self, run_id: str, cursor: int = 0, wait: float = 0.0) -> dict[str, Any]:
-        row = await self._row(run_id)
-        last = max(int(row["last_seq"]), self.events.flushed_seq(run_id) or 0)
+        status, last_seq = await self._status(run_id)
+        last = max(last_seq, self.events.flushed_seq(run_id) or 0)
         if cursor > last:
             raise BadRequest(f"cursor {cursor} is past the end of run {run_id}'s log ({last})",
                              code="cursor_past_end", params={"field": "cursor", "last_seq": last})
-        if wait > 0 and cursor >= last and row["status"] in rs.ACTIVE:
+        if wait > 0 and cursor >= last and status in rs.ACTIVE:
             await self.events.wait_beyond(run_id, cursor, min(wait, 60.0))
         # The status first, then the events: a run's closing event commits with its final status,
         # so a finished status read here guarantees the read below sees the whole log.
-        status = (await self._row(run_id))["status"]
+        status, _ = await self._status(run_id)
         events, next_cursor, more = await self.store.read_events(
             run_id, cursor, self.settings.run_events_response_cap_bytes)
         return {"run_id": run_id, "events": [_event_view(e) for e in events], "cursor": next_cursor, "more": more,

@@ -57,6 +57,7 @@ from .store_queries import (
     select_last_event,
     select_metrics,
     select_run,
+    select_run_status,
     select_runs_page,
     update_run_row,
 )
@@ -339,9 +340,12 @@ class Store:
 
     # -- runs ---------------------------------------------------------------------------------
 
-    async def create_run(self, row: Mapping[str, Any], *, events: Iterable[Sequence[Any]] = ()) -> None:
+    def create_run(self, row: Mapping[str, Any], *, events: Iterable[Sequence[Any]] = ()) -> asyncio.Future:
         """Insert a run row (id and status required; submitted_at defaults to now), optionally
-        with its first events (seq from 1) in the same transaction."""
+        with its first events (seq from 1) in the same transaction.
+
+        Like every write here, it is queued when called (await the returned future for the
+        commit), so writes commit in the order they were called."""
         check_run_fields(row, UPDATABLE_RUN_FIELDS | {"id"})
         if not isinstance(row.get("id"), str) or not row["id"]:
             raise ValueError("a run row needs a non-empty string id")
@@ -351,23 +355,27 @@ class Store:
         if row.get("submitted_at") is None:
             row["submitted_at"] = self._clock()
         event_rows = encode_events(row["id"], events)
-        await self._submit(partial(insert_run, row=row, event_rows=event_rows),
-                           self._note_flushed(row["id"], event_rows))
+        return self._submit(partial(insert_run, row=row, event_rows=event_rows),
+                            self._note_flushed(row["id"], event_rows))
 
-    async def update_run(self, run_id: str, *, only_if_status: str | Iterable[str] | None = None,
-                         events: Iterable[Sequence[Any]] = (), **fields: Any) -> bool:
+    def update_run(self, run_id: str, *, only_if_status: str | Iterable[str] | None = None,
+                   events: Iterable[Sequence[Any]] = (), **fields: Any) -> asyncio.Future:
         """Set `fields` (and append `events`) in one transaction; False if the run does not exist
         or its status is not one of `only_if_status`, in which case nothing is written."""
         check_run_fields(fields)
         statuses = (only_if_status,) if isinstance(only_if_status, str) else tuple(only_if_status or ())
         event_rows = encode_events(run_id, events)
-        return await self._submit(
+        return self._submit(
             partial(update_run_row, run_id=run_id, fields=fields, only_if_status=statuses, event_rows=event_rows),
             self._note_flushed(run_id, event_rows, only_if=bool),
         )
 
     async def get_run(self, run_id: str) -> dict | None:
         return await self._reader.run(select_run, run_id)
+
+    async def run_status(self, run_id: str) -> tuple[str, int] | None:
+        """(status, last_seq) without the rest of the row: what a follower asks on every page."""
+        return await self._reader.run(select_run_status, run_id)
 
     async def list_runs(self, status: str | Iterable[str] | None = None, *, offset: int = 0,
                         limit: int = MAX_LIST_LIMIT, with_graph: bool = False) -> tuple[list[dict], int]:
@@ -404,14 +412,15 @@ class Store:
 
     # -- events -------------------------------------------------------------------------------
 
-    async def append_events(self, run_id: str, events: Iterable[Sequence[Any]]) -> int:
+    def append_events(self, run_id: str, events: Iterable[Sequence[Any]]) -> asyncio.Future:
         """Append (seq, type, payload, created_at) events, consecutive and continuing the run's
-        log; return the run's last committed seq once they are durable."""
+        log; the future gives the run's last committed seq once they are durable. Queued when
+        called, so appends and updates of one run commit in call order."""
         event_rows = encode_events(run_id, events)
         if not event_rows:
-            return await self._last_seq(run_id)
-        return await self._submit(partial(insert_events, run_id=run_id, event_rows=event_rows),
-                                  self._note_flushed(run_id, event_rows))
+            return asyncio.ensure_future(self._last_seq(run_id))
+        return self._submit(partial(insert_events, run_id=run_id, event_rows=event_rows),
+                            self._note_flushed(run_id, event_rows))
 
     def _note_flushed(self, run_id: str, event_rows: list[tuple],
                       only_if: Callable[[Any], bool] | None = None) -> Callable[[Any], None] | None:
@@ -452,7 +461,7 @@ class Store:
 
     # -- metrics, artifacts, fingerprints -----------------------------------------------------
 
-    async def record_metrics(self, points: Iterable[Sequence[Any]]) -> int:
+    def record_metrics(self, points: Iterable[Sequence[Any]]) -> asyncio.Future:
         """Record (run_id, node_id, name, step, value[, created_at]) points in one write."""
         rows = []
         for point in points:
@@ -460,8 +469,10 @@ class Store:
             created = p.created_at if p.created_at is not None else self._clock()
             rows.append((p.run_id, p.node_id, p.name, p.step, None if p.value is None else float(p.value), created))
         if not rows:
-            return 0
-        return await self._submit(partial(insert_metrics, rows=rows))
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(0)
+            return done
+        return self._submit(partial(insert_metrics, rows=rows))
 
     async def read_metrics(self, run_id: str) -> list[dict]:
         """A run's metric points in the order they were recorded."""

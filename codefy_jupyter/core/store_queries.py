@@ -266,6 +266,11 @@ def select_run(conn: sqlite3.Connection, run_id: str) -> dict | None:
     return None if row is None else _decode_run(RUN_COLUMNS, row)
 
 
+def select_run_status(conn: sqlite3.Connection, run_id: str) -> tuple[str, int] | None:
+    row = conn.execute("SELECT status, last_seq FROM runs WHERE id = ?", (run_id,)).fetchone()
+    return None if row is None else (row[0], int(row[1]))
+
+
 def select_runs_page(conn: sqlite3.Connection, statuses: str | Iterable[str] | None, offset: int, limit: int,
                      with_graph: bool) -> tuple[list[dict], int]:
     columns = RUN_COLUMNS if with_graph else _LIST_COLUMNS

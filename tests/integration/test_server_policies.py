@@ -109,6 +109,14 @@ class TestBrokenDatabase:
         assert sorted(p.name for p in (tmp_path / "codefy").iterdir()) == ["codefy.sqlite"]
 
 
+async def eventually(check, timeout=10.0):
+    """Retention runs just after a run's final status is written: give it a moment."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
 class TestRetentionFiles:
     @pytest.fixture
     def jp_server_config(self, tmp_path):
@@ -135,9 +143,9 @@ class TestRetentionFiles:
         # An interrupted run with a checkpoint (as a restart leaves one), then pruned.
         code, second = await call(jp_fetch, "api", "runs", method="POST", body={"graph": graph})
         await wait_status(jp_fetch, second["id"], {"succeeded"})
-        assert not (runs_dir / first["id"]).exists()  # pruned: its files went too
+        await eventually(lambda: not (runs_dir / first["id"]).exists())  # pruned: its files went too
         await app.store.update_run(second["id"], status="interrupted")
         code, third = await call(jp_fetch, "api", "runs", method="POST", body={"graph": graph})
         await wait_status(jp_fetch, third["id"], {"succeeded"})
+        await eventually(lambda: not (runs_dir / second["id"] / "log.txt").exists())
         assert (runs_dir / second["id"] / "checkpoints" / "epoch1.pt").read_bytes() == b"ckpt"
-        assert not (runs_dir / second["id"] / "log.txt").exists()
