@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "dir's codefy/)")
     sp.add_argument("--timeout", type=_seconds, default=8.0, metavar="S",
                     help="seconds to wait after SIGTERM before SIGKILL (default 8)")
+
+    from .run_cli import add_parsers
+
+    add_parsers(sub)
     return parser
 
 
@@ -104,6 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         from .server.headless import stop_command
 
         return stop_command(args)
+    if args.command == "run":
+        from .run_cli import run_command
+
+        return run_command(args)
+    if args.command == "runs":
+        from .run_cli import runs_command
+
+        return runs_command(args)
     parser.print_help(sys.stderr)
     return EXIT_USAGE
 

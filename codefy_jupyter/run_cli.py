@@ -1,0 +1,736 @@
+"""`codefy run GRAPH.json` and `codefy runs ls|show|cancel|rm|events|metrics`: the terminal client
+of the run queue, on top of the Python client (`kernel/client.py`) and its server discovery.
+
+A run belongs to the server: `codefy run` submits it and then only watches. Ctrl+C, `--timeout`
+and a lost server stop the watching, never the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+SEED_MAX = 2**32 - 1
+LIST_LIMIT = 50
+FINISHED = ("succeeded", "failed", "cancelled", "interrupted")
+# How long a watcher keeps retrying a server that stopped answering (seconds).
+RECONNECT_ENV = "CODEFY_RECONNECT_S"
+DEFAULT_RECONNECT_S = 30.0
+QUEUED_POLL_S = 1.0  # a waiting run's place in line is re-read this often
+SPARK = "▁▂▃▄▅▆▇█"
+PLOT_WIDTH = 48
+
+
+def _reconnect_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get(RECONNECT_ENV, DEFAULT_RECONNECT_S)))
+    except ValueError:
+        return DEFAULT_RECONNECT_S
+
+
+# -- argument types ---------------------------------------------------------------------------
+
+
+def _int_in(name: str, low: int, high: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"{name} must be {bound}, got {value}")
+        return value
+
+    return parse
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text}")
+    return value
+
+
+def _device_list(text: str) -> list[str]:
+    devices = [d.strip() for d in text.split(",")]
+    if not text.strip() or any(not d for d in devices):
+        raise argparse.ArgumentTypeError(f"must be a comma-separated list of devices, e.g. cuda:0,cuda:1, got {text!r}")
+    return devices
+
+
+def _server_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("server (default: $CODEFY_URL, else the last `codefy start`, else a running "
+                             "Jupyter server with codefy-jupyter)")
+    g.add_argument("--url", help="the server's base URL, e.g. http://127.0.0.1:8888/")
+    g.add_argument("--token", help="the server's token (default: $CODEFY_TOKEN, or the token `codefy start` "
+                   "recorded for that address)")
+    g.add_argument("--host", help="server host, a shortcut for --url (default 127.0.0.1 when --port is given)")
+    g.add_argument("--port", type=_int_in("port", 1, 65535), help="server port, a shortcut for --url (default 8888 "
+                   "when --host is given)")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register `run` and `runs` on the `codefy` command's subparsers."""
+    run = sub.add_parser("run", help="submit a graph to a codefy server and follow the run",
+                         description="Submit a graph file to a running codefy server and stream its progress. "
+                         "The run belongs to the server: Ctrl+C or --timeout stop watching, not the run. "
+                         "Exit codes: 0 succeeded (or submitted with --detach), 1 failed, cancelled, interrupted, "
+                         "timed out or not submitted, 2 bad arguments, 130 Ctrl+C.")
+    run.add_argument("graph", help="graph JSON file")
+    run.add_argument("--name", help="label stored on the run and shown wherever runs are listed")
+    run.add_argument("--device", help="cpu, auto, cuda, cuda:N, mps or mps:N (default: the graph's settings.device, "
+                     "else cpu; with --devices, its first device)")
+    run.add_argument("--target", help="where the run executes: local (this server, the default), a worker's name, "
+                     "or any")
+    run.add_argument("--devices", type=_device_list, metavar="LIST",
+                     help="comma-separated device set of one kind, e.g. cuda:0,cuda:1")
+    seed = run.add_mutually_exclusive_group()
+    seed.add_argument("--seed", type=_int_in("seed", 0, SEED_MAX),
+                      help="seed every node from N (default: the graph's settings.seed)")
+    seed.add_argument("--no-seed", action="store_true", help="run unseeded even when the graph sets a seed")
+    run.add_argument("--deterministic", action="store_true", help="ask PyTorch for deterministic kernels (warn_only)")
+    run.add_argument("--record-outputs", action="store_true", help="capture node outputs for later inspection")
+    mode = run.add_mutually_exclusive_group()
+    mode.add_argument("--wait", action="store_true", help="stream progress until the run ends (the default)")
+    mode.add_argument("--detach", action="store_true", help="print the submitted run and exit 0 at once")
+    run.add_argument("--timeout", type=_positive_seconds, metavar="S",
+                     help="stop watching after S seconds and exit 1 (the run keeps going on the server)")
+    run.add_argument("--json", action="store_true",
+                     help="no live view: print the final run (with --detach, the submitted run) as one JSON document")
+    _server_args(run)
+
+    runs = sub.add_parser("runs", help="list, inspect, cancel and delete the runs of a codefy server",
+                          description="The runs of a codefy server: ls, show, cancel, rm, events, metrics.")
+    runs.set_defaults(runs_parser=runs)
+    rsub = runs.add_subparsers(dest="runs_command", metavar="ACTION")
+
+    ls = rsub.add_parser("ls", help="list runs, newest first", description="List runs, newest first.")
+    ls.add_argument("--status", help="only runs with this status (queued, running, disconnected, succeeded, failed, "
+                    "cancelled, interrupted; several separated by commas)")
+    ls.add_argument("--limit", type=_int_in("limit", 1, LIST_LIMIT), default=LIST_LIMIT, metavar="N",
+                    help=f"at most N runs (1 to {LIST_LIMIT}, default {LIST_LIMIT})")
+    ls.add_argument("--offset", type=_int_in("offset", 0), default=0, metavar="N", help="skip the newest N runs")
+    ls.add_argument("--json", action="store_true", help="print the page of runs as one JSON document")
+    _server_args(ls)
+
+    show = rsub.add_parser("show", help="one run in detail", description="One run in detail.")
+    show.add_argument("run_id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="print the run as one JSON document")
+    _server_args(show)
+
+    cancel = rsub.add_parser("cancel", help="cancel a queued or running run",
+                             description="Cancel a run: a queued one leaves the line at once, a running one "
+                             "stops cooperatively.")
+    cancel.add_argument("run_id", metavar="ID")
+    cancel.add_argument("--json", action="store_true", help="print the run as one JSON document")
+    _server_args(cancel)
+
+    rm = rsub.add_parser("rm", help="delete a finished run",
+                         description="Delete a finished run with its events, metrics and artifact records.")
+    rm.add_argument("run_id", metavar="ID")
+    rm.add_argument("--json", action="store_true", help='print {"deleted": ID} as one JSON document')
+    _server_args(rm)
+
+    ev = rsub.add_parser("events", help="a run's event log", description="A run's event log, one line per event.")
+    ev.add_argument("run_id", metavar="ID")
+    ev.add_argument("--cursor", type=_int_in("cursor", 0), default=0, metavar="N",
+                    help="only the events after sequence number N")
+    ev.add_argument("--follow", action="store_true", help="keep printing events live until the run ends")
+    ev.add_argument("--json", action="store_true",
+                    help="one JSON document (with --follow: one JSON event per line)")
+    _server_args(ev)
+
+    me = rsub.add_parser("metrics", help="a run's metric series", description="A run's metric series: last, min "
+                         "and max of each, as CSV, or as a small terminal plot.")
+    me.add_argument("run_id", metavar="ID")
+    fmt = me.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="every metric point as CSV (the server's export)")
+    fmt.add_argument("--plot", action="store_true", help="a sparkline per series")
+    fmt.add_argument("--json", action="store_true", help="every metric point as one JSON document")
+    _server_args(me)
+
+
+# -- shared -----------------------------------------------------------------------------------
+
+
+def _out(text: str = "", stream: TextIO | None = None) -> None:
+    print(text, file=stream or sys.stdout, flush=True)
+
+
+def _dump(doc: Any) -> None:
+    print(json.dumps(doc, indent=2, default=str), flush=True)
+
+
+def _fail(message: str, as_json: bool, error: dict[str, Any] | None = None) -> int:
+    if as_json:
+        _dump({"status": "failed", "error": error or {"code": "error", "message": message}})
+    else:
+        _out(f"error: {message}", sys.stderr)
+    return EXIT_FAILED
+
+
+def _describe(err: Any, url: str | None = None) -> str:
+    """A CodefyError as the message a person reads: the server's message, its field, its status."""
+    if err.status == 403 and err.code == "http_error":
+        return (f"the codefy server at {url or 'its address'} refused the request (403 Forbidden): wrong or "
+                "missing token; pass --token or set CODEFY_TOKEN")
+    text = str(err)
+    if err.status is not None:
+        if err.field:
+            text += f"\n  field: {err.field}"
+        text += f"\n  (HTTP {err.status}, {err.code})"
+    return text
+
+
+def _error_doc(err: Any) -> dict[str, Any]:
+    return {"code": err.code, "message": str(err), "params": err.params, "status": err.status}
+
+
+def _server_info(args: argparse.Namespace) -> Any:
+    from .kernel.discovery import ServerInfo, _codefy_start_state, discover
+
+    url = args.url
+    if not url and (args.host or args.port):
+        url = f"http://{args.host or '127.0.0.1'}:{args.port or 8888}/"
+    token = args.token
+    if not url and not os.environ.get("CODEFY_URL"):
+        # Outside a notebook kernel, discovery's order is: the last `codefy start`, then running
+        # Jupyter servers. Read the state file first: listing Jupyter servers imports
+        # jupyter_server.serverapp, which alone takes about 2 s.
+        state = _codefy_start_state(None)
+        if state is not None:
+            return ServerInfo(state.url, token, state.source) if token is not None else state
+    if url and token is None and not os.environ.get("CODEFY_TOKEN"):
+        state = _codefy_start_state(None)  # the token of the `codefy start` at that address
+        if state is not None and state.url.rstrip("/") == url.rstrip("/"):
+            token = state.token
+    info = discover(url=url, token=token)
+    if token is not None and info.token != token:  # a --token beats the one discovery found
+        info = ServerInfo(info.url, token, info.source)
+    return info
+
+
+def _time(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _duration(run: dict[str, Any]) -> str:
+    from .terminal import format_seconds
+
+    started = run.get("started_at")
+    if not started:
+        return "-"
+    end = run.get("finished_at") or (time.time() if run.get("status") not in FINISHED else None)
+    return format_seconds(max(0.0, end - started)) if end else "-"
+
+
+def _fmt(value: Any) -> str:
+    from .terminal import format_value
+
+    return format_value(value) if isinstance(value, (int, float)) else str(value)
+
+
+def _row(label: str, value: Any) -> str:
+    return f"  {label:<15} {value}"
+
+
+def _run_client(args: argparse.Namespace, as_json: bool, body: Callable[[Any], Any]) -> int:
+    """Find the server, run `body(client)` on an event loop; CodefyError → a message and exit 1,
+    Ctrl+C → exit 130."""
+    from .kernel.client import AsyncClient
+    from .kernel.errors import CodefyError
+
+    try:
+        server = _server_info(args)
+    except CodefyError as err:
+        return _fail(str(err), as_json, _error_doc(err))
+
+    async def main() -> int:
+        client = AsyncClient(server=server)
+        try:
+            return await body(client)
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(main())
+    except CodefyError as err:
+        return _fail(_describe(err, server.url), as_json, _error_doc(err))
+    except KeyboardInterrupt:
+        _out("\n■ interrupted", sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+# -- codefy run -------------------------------------------------------------------------------
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from .kernel.client import _UNSET, load_graph
+    from .kernel.errors import CodefyError
+
+    try:
+        graph = load_graph(args.graph)
+    except CodefyError as err:
+        return _fail(str(err), args.json, _error_doc(err))
+    try:
+        server = _server_info(args)
+    except CodefyError as err:
+        return _fail(str(err), args.json, _error_doc(err))
+
+    options: dict[str, Any] = {"name": args.name, "device": args.device, "deterministic": args.deterministic,
+                               "record_outputs": args.record_outputs, "devices": args.devices}
+    if args.no_seed:
+        options["seed"] = None
+    elif args.seed is not None:
+        options["seed"] = args.seed
+    else:
+        options["seed"] = _UNSET
+    if args.target:
+        options["worker"] = args.target
+    watcher = RunWatcher(server, graph=graph, graph_name=Path(args.graph).name, options=options,
+                         detach=args.detach, timeout=args.timeout, as_json=args.json)
+    try:
+        return asyncio.run(watcher.main())
+    except KeyboardInterrupt:
+        return watcher.interrupted()
+
+
+class RunWatcher:
+    def __init__(self, server: Any, *, graph: dict[str, Any], graph_name: str, options: dict[str, Any],
+                 detach: bool, timeout: float | None, as_json: bool) -> None:
+        from .terminal import LiveView
+
+        self.server, self.graph, self.graph_name, self.options = server, graph, graph_name, options
+        self.detach, self.timeout, self.as_json = detach, timeout, as_json
+        self.run: dict[str, Any] | None = None
+        self.view = None if as_json else LiveView(sys.stdout)
+        self.client: Any = None
+
+    async def main(self) -> int:
+        from .kernel.client import AsyncClient
+        from .kernel.errors import CodefyError
+
+        self.client = AsyncClient(server=self.server)
+        try:
+            try:
+                self.run = await self.client.submit(self.graph, **self.options)
+            except CodefyError as err:
+                if err.status is None or err.status == 403:
+                    return _fail(_describe(err, self.server.url), self.as_json, _error_doc(err))
+                return _fail(f"the server refused the run: {_describe(err)}", self.as_json, _error_doc(err))
+            if self.detach:
+                if self.as_json:
+                    _dump(self.run)
+                else:
+                    self._submitted()
+                return EXIT_OK
+            if not self.as_json:
+                self._submitted()
+            try:
+                if self.timeout is not None:
+                    return await asyncio.wait_for(self._watch(), self.timeout)
+                return await self._watch()
+            except asyncio.TimeoutError:
+                return await self._timed_out()
+            except CodefyError as err:
+                if err.code == "unreachable":
+                    self._close_view()
+                    return _fail(f"lost the codefy server at {self.server.url} while watching run {self.run['id']} "
+                                 f"(no answer for {_reconnect_s():g} s): {err}\n  The run may still be going on "
+                                 f"the server; check it with `codefy runs show {self.run['id']}` once it is back.",
+                                 self.as_json, _error_doc(err))
+                self._close_view()
+                return _fail(_describe(err, self.server.url), self.as_json, _error_doc(err))
+        finally:
+            await self.client.close()
+
+    # -- output -------------------------------------------------------------------------------
+    def _submitted(self) -> None:
+        run = self.run or {}
+        target = (run.get("options") or {}).get("target") or {}
+        _out("=== Run submitted ===")
+        _out(_row("Run ID", run.get("id")))
+        if run.get("name"):
+            _out(_row("Name", run["name"]))
+        _out(_row("Graph", self.graph_name))
+        _out(_row("Target", run.get("worker_id") or target.get("worker") or "local"))
+        _out(_row("Device", run.get("device")))
+        if len(run.get("devices") or []) > 1:
+            _out(_row("Devices", ", ".join(run["devices"])))
+        if run.get("queue_key") and run.get("queue_key") != run.get("device"):
+            _out(_row("Queue", run["queue_key"]))
+        if run.get("seed") is not None:
+            _out(_row("Seed", run["seed"]))
+        _out(_row("Status", run.get("status")))
+        _out(_row("Server", self.server.url))
+        _out(_row("Watch", f"codefy runs events {run.get('id')} --follow"))
+        _out()
+
+    def _close_view(self) -> None:
+        if self.view is not None:
+            self.view.close()
+
+    def interrupted(self) -> int:
+        self._close_view()
+        if self.run is None:
+            _out("\n■ interrupted before the server answered; the run may have been submitted "
+                 "(`codefy runs ls` shows it)", sys.stderr)
+        else:
+            _out(f"\n■ stopped watching (Ctrl+C): run {self.run['id']} keeps going on the server. "
+                 f"Follow it again with `codefy runs events {self.run['id']} --follow`, "
+                 f"stop it with `codefy runs cancel {self.run['id']}`.", sys.stderr)
+        return EXIT_INTERRUPTED
+
+    async def _timed_out(self) -> int:
+        from .kernel.errors import CodefyError
+
+        self._close_view()
+        run_id = self.run["id"] if self.run else "?"
+        status = "still active"
+        try:
+            row = await asyncio.wait_for(self.client.get(run_id), 5)
+            status = f"still {row['status']}"
+            self.run = row
+        except (CodefyError, asyncio.TimeoutError):
+            pass
+        message = (f"stopped watching after {self.timeout:g} s: run {run_id} is {status} and keeps going on the "
+                   f"server (`codefy runs show {run_id}`)")
+        if self.as_json:
+            _dump({"status": "timeout", "message": message, "run": self.run})
+        else:
+            _out(f"⧗ {message}", sys.stderr)
+        return EXIT_FAILED
+
+    # -- watching -----------------------------------------------------------------------------
+    async def _retrying(self, call: Callable[[], Any]) -> Any:
+        """`call()`, retried while the server does not answer, for up to the reconnect window."""
+        from .kernel.errors import CodefyError
+
+        loop = asyncio.get_running_loop()
+        lost_since: float | None = None
+        while True:
+            try:
+                return await call()
+            except CodefyError as err:
+                if err.code != "unreachable":
+                    raise
+                lost_since = lost_since or loop.time()
+                if loop.time() - lost_since > _reconnect_s():
+                    raise
+                await asyncio.sleep(0.5)
+
+    async def _wait_in_line(self) -> None:
+        """While the run waits in its queue: its place in line, re-read until it starts or ends."""
+        assert self.run is not None
+        run_id = self.run["id"]
+        shown = None
+        run = self.run
+        while run.get("status") == "queued":
+            reason = (run.get("queue_reason") or {}).get("message")
+            key = (run.get("queue_position"), run.get("queue_key"), reason)
+            if key != shown and not self.as_json:
+                pos = run.get("queue_position")
+                where = f"position {pos} on {run.get('queue_key')}" if pos else f"on {run.get('queue_key')}"
+                _out(f"  ○ queued  {where}" + (f" — {reason}" if reason else ""))
+                shown = key
+            page = await self._retrying(lambda: self.client.events(run_id, 0, wait=QUEUED_POLL_S))
+            if page["events"]:
+                return
+            run = await self._retrying(lambda: self.client.get(run_id))
+
+    async def _watch(self) -> int:
+        assert self.run is not None
+        run_id = self.run["id"]
+        await self._wait_in_line()
+        closing: dict[str, Any] | None = None
+        async for event in self.client.follow(run_id, 0, reconnect_s=_reconnect_s()):
+            if event["type"] in ("execution_complete", "execution_error", "execution_stopped"):
+                closing = event
+                break
+            self._show(event)
+        self._close_view()
+        final = await self._retrying(lambda: self.client.get(run_id))
+        if self.as_json:
+            _dump(final)
+            return EXIT_OK if final["status"] == "succeeded" else EXIT_FAILED
+        payload = (closing or {}).get("payload") or {}
+        status = payload.get("status") or final["status"]
+        if status == "succeeded":
+            self._succeeded(payload)
+            return EXIT_OK
+        if status == "failed":
+            self._failed(payload.get("error") or final.get("error") or {})
+        else:
+            reason = payload.get("reason") or {}
+            mark = "■ cancelled" if status == "cancelled" else f"■ {status}"
+            _out(f"{mark}" + (f": {reason['message']}" if reason.get("message") else ""))
+            _out()
+            _out(_row("Result", status))
+        return EXIT_FAILED
+
+    def _show(self, event: dict[str, Any]) -> None:
+        kind, payload = event["type"], event.get("payload") or {}
+        if self.as_json:
+            return
+        if kind == "execution_start":
+            self._close_view()
+            seeded = f", seed {payload['seed']}" if payload.get("seed") is not None else ""
+            _out(f"  ▸ started on {payload.get('device')}{seeded}")
+            return
+        if self.view is None:
+            return
+        engine = {"event": "warning" if kind == "run_warning" else kind, **payload}
+        try:
+            self.view(engine)
+        except (KeyError, TypeError, ValueError):  # an event of a shape this view does not know
+            pass
+
+    def _succeeded(self, payload: dict[str, Any]) -> None:
+        from .terminal import format_seconds
+
+        duration = payload.get("duration_s")
+        took = f" in {format_seconds(duration)}" if isinstance(duration, (int, float)) else ""
+        counts = ""
+        if "executed" in payload:
+            counts = f" ({payload.get('executed', 0)} executed, {payload.get('cached', 0)} cached)"
+        _out(f"✓ run complete{took}{counts}")
+        _out()
+        _out(_row("Result", "succeeded"))
+        for name, value in (payload.get("metrics") or {}).items():
+            _out(_row(name, _fmt(value)))
+
+    def _failed(self, error: dict[str, Any]) -> None:
+        _out("✗ run failed")
+        if error.get("node_id"):
+            _out(_row("Node", f"{error['node_id']} ({error.get('node_type')})"))
+        if error.get("exception_type"):
+            _out(_row("Exception", error["exception_type"]))
+        elif error.get("code"):
+            _out(_row("Code", error["code"]))
+        if error.get("field"):
+            _out(_row("Field", error["field"]))
+        _out(_row("Message", error.get("message", "")))
+        if error.get("hint"):
+            _out(_row("Hint", error["hint"]))
+        _out()
+        _out(_row("Result", "failed"))
+
+
+# -- codefy runs ------------------------------------------------------------------------------
+
+
+def runs_command(args: argparse.Namespace) -> int:
+    action = args.runs_command
+    if action is None:
+        args.runs_parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    handlers = {"ls": _ls, "show": _show, "cancel": _cancel, "rm": _rm, "events": _events, "metrics": _metrics}
+    as_json = bool(getattr(args, "json", False))
+    return _run_client(args, as_json, lambda client: handlers[action](client, args))
+
+
+def _final_loss(points: list[dict[str, Any]]) -> Any:
+    losses = [p for p in points if p.get("name") == "loss"] or \
+             [p for p in points if str(p.get("name", "")).endswith("loss")]
+    return losses[-1]["value"] if losses else None
+
+
+async def _ls(client: Any, args: argparse.Namespace) -> int:
+    from .kernel.errors import CodefyError
+
+    page = await client.list(status=args.status, offset=args.offset, limit=args.limit)
+    if args.json:
+        _dump(page)
+        return EXIT_OK
+
+    async def loss(run: dict[str, Any]) -> Any:
+        if not run.get("started_at"):
+            return None
+        try:
+            return _final_loss(await client.metrics(run["id"]))
+        except CodefyError:
+            return None
+
+    losses = await asyncio.gather(*(loss(r) for r in page["runs"]))
+    header = ("ID", "NAME", "STATUS", "DEVICE", "QUEUE", "STARTED", "DURATION", "LOSS")
+    rows = []
+    for run, final in zip(page["runs"], losses):
+        name = run.get("name") or "-"
+        name = name if len(name) <= 32 else name[:31] + "…"
+        queue = f"#{run['queue_position']}" if run.get("queue_position") else "-"
+        device = ",".join(run.get("devices") or []) if len(run.get("devices") or []) > 1 else run.get("device")
+        rows.append((run["id"], name, run["status"], device or "-", queue, _time(run.get("started_at")),
+                     _duration(run), _fmt(final) if final is not None else "-"))
+    if rows:
+        widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
+        for r in (header, *rows):
+            _out("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+    else:
+        _out("no runs" + (f" with status {args.status}" if args.status else ""))
+    shown = len(page["runs"])
+    first = f" (from offset {page['offset']})" if page.get("offset") else ""
+    _out(f"{shown} of {page['total']}{first}")
+    return EXIT_OK
+
+
+async def _show(client: Any, args: argparse.Namespace) -> int:
+    from .kernel.errors import CodefyError
+
+    run = await client.get(args.run_id)
+    if args.json:
+        _dump(run)
+        return EXIT_OK
+    _out(_row("Run ID", run["id"]))
+    _out(_row("Name", run.get("name") or "-"))
+    _out(_row("Status", run["status"]))
+    _out(_row("Target", run.get("worker_id") or "local"))
+    _out(_row("Device", run.get("device")))
+    if len(run.get("devices") or []) > 1:
+        _out(_row("Devices", ", ".join(run["devices"])))
+    if run["status"] == "queued":
+        pos = run.get("queue_position")
+        _out(_row("Queue", f"position {pos} on {run.get('queue_key')}" if pos else run.get("queue_key")))
+        if (run.get("queue_reason") or {}).get("message"):
+            _out(_row("Waiting for", run["queue_reason"]["message"]))
+    _out(_row("Lane", run.get("lane")))
+    if run.get("seed") is not None:
+        _out(_row("Seed", run["seed"]))
+    if run.get("deterministic"):
+        _out(_row("Deterministic", "yes"))
+    _out(_row("Submitted", _time(run.get("submitted_at"))))
+    _out(_row("Started", _time(run.get("started_at"))))
+    _out(_row("Finished", _time(run.get("finished_at"))))
+    _out(_row("Duration", _duration(run)))
+    error = run.get("error")
+    if error:
+        where = f"node {error['node_id']} ({error.get('node_type')}): " if error.get("node_id") else ""
+        kind = f"{error['exception_type']}: " if error.get("exception_type") else ""
+        _out(_row("Error", f"{where}{kind}{error.get('message', '')}"))
+    try:
+        points = await client.metrics(run["id"])
+    except CodefyError:
+        points = []
+    series = _series(points)
+    if series:
+        _out("  Metrics")
+        for (node, name), values in series.items():
+            _out(_row(f"  {name}", f"{_fmt(values[-1])}" + (f"  ({node})" if node else "")))
+    return EXIT_OK
+
+
+async def _cancel(client: Any, args: argparse.Namespace) -> int:
+    run = await client.cancel(args.run_id)
+    if args.json:
+        _dump(run)
+        return EXIT_OK
+    if run["status"] == "cancelled":
+        _out(f"■ run {run['id']} cancelled")
+    else:
+        _out(f"■ cancel requested: run {run['id']} is {run['status']} and stops at its next cancel check")
+    return EXIT_OK
+
+
+async def _rm(client: Any, args: argparse.Namespace) -> int:
+    await client.delete(args.run_id)
+    if args.json:
+        _dump({"deleted": args.run_id})
+    else:
+        _out(f"deleted run {args.run_id}")
+    return EXIT_OK
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    payload = {k: v for k, v in (event.get("payload") or {}).items() if k != "run_id"}
+    if event["type"] == "execution_error" and isinstance(payload.get("error"), dict):
+        payload["error"] = {k: v for k, v in payload["error"].items() if k != "traceback"}
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str)
+    if len(text) > 200:
+        text = text[:199] + "…"
+    stamp = time.strftime("%H:%M:%S", time.localtime(event["created_at"])) if event.get("created_at") else "-"
+    return f"{event['seq']:>5}  {stamp}  {event['type']:<19} {text}"
+
+
+async def _events(client: Any, args: argparse.Namespace) -> int:
+    if args.follow:
+        await client.get(args.run_id)  # an unknown id fails here, clearly
+        async for event in client.follow(args.run_id, args.cursor, reconnect_s=_reconnect_s()):
+            _out(json.dumps(event, default=str) if args.json else _event_line(event))
+        return EXIT_OK
+    events, cursor = [], args.cursor
+    while True:
+        page = await client.events(args.run_id, cursor)
+        events += page["events"]
+        cursor = page["cursor"]
+        if not page["more"]:
+            break
+    if args.json:
+        _dump({"run_id": args.run_id, "status": page["status"], "cursor": cursor, "events": events})
+        return EXIT_OK
+    for event in events:
+        _out(_event_line(event))
+    _out(f"{len(events)} events, run {page['status']}, cursor {cursor}")
+    return EXIT_OK
+
+
+def _series(points: list[dict[str, Any]]) -> dict[tuple[Any, str], list[float]]:
+    series: dict[tuple[Any, str], list[float]] = {}
+    for p in points:
+        if isinstance(p.get("value"), (int, float)):
+            series.setdefault((p.get("node_id"), p["name"]), []).append(float(p["value"]))
+    return series
+
+
+def sparkline(values: list[float], width: int = PLOT_WIDTH) -> str:
+    """The values as a row of block characters, resampled to at most `width` columns."""
+    if not values:
+        return ""
+    if len(values) > width:  # bucket means
+        step = len(values) / width
+        values = [sum(chunk) / len(chunk) for chunk in
+                  (values[int(i * step):max(int((i + 1) * step), int(i * step) + 1)] for i in range(width))]
+    low, high = min(values), max(values)
+    if high - low <= 0 or not math.isfinite(high - low):
+        return SPARK[len(SPARK) // 2] * len(values)
+    return "".join(SPARK[min(len(SPARK) - 1, int((v - low) / (high - low) * (len(SPARK) - 1) + 0.5))]
+                   for v in values)
+
+
+async def _metrics(client: Any, args: argparse.Namespace) -> int:
+    if args.csv:
+        sys.stdout.write(await client.metrics(args.run_id, csv=True))
+        sys.stdout.flush()
+        return EXIT_OK
+    points = await client.metrics(args.run_id)
+    if args.json:
+        _dump({"run_id": args.run_id, "metrics": points})
+        return EXIT_OK
+    series = _series(points)
+    if not series:
+        _out(f"run {args.run_id} recorded no metrics")
+        return EXIT_OK
+    if args.plot:
+        for (node, name), values in series.items():
+            label = f"{node}/{name}" if node else name
+            _out(f"{label}  ({len(values)} points)")
+            _out(f"  {_fmt(max(values)):>10} ┤{sparkline(values)}")
+            _out(f"  {_fmt(min(values)):>10} ┘ last {_fmt(values[-1])}")
+        return EXIT_OK
+    header = ("NODE", "METRIC", "POINTS", "LAST", "MIN", "MAX")
+    rows = [(node or "-", name, str(len(v)), _fmt(v[-1]), _fmt(min(v)), _fmt(max(v)))
+            for (node, name), v in series.items()]
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    for r in (header, *rows):
+        _out("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return EXIT_OK

@@ -1,0 +1,436 @@
+"""`codefy run` and `codefy runs ...` as real subprocesses against a real headless server from
+`codefy start`: output lines, exit codes, and that the run outlives whatever stops the watching."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from test_headless import Servers, api, edge, submit, wait_status
+
+pytestmark = pytest.mark.slow
+
+SMALL = {"nodes": [{"id": "l", "type": "List", "params": {"values": [1, 2, 3]}}, {"id": "avg", "type": "Mean"},
+                   {"id": "k", "type": "Float", "params": {"value": 2}},
+                   {"id": "s", "type": "Scale", "params": {"factor": 3}}],
+         "edges": [edge("l", "values", "avg", "values"), edge("k", "value", "s", "x")]}
+
+DIV_BY_ZERO = {"nodes": [{"id": "a", "type": "Float", "params": {"value": 1}},
+                         {"id": "z", "type": "Float", "params": {"value": 0}},
+                         {"id": "div", "type": "Divide"}],
+               "edges": [edge("a", "value", "div", "a"), edge("z", "value", "div", "b")]}
+
+
+def sleepy(seconds: float) -> dict[str, Any]:
+    return {"nodes": [{"id": "k", "type": "Float", "params": {"value": 1}},
+                      {"id": "nap", "type": "Sleep", "params": {"seconds": seconds}}],
+            "edges": [edge("k", "value", "nap", "value")]}
+
+
+class Cli:
+    """The shared server and a `codefy` that finds it through CODEFY_DATA_DIR (its server.json)."""
+
+    def __init__(self, servers: Servers, state: dict[str, Any]) -> None:
+        self.servers, self.state = servers, state
+        self.env = {**servers.env, "CODEFY_DATA_DIR": str(servers.data_dir)}
+        self.cwd = servers.cwd
+
+    def graph(self, name: str, graph: Any) -> str:
+        path = self.cwd / name
+        path.write_text(graph if isinstance(graph, str) else json.dumps(graph))
+        return str(path)
+
+    def __call__(self, *args: str, env: dict[str, str] | None = None,
+                 timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", *args], cwd=self.cwd,
+                              env=env or self.env, capture_output=True, text=True, timeout=timeout)
+        assert "Warning" not in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr
+        return proc
+
+    def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-u", "-m", "codefy_jupyter.cli", *args], cwd=self.cwd,
+                                env=env or self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def cancel_all(self) -> None:
+        """Free the cpu queue for the next test: cancel whatever a test left active."""
+        code, page = api(self.state, "GET", "runs?status=queued,running")
+        assert code == 200, page
+        for run in page["runs"]:
+            api(self.state, "POST", f"runs/{run['id']}/cancel")
+        for run in page["runs"]:
+            wait_status(self.state, run["id"], {"cancelled", "succeeded", "failed", "interrupted"})
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Any:
+    servers = Servers(tmp_path_factory.mktemp("run-cli"))
+    try:
+        state = servers.start()
+        yield Cli(servers, state)
+        servers.stop()
+    finally:
+        servers.kill_leftovers()
+
+
+@pytest.fixture
+def cli(shared) -> Any:
+    yield shared
+    shared.cancel_all()
+
+
+def run_id_of(text: str) -> str:
+    match = re.search(r"Run ID\s+([0-9a-f]+)", text)
+    assert match, text
+    return match.group(1)
+
+
+def read_until(proc: subprocess.Popen[str], needle: str, timeout: float = 30) -> str:
+    """stdout lines up to and including the first that contains `needle`."""
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while needle not in seen:
+        assert time.monotonic() < deadline, seen
+        line = proc.stdout.readline()
+        assert line, f"stdout closed before {needle!r}: {seen}{proc.stderr.read()}"
+        seen += line
+    return seen
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 30) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert "Warning" not in err and "Traceback" not in err, err
+    return proc.returncode, out, err
+
+
+# -- codefy run -------------------------------------------------------------------------------
+
+
+def test_run_succeeds_with_node_lines_and_a_result_block(cli):
+    proc = cli("run", cli.graph("small.json", SMALL), "--name", "small one", "--seed", "7")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    run_id = run_id_of(out)
+    assert "=== Run submitted ===" in out
+    assert re.search(r"Name\s+small one", out) and re.search(r"Graph\s+small\.json", out)
+    assert re.search(r"Device\s+cpu", out) and re.search(r"Seed\s+7", out)
+    assert f"codefy runs events {run_id} --follow" in out
+    assert "▸ started on cpu, seed 7" in out
+    for line in ("✓ l (List)", "✓ avg (Mean)", "✓ k (Float)", "✓ s (Scale)", "· avg: mean 2"):
+        assert line in out, out
+    assert "✓ run complete" in out and "(4 executed, 0 cached)" in out
+    result = out[out.index("✓ run complete"):]
+    assert re.search(r"Result\s+succeeded", result) and re.search(r"mean\s+2\n", result)
+    row = wait_status(cli.state, run_id, {"succeeded"})
+    assert row["name"] == "small one" and row["seed"] == 7
+
+
+def test_run_json_prints_the_final_run(cli):
+    proc = cli("run", cli.graph("small.json", SMALL), "--json", "--no-seed", "--record-outputs")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = json.loads(proc.stdout)
+    assert run["status"] == "succeeded" and run["seed"] is None
+    assert run["options"]["record_outputs"] is True
+
+
+def test_a_failing_node_exits_1_with_the_structured_error(cli):
+    proc = cli("run", cli.graph("div.json", DIV_BY_ZERO))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "✗ run failed" in out
+    assert re.search(r"Node\s+div \(Divide\)", out)
+    assert re.search(r"Exception\s+ValueError", out)
+    assert re.search(r"Message\s+input 'b' is zero: cannot divide a \(1\.0\) by zero", out)
+    assert re.search(r"Result\s+failed", out)
+    assert "✓ run complete" not in out
+
+
+def test_detach_prints_the_run_and_leaves_it_running(cli):
+    proc = cli("run", cli.graph("nap.json", sleepy(30)), "--detach", "--name", "walk away")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = run_id_of(proc.stdout)
+    assert "▸ started" not in proc.stdout  # it did not watch
+    row = wait_status(cli.state, run_id, {"running"})
+    assert row["name"] == "walk away"
+
+    as_json = cli("run", cli.graph("small.json", SMALL), "--detach", "--json")
+    assert as_json.returncode == 0
+    assert json.loads(as_json.stdout)["status"] in ("queued", "running", "succeeded")
+
+
+def test_timeout_exits_1_and_the_run_keeps_going(cli):
+    began = time.monotonic()
+    proc = cli("run", cli.graph("nap.json", sleepy(30)), "--timeout", "1.5")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert time.monotonic() - began < 20
+    run_id = run_id_of(proc.stdout)
+    assert "▸ started" in proc.stdout
+    assert f"stopped watching after 1.5 s: run {run_id} is still running and keeps going on the server" \
+        in proc.stderr
+    assert wait_status(cli.state, run_id, {"running"})["finished_at"] is None
+
+
+def test_ctrl_c_stops_watching_only(cli):
+    proc = cli.popen("run", cli.graph("nap.json", sleepy(30)))
+    seen = read_until(proc, "▸ started")
+    run_id = run_id_of(seen)
+    proc.send_signal(signal.SIGINT)
+    code, out, err = finish(proc)
+    assert code == 130, out + err
+    assert f"stopped watching (Ctrl+C): run {run_id} keeps going on the server" in err
+    time.sleep(0.3)
+    assert wait_status(cli.state, run_id, {"running"})["finished_at"] is None
+
+
+def test_a_cancel_from_another_client_ends_the_watch_with_1(cli):
+    proc = cli.popen("run", cli.graph("nap.json", sleepy(30)))
+    run_id = run_id_of(read_until(proc, "▸ started"))
+    cancel = cli("runs", "cancel", run_id)
+    assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+    assert run_id in cancel.stdout and "■" in cancel.stdout
+    code, out, err = finish(proc)
+    assert code == 1, out + err
+    assert "■ cancelled" in out and re.search(r"Result\s+cancelled", out)
+    assert wait_status(cli.state, run_id, {"cancelled"})["status"] == "cancelled"
+
+
+def test_a_waiting_run_reports_its_place_in_line(cli):
+    blockers = [submit(cli.state, sleepy(30)) for _ in range(2)]  # cpu runs two at once
+    for run in blockers:
+        wait_status(cli.state, run["id"], {"running"})
+    proc = cli.popen("run", cli.graph("small.json", SMALL))
+    seen = read_until(proc, "○ queued")
+    assert "○ queued  position 1 on cpu" in seen
+    api(cli.state, "POST", f"runs/{blockers[0]['id']}/cancel")
+    code, out, err = finish(proc)
+    assert code == 0, seen + out + err
+    assert "▸ started" in out and "✓ run complete" in out
+
+
+def test_missing_and_invalid_graph_files(cli):
+    missing = cli("run", str(cli.cwd / "nope.json"))
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert f"error: graph file not found: {cli.cwd / 'nope.json'}" in missing.stderr
+    broken = cli("run", cli.graph("broken.json", "{ not json"))
+    assert broken.returncode == 1
+    assert "broken.json is not valid JSON: Expecting property name" in broken.stderr
+    listed = cli("run", cli.graph("list.json", "[1, 2]"))
+    assert listed.returncode == 1 and "does not hold a graph object" in listed.stderr
+
+
+def test_a_rejected_submit_prints_the_servers_message_and_field(cli):
+    too_long = cli("run", cli.graph("small.json", SMALL), "--name", "x" * 300)
+    assert too_long.returncode == 1
+    assert "error: the server refused the run: name: at most 200 characters" in too_long.stderr
+    assert "field: name" in too_long.stderr and "HTTP 422" in too_long.stderr
+
+    device = cli("run", cli.graph("small.json", SMALL), "--device", "quantum")
+    assert device.returncode == 1
+    assert "unknown device 'quantum'" in device.stderr and "field: options.device" in device.stderr
+    assert "HTTP 400, device_invalid" in device.stderr
+
+    unknown = cli("run", cli.graph("bad-type.json", {"nodes": [{"id": "n", "type": "NoSuchNode"}], "edges": []}))
+    assert unknown.returncode == 1
+    assert "unknown node type 'NoSuchNode'" in unknown.stderr and "invalid_graph" in unknown.stderr
+
+
+def test_bad_arguments_exit_2(cli):
+    graph = cli.graph("small.json", SMALL)
+    for args in (["--seed", "-1"], ["--seed", "1", "--no-seed"], ["--detach", "--wait"], ["--timeout", "0"],
+                 ["--devices", "cuda:0,,cuda:1"], ["--port", "70000"]):
+        proc = cli("run", graph, *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "usage: codefy run" in proc.stderr
+    assert cli("runs").returncode == 2
+
+
+def test_a_wrong_token_is_refused_clearly(cli):
+    proc = cli("run", cli.graph("small.json", SMALL), "--token", "wrong")
+    assert proc.returncode == 1
+    assert "refused the request (403 Forbidden): wrong or missing token" in proc.stderr
+    listed = cli("runs", "ls", "--url", cli.state["url"], "--token", "wrong")
+    assert listed.returncode == 1 and "403 Forbidden" in listed.stderr
+
+
+def test_host_and_port_reach_the_server_with_its_recorded_token(cli):
+    proc = cli("run", cli.graph("small.json", SMALL), "--host", "127.0.0.1", "--port", str(cli.state["port"]),
+               "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["status"] == "succeeded"
+
+
+def test_no_server_found(tmp_path):
+    lonely = Servers(tmp_path)  # its own, empty data and runtime dirs
+    env = {**lonely.env, "CODEFY_DATA_DIR": str(lonely.data_dir)}
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(SMALL))
+    proc = subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", "run", str(path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "error: no codefy server found: start one with `codefy start`" in proc.stderr
+    ls = subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", "runs", "ls", "--json"], cwd=tmp_path,
+                        env=env, capture_output=True, text=True, timeout=60)
+    assert ls.returncode == 1
+    assert json.loads(ls.stdout)["error"]["code"] == "no_server"
+
+
+def test_a_server_gone_mid_watch_ends_with_a_clear_message(tmp_path):
+    servers = Servers(tmp_path)
+    try:
+        state = servers.start()
+        env = {**servers.env, "CODEFY_DATA_DIR": str(servers.data_dir), "CODEFY_RECONNECT_S": "1"}
+        path = tmp_path / "nap.json"
+        path.write_text(json.dumps(sleepy(30)))
+        proc = subprocess.Popen([sys.executable, "-u", "-m", "codefy_jupyter.cli", "run", str(path)], cwd=tmp_path,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        run_id = run_id_of(read_until(proc, "▸ started"))
+        os.kill(state["pid"], signal.SIGKILL)
+        code, out, err = finish(proc)
+        assert code == 1, out + err
+        assert f"lost the codefy server at {state['url']} while watching run {run_id}" in err
+        assert "The run may still be going on the server" in err
+    finally:
+        servers.kill_leftovers()
+
+
+# -- codefy runs ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished(shared) -> dict[str, str]:
+    """One succeeded and one failed run, by id."""
+    ok = submit(shared.state, SMALL, name="listed ok")
+    bad = submit(shared.state, DIV_BY_ZERO, name="listed bad")
+    wait_status(shared.state, ok["id"], {"succeeded"})
+    wait_status(shared.state, bad["id"], {"failed"})
+    return {"ok": ok["id"], "bad": bad["id"]}
+
+
+def test_runs_ls_table_filter_paging_and_json(cli, finished):
+    proc = cli("runs", "ls", "--limit", "2")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["ID", "NAME", "STATUS", "DEVICE", "QUEUE", "STARTED", "DURATION", "LOSS"]
+    code, page = api(cli.state, "GET", "runs?limit=1")
+    assert re.fullmatch(rf"2 of {page['total']}", lines[-1])
+    assert len(lines) == 4
+
+    failed = cli("runs", "ls", "--status", "failed")
+    assert failed.returncode == 0
+    row = next(line for line in failed.stdout.splitlines() if line.startswith(finished["bad"]))
+    assert "listed bad" in row and " failed " in row and " cpu " in row
+    assert finished["ok"] not in failed.stdout
+
+    as_json = cli("runs", "ls", "--status", "succeeded", "--limit", "50", "--offset", "0", "--json")
+    doc = json.loads(as_json.stdout)
+    assert {r["status"] for r in doc["runs"]} == {"succeeded"} and doc["limit"] == 50
+    assert finished["ok"] in [r["id"] for r in doc["runs"]]
+
+    bogus = cli("runs", "ls", "--status", "bogus")
+    assert bogus.returncode == 1
+    assert "unknown status 'bogus'" in bogus.stderr and "field: status" in bogus.stderr
+
+
+def test_runs_ls_shows_the_queue_position_of_a_waiting_run(cli):
+    blockers = [submit(cli.state, sleepy(30)) for _ in range(2)]
+    for run in blockers:
+        wait_status(cli.state, run["id"], {"running"})
+    waiting = submit(cli.state, SMALL, name="in line")
+    proc = cli("runs", "ls", "--status", "queued")
+    row = next(line for line in proc.stdout.splitlines() if line.startswith(waiting["id"]))
+    assert "in line" in row and " queued " in row and " #1 " in row
+    shown = cli("runs", "show", waiting["id"])
+    assert re.search(r"Queue\s+position 1 on cpu", shown.stdout)
+
+
+def test_runs_show_text_and_json(cli, finished):
+    proc = cli("runs", "show", finished["bad"])
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(rf"Run ID\s+{finished['bad']}", proc.stdout)
+    assert re.search(r"Name\s+listed bad", proc.stdout) and re.search(r"Status\s+failed", proc.stdout)
+    assert "node div (Divide): ValueError: input 'b' is zero" in proc.stdout
+    ok = cli("runs", "show", finished["ok"])
+    assert re.search(r"mean\s+2\s+\(avg\)", ok.stdout)
+    doc = json.loads(cli("runs", "show", finished["ok"], "--json").stdout)
+    assert doc["id"] == finished["ok"] and doc["status"] == "succeeded"
+
+
+def test_runs_events_text_json_cursor_and_follow(cli, finished):
+    proc = cli("runs", "events", finished["bad"])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "execution_start" in lines[0] and lines[0].split()[0] == "1"
+    assert "execution_error" in lines[-2] and "cannot divide" in lines[-2]
+    assert re.fullmatch(r"\d+ events, run failed, cursor \d+", lines[-1])
+
+    doc = json.loads(cli("runs", "events", finished["bad"], "--cursor", "2", "--json").stdout)
+    assert doc["events"][0]["seq"] == 3 and doc["events"][-1]["type"] == "execution_error"
+    assert doc["status"] == "failed"
+
+    follow = cli("runs", "events", finished["ok"], "--follow", "--json")
+    assert follow.returncode == 0
+    events = [json.loads(line) for line in follow.stdout.splitlines()]
+    assert events[0]["type"] == "execution_start" and events[-1]["type"] == "execution_complete"
+
+
+def test_runs_metrics_table_csv_plot_json(cli, finished):
+    table = cli("runs", "metrics", finished["ok"])
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[0].split() == ["NODE", "METRIC", "POINTS", "LAST", "MIN", "MAX"]
+    assert table.stdout.splitlines()[1].split() == ["avg", "mean", "1", "2", "2", "2"]
+    csv = cli("runs", "metrics", finished["ok"], "--csv")
+    assert csv.stdout.splitlines()[0] == "node_id,name,step,value,created_at"
+    assert csv.stdout.splitlines()[1].startswith("avg,mean,,2.0,")
+    plot = cli("runs", "metrics", finished["ok"], "--plot")
+    assert "avg/mean  (1 points)" in plot.stdout and "last 2" in plot.stdout
+    doc = json.loads(cli("runs", "metrics", finished["ok"], "--json").stdout)
+    assert [(p["name"], p["value"]) for p in doc["metrics"]] == [("mean", 2.0)]
+    none = cli("runs", "metrics", finished["bad"])
+    assert none.returncode == 0 and "recorded no metrics" in none.stdout
+    assert cli("runs", "metrics", finished["ok"], "--csv", "--plot").returncode == 2
+
+
+def test_runs_cancel_and_rm(cli):
+    run = submit(cli.state, sleepy(30), name="to cancel")
+    wait_status(cli.state, run["id"], {"running"})
+    active_rm = cli("runs", "rm", run["id"])
+    assert active_rm.returncode == 1 and "HTTP 409" in active_rm.stderr
+    cancel = cli("runs", "cancel", run["id"], "--json")
+    assert cancel.returncode == 0, cancel.stderr
+    assert json.loads(cancel.stdout)["id"] == run["id"]
+    wait_status(cli.state, run["id"], {"cancelled"})
+    again = cli("runs", "cancel", run["id"])
+    assert again.returncode == 1 and "HTTP 409" in again.stderr
+
+    removed = cli("runs", "rm", run["id"])
+    assert removed.returncode == 0 and removed.stdout.strip() == f"deleted run {run['id']}"
+    assert api(cli.state, "GET", f"runs/{run['id']}")[0] == 404
+    as_json = cli("runs", "rm", submit_done(cli.state), "--json")
+    assert as_json.returncode == 0 and set(json.loads(as_json.stdout)) == {"deleted"}
+
+
+def submit_done(state) -> str:
+    run = submit(state, SMALL)
+    wait_status(state, run["id"], {"succeeded"})
+    return run["id"]
+
+
+@pytest.mark.parametrize("action", ["show", "cancel", "rm", "events", "metrics"])
+def test_runs_with_an_unknown_id(cli, action):
+    proc = cli("runs", action, "0123456789abcdef")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "error: no run 0123456789abcdef" in proc.stderr and "HTTP 404, run_not_found" in proc.stderr
+    as_json = cli("runs", action, "0123456789abcdef", "--json")
+    assert as_json.returncode == 1
+    assert json.loads(as_json.stdout)["error"]["code"] == "run_not_found"
