@@ -205,13 +205,6 @@ def _server_info(args: argparse.Namespace) -> Any:
     if not url and (args.host or args.port):
         url = f"http://{args.host or '127.0.0.1'}:{args.port or 8888}/"
     token = args.token
-    if not url and not os.environ.get("CODEFY_URL"):
-        # Outside a notebook kernel, discovery's order is: the last `codefy start`, then running
-        # Jupyter servers. Read the state file first: listing Jupyter servers imports
-        # jupyter_server.serverapp, which alone takes about 2 s.
-        state = _codefy_start_state(None)
-        if state is not None:
-            return ServerInfo(state.url, token, state.source) if token is not None else state
     if url and token is None and not os.environ.get("CODEFY_TOKEN"):
         state = _codefy_start_state(None)  # the token of the `codefy start` at that address
         if state is not None and state.url.rstrip("/") == url.rstrip("/"):

@@ -17,6 +17,9 @@ BUILTIN_DIR = Path(__file__).with_name("presets")
 ENV_VAR = "CODEFY_PRESETS_DIR"
 
 
+_DEFAULTS: dict[str, "PresetLibrary"] = {}
+
+
 class PresetError(Exception):
     pass
 
@@ -34,7 +37,13 @@ class PresetLibrary:
 
     @classmethod
     def default(cls) -> PresetLibrary:
-        return cls()
+        """The library for the current `CODEFY_PRESETS_DIR`, built once per value (every graph
+        validation asks for it)."""
+        key = os.environ.get(ENV_VAR, "")
+        library = _DEFAULTS.get(key)
+        if library is None:
+            library = _DEFAULTS[key] = cls()
+        return library
 
     def path_of(self, name: str) -> Path | None:
         if not name or "/" in name or "\\" in name or name.startswith("."):

@@ -38,16 +38,16 @@ def discover(url: str | None = None, token: str | None = None, data_dir: str | N
         return ServerInfo(_base(url), token if token is not None else os.environ.get("CODEFY_TOKEN", ""), "arguments")
     if os.environ.get("CODEFY_URL"):
         return ServerInfo(_base(os.environ["CODEFY_URL"]), token or os.environ.get("CODEFY_TOKEN", ""), "environment")
-    servers = _jupyter_servers()
     kernel_id = _kernel_id()
     if kernel_id:
-        for server in servers:
+        for server in _jupyter_servers():
             if _serves_kernel(server, kernel_id) and _has_extension(server):
                 return server
     state = _codefy_start_state(data_dir)
     if state is not None:
         return state
-    for server in servers:
+    # Listing Jupyter servers imports jupyter_server (about 2 s), so it comes last.
+    for server in _jupyter_servers():
         if _has_extension(server):
             return server
     where = _state_file(data_dir)
