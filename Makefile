@@ -27,6 +27,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/engine.py
+	$(PY) benchmarks/queue.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
