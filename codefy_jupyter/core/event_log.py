@@ -10,10 +10,13 @@ a reader that replays and then follows live sees every event exactly once, with 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, Callable
 
 from .run_events import RunEvent, cap_payload, encode
 from .store import Store
+
+TAIL_EVENTS = 512  # per run
 
 
 class EventLog:
@@ -25,6 +28,9 @@ class EventLog:
         self._pending: dict[str, list[tuple[int, str, str, float]]] = {}
         self._metrics: list[tuple[str, str | None, str, int | None, float, float]] = []
         self._flushed: dict[str, int] = {}
+        # The newest durable events of each run, encoded: followers at the live edge read these
+        # instead of the database, and share one encoding.
+        self._tail: dict[str, list[tuple[int, str, int]]] = {}
         self._wake = asyncio.Event()
         self._changed = asyncio.Condition()
         self._flusher: asyncio.Task[None] | None = None
@@ -40,6 +46,7 @@ class EventLog:
     def forget(self, run_id: str) -> None:
         self._next_seq.pop(run_id, None)
         self._flushed.pop(run_id, None)
+        self._tail.pop(run_id, None)
 
     def next_seq(self, run_id: str) -> int:
         return self._next_seq[run_id]
@@ -67,11 +74,46 @@ class EventLog:
         rows.append((seq, event.type, encode(cap_payload(event.payload, self._cap)), self._clock()))
         return rows
 
-    async def committed(self, run_id: str, last_seq: int) -> None:
-        """The caller wrote events up to `last_seq` itself (see take_closing): wake readers."""
-        self._flushed[run_id] = max(self._flushed.get(run_id, 0), last_seq)
+    async def committed(self, run_id: str, rows: list[tuple[int, str, str, float]]) -> None:
+        """The caller wrote these rows itself (see take_closing): remember them, wake readers."""
+        self._durable(run_id, rows)
         async with self._changed:
             self._changed.notify_all()
+
+    def _durable(self, run_id: str, rows: list[tuple[int, str, str, float]]) -> None:
+        if not rows:
+            return
+        self._flushed[run_id] = max(self._flushed.get(run_id, 0), rows[-1][0])
+        tail = self._tail.setdefault(run_id, [])
+        for seq, kind, payload, ts in rows:
+            if not tail or seq == tail[-1][0] + 1:
+                # The event as readers receive it, encoded once for every follower.
+                tail.append((seq, f'{{"seq":{seq},"type":{json.dumps(kind)},"payload":{payload},'
+                                  f'"created_at":{ts!r}}}', len(payload)))
+        if len(tail) > TAIL_EVENTS:
+            del tail[: len(tail) - TAIL_EVENTS]
+
+    def tail_page(self, run_id: str, cursor: int, upto: int, budget: int) -> tuple[list[str], int, bool] | None:
+        """Encoded events after `cursor` up to `upto` from memory, within `budget` bytes; None
+        when memory does not hold all of them (the caller reads the store)."""
+        tail = self._tail.get(run_id)
+        if upto <= cursor:
+            return [], cursor, False
+        if not tail or tail[0][0] > cursor + 1 or tail[-1][0] < upto:
+            return None
+        start = cursor + 1 - tail[0][0]
+        texts: list[str] = []
+        used = 0
+        next_cursor = cursor
+        for seq, text, size in tail[start:]:
+            if seq > upto:
+                break
+            if texts and used + size + 64 > budget:
+                return texts, next_cursor, True
+            texts.append(text)
+            used += size + 64
+            next_cursor = seq
+        return texts, next_cursor, False
 
     def _kick(self) -> None:
         if self._flusher is None or self._flusher.done():
@@ -101,7 +143,7 @@ class EventLog:
         results = await asyncio.gather(*writes, return_exceptions=True)
         for (run_id, rows), result in zip(pending.items(), results):
             if not isinstance(result, BaseException):
-                self._flushed[run_id] = max(self._flushed.get(run_id, 0), rows[-1][0])
+                self._durable(run_id, rows)
         async with self._changed:
             self._changed.notify_all()
 

@@ -13,6 +13,7 @@ onto it with `call_soon_threadsafe`.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import shutil
 import time
@@ -36,6 +37,7 @@ from .store import Store
 log = logging.getLogger("codefy.runs")
 
 SHUTDOWN_GRACE_S = 5.0
+FINAL_STATUSES_KEPT = 10000
 LIST_LIMIT = 50
 
 
@@ -70,6 +72,8 @@ class RunService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._order = 0
         self._unwritten: set[str] = set()
+        self._waiting_rows: dict[str, dict[str, Any]] = {}  # rows of runs not started yet
+        self._final: dict[str, str] = {}  # recently finished runs, for followers (insertion order)
         self._deferred: dict[str, Placement] = {}
         self._session_caches: dict[str, SessionCache] = {}
         self._closing = False
@@ -145,12 +149,13 @@ class RunService:
         self.queue.submit(run)  # the lane's refusals (503) happen before anything is written
         self._unwritten.add(run_id)  # placed before its row exists? it starts once the row is written
         try:
-            await self.store.create_run({
+            row = {
                 "id": run_id, "name": req.name, "status": rs.QUEUED, "owner": owner, "device": resolved.device,
                 "devices": list(resolved.devices or (resolved.device,)), "queue_key": run.queue_key,
                 "lane": req.options.lane, "session": req.options.session, "seed": seed,
                 "deterministic": req.options.deterministic, "options": _options_doc(req, resolved),
-                "graph": stored_graph, "submitted_at": self.clock()})
+                "graph": stored_graph, "submitted_at": self.clock()}
+            await self.store.create_run(row)
         except BaseException:
             self._unwritten.discard(run_id)
             self._deferred.pop(run_id, None)
@@ -165,11 +170,17 @@ class RunService:
         if secrets:
             self._vault[run_id] = secrets
         self._graphs[run_id] = graph
+        self._waiting_rows[run_id] = row
+        view = self._view({**row, "started_at": None, "finished_at": None, "error": None,
+                           "fingerprint_digest": None, "worker_id": None, "last_seq": 0})
         deferred = self._deferred.pop(run_id, None)
         if deferred is not None:
             await self._start(deferred)
         await self._reschedule()
-        return await self.get(run_id)
+        if run_id in self._active:  # it started at once: say so
+            view.update(status=rs.RUNNING, started_at=self._active[run_id].started, queue_position=None,
+                        queue_reason=None)
+        return view
 
     def _strip_secrets(self, graph: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
         """A copy of the graph with SECRET values blanked, and the values by node and param."""
@@ -197,7 +208,8 @@ class RunService:
         if run_id in self._unwritten:  # its submit is still writing the row
             self._deferred[run_id] = placement
             return
-        row = await self.store.get_run(run_id)
+        # A run submitted by this process: its row is in memory (no read back).
+        row = self._waiting_rows.pop(run_id, None) or await self.store.get_run(run_id)
         graph = self._graphs.pop(run_id, None) or (row or {}).get("graph")
         now = self.clock()
         self._active[run_id] = _Active(started=now)
@@ -273,10 +285,14 @@ class RunService:
         self._active.pop(run_id, None)
         rows = self.events.take_closing(run_id, closing)
         await self.store.update_run(run_id, status=status, finished_at=self.clock(), error=error, events=rows)
-        await self.events.committed(run_id, rows[-1][0])
+        self._final[run_id] = status
+        if len(self._final) > FINAL_STATUSES_KEPT:
+            del self._final[next(iter(self._final))]
+        await self.events.committed(run_id, rows)
 
     async def _finish_unstarted(self, run_id: str, status: str, code: str, message: str) -> None:
         self._graphs.pop(run_id, None)
+        self._waiting_rows.pop(run_id, None)
         self._vault.pop(run_id, None)
         closing = ev.execution_stopped(run_id, status=status, code=code, message=message)
         await self._write_final(run_id, status, closing, error=None)
@@ -374,6 +390,35 @@ class RunService:
             run_id, cursor, self.settings.run_events_response_cap_bytes)
         return {"run_id": run_id, "events": [_event_view(e) for e in events], "cursor": next_cursor, "more": more,
                 "status": status}
+
+    def _known_status(self, run_id: str) -> str | None:
+        """The status from memory, consistent with the in-memory log: a run is final here only once
+        its closing event is in it. None for runs this process does not know."""
+        if run_id in self._final:
+            return self._final[run_id]
+        if run_id in self._active:
+            return rs.RUNNING
+        if self.queue.get(run_id) is not None or run_id in self._unwritten:
+            return rs.QUEUED
+        return None
+
+    async def live_page(self, run_id: str, cursor: int, wait: float) -> tuple[str, list[str], int, bool]:
+        """For followers: (status, encoded events, next cursor, more). Served from the in-memory
+        tail when it holds the events (all followers share its encoding), else from the store."""
+        status = self._known_status(run_id)
+        if status is not None:
+            flushed = self.events.flushed_seq(run_id) or 0
+            if wait > 0 and cursor >= flushed and status in rs.ACTIVE:
+                await self.events.wait_beyond(run_id, cursor, min(wait, 60.0))
+                status = self._known_status(run_id) or status
+                flushed = self.events.flushed_seq(run_id) or 0
+            page = self.events.tail_page(run_id, cursor, flushed, self.settings.run_events_response_cap_bytes)
+            if page is not None:
+                texts, next_cursor, more = page
+                return status, texts, next_cursor, more
+        full = await self.events_page(run_id, cursor, wait)
+        texts = [json.dumps(e, allow_nan=False, separators=(",", ":")) for e in full["events"]]
+        return full["status"], texts, full["cursor"], full["more"]
 
     async def metrics(self, run_id: str) -> list[dict[str, Any]]:
         await self._row(run_id)

@@ -313,9 +313,9 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
     async def _follow(self, run_id: str, cursor: int) -> None:
         try:
             while True:
-                page = await self.service.events_page(run_id, cursor, wait=30.0)
-                cursor = self._deliver(run_id, page, cursor)
-                if not page["more"] and page["status"] not in ("queued", "running", "disconnected"):
+                status, texts, cursor, more = await self.service.live_page(run_id, cursor, wait=30.0)
+                self._deliver(run_id, status, texts, cursor)
+                if not more and status not in ("queued", "running", "disconnected"):
                     return
         except asyncio.CancelledError:
             raise
@@ -331,20 +331,19 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
                 for run_id in log.run_ids():
                     cursor = cursors.setdefault(run_id, 0)  # a run new since we subscribed: all of it
                     if (log.flushed_seq(run_id) or 0) > cursor:
-                        page = await self.service.events_page(run_id, cursor)
-                        cursors[run_id] = self._deliver(run_id, page, cursor)
+                        status, texts, cursors[run_id], _ = await self.service.live_page(run_id, cursor, 0)
+                        self._deliver(run_id, status, texts, cursors[run_id])
                 await log.wait_beyond(log.run_ids, lambda rid: cursors.get(rid, 0), 30.0)
         except asyncio.CancelledError:
             raise
         except Exception as err:
             self._report(None, err)
 
-    def _deliver(self, run_id: str, page: dict[str, Any], cursor: int) -> int:
-        if page["events"]:
-            cursor = page["cursor"]
-            self._send({"type": "events", "run_id": run_id, "events": page["events"], "cursor": cursor,
-                        "status": page["status"]})
-        return cursor
+    def _deliver(self, run_id: str, status: str, texts: list[str], cursor: int) -> None:
+        """One `events` frame, assembled from events encoded once for every follower."""
+        if texts:
+            self._send_text(f'{{"type":"events","run_id":{json.dumps(run_id)},"events":[{",".join(texts)}],'
+                            f'"cursor":{cursor},"status":{json.dumps(status)}}}')
 
     def _report(self, run_id: str | None, err: Exception) -> None:
         status, body = error_body(err)
@@ -353,8 +352,11 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
         self._send({"type": "error", "run_id": run_id, "error": body["error"]})
 
     def _send(self, frame: dict[str, Any]) -> None:
+        self._send_text(json.dumps(frame, allow_nan=False, default=str))
+
+    def _send_text(self, text: str) -> None:
         try:
-            self.write_message(json.dumps(frame, allow_nan=False, default=str))
+            self.write_message(text)
         except websocket.WebSocketClosedError:
             self.on_close()
 

@@ -109,6 +109,7 @@ def finish(proc: subprocess.Popen[str], timeout: float = 30) -> tuple[int, str, 
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.communicate()  # reap it and close its pipes
         raise
     assert "Warning" not in err and "Traceback" not in err, err
     return proc.returncode, out, err
