@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import deque
 from typing import Any, Callable
 
 from .run_events import RunEvent, cap_payload, encode
 from .store import Store
 
 TAIL_EVENTS = 512  # per run
+CHANGES_KEPT = 65536
 
 
 class EventLog:
@@ -31,6 +33,10 @@ class EventLog:
         # The newest durable events of each run, encoded: followers at the live edge read these
         # instead of the database, and share one encoding.
         self._tail: dict[str, list[tuple[int, str, int]]] = {}
+        # Which runs gained durable events, in order: a follower of every run looks only at those
+        # (scanning every run on each wake-up would cost O(runs) per event).
+        self.change_no = 0
+        self._changes: deque[tuple[int, str]] = deque(maxlen=CHANGES_KEPT)
         self._wake = asyncio.Event()
         self._changed = asyncio.Condition()
         self._flusher: asyncio.Task[None] | None = None
@@ -84,6 +90,8 @@ class EventLog:
         if not rows:
             return
         self._flushed[run_id] = max(self._flushed.get(run_id, 0), rows[-1][0])
+        self.change_no += 1
+        self._changes.append((self.change_no, run_id))
         tail = self._tail.setdefault(run_id, [])
         for seq, kind, payload, ts in rows:
             if not tail or seq == tail[-1][0] + 1:
@@ -157,6 +165,28 @@ class EventLog:
     # -- reading ----------------------------------------------------------------------------------
     def flushed_seq(self, run_id: str) -> int | None:
         return self._flushed.get(run_id)
+
+    def changed_since(self, change_no: int) -> tuple[list[str], int, bool]:
+        """Runs with durable events after change `change_no`, the latest change number, and
+        whether the list is complete (False: the follower fell behind what is kept; scan all)."""
+        if change_no >= self.change_no:
+            return [], self.change_no, True
+        if not self._changes or self._changes[0][0] > change_no + 1:
+            return self.run_ids(), self.change_no, False
+        runs: dict[str, None] = {}
+        for number, run_id in reversed(self._changes):
+            if number <= change_no:
+                break
+            runs[run_id] = None
+        return list(reversed(list(runs))), self.change_no, True
+
+    async def wait_change(self, change_no: int, timeout: float) -> bool:
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(lambda: self.change_no > change_no), timeout)
+            except asyncio.TimeoutError:
+                return False
+        return True
 
     def run_ids(self) -> list[str]:
         """Runs whose log this process writes (active now, or since it started)."""

@@ -324,16 +324,29 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
 
     async def _follow_all(self, cursors: dict[str, int]) -> None:
         log = self.service.events
+        change_no = log.change_no
+        named = list(cursors)
         for run_id in log.run_ids():
             cursors.setdefault(run_id, log.flushed_seq(run_id) or 0)  # known runs: live from now
+        todo = [rid for rid in log.run_ids() if (log.flushed_seq(rid) or 0) > cursors[rid]]
         try:
+            for run_id in named:  # runs named with a cursor: replay them first (from the store if need be)
+                cursor, more = cursors[run_id], True
+                while more:
+                    status, texts, cursor, more = await self.service.live_page(run_id, cursor, 0)
+                    cursors[run_id] = cursor
+                    self._deliver(run_id, status, texts, cursor)
             while True:
-                for run_id in log.run_ids():
+                for run_id in todo:
                     cursor = cursors.setdefault(run_id, 0)  # a run new since we subscribed: all of it
-                    if (log.flushed_seq(run_id) or 0) > cursor:
-                        status, texts, cursors[run_id], _ = await self.service.live_page(run_id, cursor, 0)
-                        self._deliver(run_id, status, texts, cursors[run_id])
-                await log.wait_beyond(log.run_ids, lambda rid: cursors.get(rid, 0), 30.0)
+                    while (log.flushed_seq(run_id) or 0) > cursor:
+                        status, texts, cursor, _ = await self.service.live_page(run_id, cursor, 0)
+                        cursors[run_id] = cursor
+                        if not texts:
+                            break
+                        self._deliver(run_id, status, texts, cursor)
+                await log.wait_change(change_no, 30.0)
+                todo, change_no, _ = log.changed_since(change_no)
         except asyncio.CancelledError:
             raise
         except Exception as err:

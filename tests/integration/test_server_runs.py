@@ -289,3 +289,14 @@ async def test_a_reconnecting_reader_resumes_from_its_cursor_without_gaps(jp_fet
             break
     assert seen == list(range(1, len(seen) + 1))
     second.close()
+
+
+async def test_follow_all_replays_named_runs_from_their_cursors(jp_fetch, jp_ws_fetch):
+    code, run = await call(jp_fetch, "api", "runs", method="POST", body={"graph": SMALL})
+    done = await wait_status(jp_fetch, run["id"], {"succeeded"})
+    ws = await jp_ws_fetch("codefy", "ws", "execution")
+    await ws.write_message(json.dumps({"type": "subscribe", "all": True, "cursors": {run["id"]: 2}}))
+    frame = json.loads(await asyncio.wait_for(ws.read_message(), 10))
+    assert frame["type"] == "events" and frame["run_id"] == run["id"]
+    assert [e["seq"] for e in frame["events"]] == list(range(3, done["last_seq"] + 1))
+    ws.close()
