@@ -16,39 +16,13 @@ from typing import Any
 
 from ._version import __version__
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-SEED_MAX = 2**32 - 1
+from .cli_args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SEED_MAX, int_in, seconds
 
 
-def _int_in(name: str, low: int, high: int | None = None):  # noqa: ANN202 - an argparse type
-    """An argparse type: an integer from `low` (to `high`), refused with a message naming `name`."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value < low or (high is not None and value > high):
-            bound = f"from {low} to {high}" if high is not None else f"at least {low}"
-            raise argparse.ArgumentTypeError(f"{name} must be {bound}, got {value}")
-        return value
-
-    return parse
-
-
-_seed = _int_in("seed", 0, SEED_MAX)
-_parallel = _int_in("the number of nodes", 1)
-_port = _int_in("port", 1, 65535)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
-    return value
+_seed = int_in("seed", 0, SEED_MAX)
+_parallel = int_in("the number of nodes", 1)
+_port = int_in("port", 1, 65535)
+_seconds = seconds(allow_zero=True)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-SEED_MAX = 2**32 - 1
+from .cli_args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SEED_MAX, int_in, seconds  # noqa: F401
 LIST_LIMIT = 50
 FINISHED = ("succeeded", "failed", "cancelled", "interrupted")
 # How long a watcher keeps retrying a server that stopped answering (seconds).
@@ -39,28 +38,8 @@ def _reconnect_s() -> float:
 # -- argument types ---------------------------------------------------------------------------
 
 
-def _int_in(name: str, low: int, high: int | None = None) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value < low or (high is not None and value > high):
-            bound = f"from {low} to {high}" if high is not None else f"at least {low}"
-            raise argparse.ArgumentTypeError(f"{name} must be {bound}, got {value}")
-        return value
-
-    return parse
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text}")
-    return value
+_int_in = int_in
+_positive_seconds = seconds(allow_zero=False)
 
 
 def _device_list(text: str) -> list[str]:

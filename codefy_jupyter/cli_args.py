@@ -1,0 +1,42 @@
+"""Argument types and exit codes shared by every `codefy` subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Callable
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+SEED_MAX = 2**32 - 1
+
+
+def int_in(name: str, low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer from `low` (to `high`), refused with a message naming `name`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"{name} must be {bound}, got {value}")
+        return value
+
+    return parse
+
+
+def seconds(*, allow_zero: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds (above 0, or from 0 with allow_zero)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+        if math.isnan(value) or math.isinf(value) or value < 0 or (value == 0 and not allow_zero):
+            bound = "0 or more" if allow_zero else "above 0"
+            raise argparse.ArgumentTypeError(f"must be a number of seconds {bound}, got {text}")
+        return value
+
+    return parse
