@@ -79,7 +79,8 @@ class _Execution:
         self.nodes: dict[str, NodeSpec] = dict(graph.nodes)
         self.inputs = dict(graph.inputs)
         self.consumers = {k: list(v) for k, v in graph.consumers.items()}
-        self.outputs_set = set(graph.output_nodes())
+        self.output_order = graph.output_nodes()  # graph order: the first output node is added first
+        self.outputs_set = set(self.output_order)
         # Cache keys are only worth their cost when there is a cache to ask.
         self.sigs = {} if self.no_cache else compute_signatures(
             graph, run_salt(seed=run.seed, device=run.device, deterministic=run.deterministic),
@@ -150,7 +151,7 @@ class _Execution:
 
     # -- the loop -------------------------------------------------------------------------------
     async def execute(self) -> None:
-        for nid in self.outputs_set if len(self.outputs_set) < 2 else sorted(self.outputs_set, key=self._order):
+        for nid in self.output_order:
             hit = None if self.no_cache else self.cache.get(self.sigs[nid])
             if hit is not None:
                 self._note_cached(nid, hit)
@@ -163,11 +164,6 @@ class _Execution:
         finally:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
-
-    def _order(self, nid: str) -> int:
-        if not hasattr(self, "_positions"):
-            self._positions = {n: i for i, n in enumerate(self.nodes)}
-        return self._positions[nid]
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
