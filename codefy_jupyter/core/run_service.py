@@ -26,7 +26,7 @@ from ..engine import GraphError, NodeRegistry, RunResult, SessionCache, default_
 from . import run_events as ev
 from . import run_state as rs
 from .config import Settings
-from .errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError
+from .errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError, Unavailable
 from .event_log import EventLog
 from .executors import InProcessExecutor, RunHandle, RunSpec
 from .fingerprint import digest, environment_document
@@ -122,7 +122,8 @@ class RunService:
     # -- submit -----------------------------------------------------------------------------------
     async def submit(self, body: Any, *, owner: str | None = None) -> dict[str, Any]:
         if self._closing:
-            raise ServiceError("the server is shutting down", code="shutting_down")
+            raise Unavailable("the server is shutting down; submit again once it is back",
+                              code="shutting_down")
         req = parse_submit(body)  # SchemaError: 422
         graph = req.graph
         problems = validate_graph(graph, self.registry)
