@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import functools
 import io
 import json
 import uuid
@@ -103,45 +104,47 @@ class CodefyAPIHandler(ExtensionHandlerMixin, APIHandler):
                                params={"field": name}) from None
 
 
+def api(method: Any) -> Any:
+    """Every refusal a handler method raises leaves through `fail`, in the one error shape."""
+
+    @functools.wraps(method)
+    async def wrapper(self: CodefyAPIHandler, *args: Any, **kwargs: Any) -> None:
+        try:
+            await method(self, *args, **kwargs)
+        except Exception as err:
+            self.fail(err)
+
+    return wrapper
+
+
 class RunsHandler(CodefyAPIHandler):
     @web.authenticated
     @authorized
+    @api
     async def get(self) -> None:
-        try:
-            statuses = [s for s in self.get_arguments("status") for s in s.split(",") if s] or None
-            page = await self.service.list(status=statuses, offset=self.int_arg("offset", 0),
-                                           limit=self.int_arg("limit", 50))
-        except Exception as err:
-            return self.fail(err)
-        self.send(200, page)
+        statuses = [s for s in self.get_arguments("status") for s in s.split(",") if s] or None
+        self.send(200, await self.service.list(status=statuses, offset=self.int_arg("offset", 0),
+                                               limit=self.int_arg("limit", 50)))
 
     @web.authenticated
     @authorized
+    @api
     async def post(self) -> None:
-        try:
-            run = await self.service.submit(self.body(), owner=self.username)
-        except Exception as err:
-            return self.fail(err)
-        self.send(201, run)
+        self.send(201, await self.service.submit(self.body(), owner=self.username))
 
 
 class RunHandler(CodefyAPIHandler):
     @web.authenticated
     @authorized
+    @api
     async def get(self, run_id: str) -> None:
-        try:
-            run = await self.service.get(run_id)
-        except Exception as err:
-            return self.fail(err)
-        self.send(200, run)
+        self.send(200, await self.service.get(run_id))
 
     @web.authenticated
     @authorized
+    @api
     async def delete(self, run_id: str) -> None:
-        try:
-            await self.service.delete(run_id, user=self.username, admin=self.is_admin)
-        except Exception as err:
-            return self.fail(err)
+        await self.service.delete(run_id, user=self.username, admin=self.is_admin)
         self.set_status(204)
         self.finish()
 
@@ -149,42 +152,34 @@ class RunHandler(CodefyAPIHandler):
 class CancelHandler(CodefyAPIHandler):
     @web.authenticated
     @authorized
+    @api
     async def post(self, run_id: str) -> None:
-        try:
-            run = await self.service.cancel(run_id, user=self.username, admin=self.is_admin)
-        except Exception as err:
-            return self.fail(err)
-        self.send(200, run)
+        self.send(200, await self.service.cancel(run_id, user=self.username, admin=self.is_admin))
 
 
 class EventsHandler(CodefyAPIHandler):
     @web.authenticated
     @authorized
+    @api
     async def get(self, run_id: str) -> None:
-        try:
-            cursor = self.int_arg("cursor", 0)
-            if cursor < 0:
-                raise ServiceError("cursor must not be negative", code="invalid_cursor", params={"field": "cursor"})
-            wait = self.float_arg("wait", 0.0)
-            if not 0 <= wait <= 60:
-                raise ServiceError("wait must be from 0 to 60 seconds", code="invalid_wait", params={"field": "wait"})
-            page = await self.service.events_page(run_id, cursor, wait)
-        except Exception as err:
-            return self.fail(err)
-        self.send(200, page)
+        cursor = self.int_arg("cursor", 0)
+        if cursor < 0:
+            raise ServiceError("cursor must not be negative", code="invalid_cursor", params={"field": "cursor"})
+        wait = self.float_arg("wait", 0.0)
+        if not 0 <= wait <= 60:
+            raise ServiceError("wait must be from 0 to 60 seconds", code="invalid_wait", params={"field": "wait"})
+        self.send(200, await self.service.events_page(run_id, cursor, wait))
 
 
 class MetricsHandler(CodefyAPIHandler):
     @web.authenticated
     @authorized
+    @api
     async def get(self, run_id: str) -> None:
-        try:
-            points = await self.service.metrics(run_id)
-            fmt = self.get_argument("format", "json")
-            if fmt not in ("json", "csv"):
-                raise ServiceError("format must be json or csv", code="invalid_format", params={"field": "format"})
-        except Exception as err:
-            return self.fail(err)
+        points = await self.service.metrics(run_id)
+        fmt = self.get_argument("format", "json")
+        if fmt not in ("json", "csv"):
+            raise ServiceError("format must be json or csv", code="invalid_format", params={"field": "format"})
         if fmt == "json":
             return self.send(200, {"run_id": run_id, "metrics": points})
         out = io.StringIO()
@@ -199,12 +194,9 @@ class MetricsHandler(CodefyAPIHandler):
 class ArtifactsHandler(CodefyAPIHandler):
     @web.authenticated
     @authorized
+    @api
     async def get(self, run_id: str) -> None:
-        try:
-            items = await self.service.artifacts(run_id)
-        except Exception as err:
-            return self.fail(err)
-        self.send(200, {"run_id": run_id, "artifacts": items})
+        self.send(200, {"run_id": run_id, "artifacts": await self.service.artifacts(run_id)})
 
 
 class NodesHandler(CodefyAPIHandler):
