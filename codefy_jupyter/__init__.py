@@ -2,7 +2,7 @@
 
 from ._version import __version__
 
-__all__ = ["AsyncClient", "Client", "CodefyError", "__version__"]
+__all__ = ["AsyncClient", "Client", "CodefyError", "Graph", "__version__"]
 
 
 def __getattr__(name: str):  # noqa: ANN202 - lazy: `import codefy_jupyter` must stay light (no tornado)
@@ -10,7 +10,17 @@ def __getattr__(name: str):  # noqa: ANN202 - lazy: `import codefy_jupyter` must
         from . import kernel
 
         return getattr(kernel, name)
+    if name == "Graph":
+        from .kernel.graph_builder import Graph
+
+        return Graph
     raise AttributeError(f"module 'codefy_jupyter' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython) -> None:  # noqa: ANN001 - `%load_ext codefy_jupyter`
+    from .kernel.magics import load_ipython_extension as load
+
+    load(ipython)
 
 
 def _jupyter_server_extension_points() -> list[dict]:

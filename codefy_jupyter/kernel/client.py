@@ -29,10 +29,12 @@ CLOSING = ("execution_complete", "execution_error", "execution_stopped")
 ACTIVE = ("queued", "running", "disconnected")
 
 
-def load_graph(graph: dict[str, Any] | str | Path) -> dict[str, Any]:
-    """A graph given as a dict, or the path of a graph JSON file."""
+def load_graph(graph: dict[str, Any] | str | Path | Any) -> dict[str, Any]:
+    """A graph given as a dict, a `Graph` (anything with `to_dict()`), or the path of a graph JSON file."""
     if isinstance(graph, dict):
         return graph
+    if callable(getattr(graph, "to_dict", None)):
+        return graph.to_dict()
     path = Path(graph)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -95,7 +97,7 @@ class AsyncClient:
         return json.loads(response.body) if response.body else None
 
     # -- runs ---------------------------------------------------------------------------------
-    async def submit(self, graph: dict[str, Any] | str | Path, *, name: str | None = None,
+    async def submit(self, graph: dict[str, Any] | str | Path | Any, *, name: str | None = None,
                      device: str | None = None, seed: int | None = _UNSET, deterministic: bool = False,
                      record_outputs: bool = False, worker: str | None = None, devices: list[str] | None = None,
                      lane: str | None = None, session: str | None = None) -> dict[str, Any]:
