@@ -19,6 +19,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -214,8 +215,11 @@ class RunService:
         graph = self._graphs.pop(run_id, None) or (row or {}).get("graph")
         now = self.clock()
         self._active[run_id] = _Active(started=now)
-        await self.store.update_run(run_id, status=rs.RUNNING, started_at=now,
-                                    fingerprint_digest=self.fingerprint_digest)
+        # Not awaited: writes commit in call order, so the final write queued later can never land
+        # before this one, and the submit that started the run answers after one commit, not two.
+        self.store.update_run(run_id, status=rs.RUNNING, started_at=now,
+                              fingerprint_digest=self.fingerprint_digest
+                              ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} running"))
         self.events.emit(run_id, ev.execution_start(
             run_id, name=row.get("name"), device=placement.device, devices=list(row.get("devices") or []),
             seed=row.get("seed"), deterministic=bool(row.get("deterministic")), queue_key=placement.queue_key,
@@ -437,6 +441,11 @@ class RunService:
     @property
     def active_count(self) -> int:
         return len(self._active) + len(self.queue.waiting())
+
+
+def _log_failed_write(what: str, future: asyncio.Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("codefy: %s failed: %s", what, future.exception())
 
 
 def _remove_run_files(folder: Path, keep: set[str]) -> None:
