@@ -247,18 +247,9 @@ def _run_client(args: argparse.Namespace, as_json: bool, body: Callable[[Any], A
 # -- codefy run -------------------------------------------------------------------------------
 
 
-def run_command(args: argparse.Namespace) -> int:
-    from .kernel.client import _UNSET, load_graph
-    from .kernel.errors import CodefyError
-
-    try:
-        graph = load_graph(args.graph)
-    except CodefyError as err:
-        return _fail(str(err), args.json, _error_doc(err))
-    try:
-        server = _server_info(args)
-    except CodefyError as err:
-        return _fail(str(err), args.json, _error_doc(err))
+def submit_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`codefy run`'s flags as keywords of `Client.submit` (shared with `%codefy run`)."""
+    from .kernel.client import _UNSET
 
     options: dict[str, Any] = {"name": args.name, "device": args.device, "deterministic": args.deterministic,
                                "record_outputs": args.record_outputs, "devices": args.devices}
@@ -270,7 +261,23 @@ def run_command(args: argparse.Namespace) -> int:
         options["seed"] = _UNSET
     if args.target:
         options["worker"] = args.target
-    watcher = RunWatcher(server, graph=graph, graph_name=Path(args.graph).name, options=options,
+    return options
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from .kernel.client import load_graph
+    from .kernel.errors import CodefyError
+
+    try:
+        graph = load_graph(args.graph)
+    except CodefyError as err:
+        return _fail(str(err), args.json, _error_doc(err))
+    try:
+        server = _server_info(args)
+    except CodefyError as err:
+        return _fail(str(err), args.json, _error_doc(err))
+
+    watcher = RunWatcher(server, graph=graph, graph_name=Path(args.graph).name, options=submit_options(args),
                          detach=args.detach, timeout=args.timeout, as_json=args.json)
     try:
         return asyncio.run(watcher.main())
