@@ -8,12 +8,13 @@ caller hops them onto its loop) and finishes with the engine's RunResult.
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..engine import CancelToken, EngineCallbacks, OutputCache, RunResult, run_graph
+from ..engine import CancelToken, EngineCallbacks, OutputCache, RunResult, execute_graph
 
 
 @dataclass
@@ -47,14 +48,71 @@ class RunHandle:
         return self._token.cancelled
 
 
-class InProcessExecutor:
-    """Runs the engine on a thread of its own (one per run), with its own event loop.
+class _EngineThread:
+    """A thread with an event loop of its own that runs graphs one at a time.
 
-    A thread per run rather than a pool: runs are few and long, and a thread of its own means a
-    run's event loop never shares a thread with the server's.
+    Reused across runs: creating a thread and an event loop (a selector and a socket pair) for
+    every run was a measurable share of the queue's per-run cost.
+    """
+
+    def __init__(self, pool: _EngineThreads, number: int) -> None:
+        self._pool = pool
+        self._jobs: queue.SimpleQueue[Callable[[asyncio.Runner], None] | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name=f"codefy-engine-{number}", daemon=True)
+        self.thread.start()
+
+    def give(self, job: Callable[[asyncio.Runner], None] | None) -> None:
+        self._jobs.put(job)
+
+    def _serve(self) -> None:
+        with asyncio.Runner() as runner:
+            while True:
+                job = self._jobs.get()
+                if job is None:
+                    return
+                job(runner)
+                if not self._pool.idle(self):
+                    return
+
+
+class _EngineThreads:
+    """Idle engine threads waiting for the next run; at most `keep_idle` of them wait."""
+
+    def __init__(self, keep_idle: int = 8) -> None:
+        self._keep_idle = keep_idle
+        self._idle: list[_EngineThread] = []
+        self._lock = threading.Lock()
+        self._made = 0
+
+    def run(self, job: Callable[[asyncio.Runner], None]) -> None:
+        with self._lock:
+            worker = self._idle.pop() if self._idle else None
+            if worker is None:
+                self._made += 1
+                number = self._made
+        (worker or _EngineThread(self, number)).give(job)
+
+    def idle(self, worker: _EngineThread) -> bool:
+        """A worker is done with its run: keep it for the next one, or let it end."""
+        with self._lock:
+            if len(self._idle) >= self._keep_idle:
+                return False
+            self._idle.append(worker)
+            return True
+
+
+class InProcessExecutor:
+    """Runs the engine on an engine thread of its own (one per running run), with its own event loop.
+
+    A thread per running run rather than one shared loop: a sync node that computes for minutes
+    would otherwise hold up every other run, and a run's event loop never shares a thread with the
+    server's. Threads and their loops are reused from run to run.
     """
 
     name = "in_process"
+
+    def __init__(self) -> None:
+        self._threads = _EngineThreads()
 
     def start(self, spec: RunSpec, on_event: Callable[[dict[str, Any]], None]) -> RunHandle:
         loop = asyncio.get_running_loop()
@@ -69,17 +127,17 @@ class InProcessExecutor:
             else:
                 done.set_result(result)
 
-        def target() -> None:
+        def job(runner: asyncio.Runner) -> None:
             try:
-                result = run_graph(
+                result = runner.run(execute_graph(
                     spec.graph, seed=spec.seed, device=spec.device, deterministic=spec.deterministic,
                     max_parallel_nodes=spec.max_parallel_nodes, cache=spec.cache, cancel=token,
-                    callbacks=EngineCallbacks.all_to(on_event), data_dir=spec.data_dir, run_id=spec.run_id)
+                    callbacks=EngineCallbacks.all_to(on_event), data_dir=spec.data_dir, run_id=spec.run_id,
+                    inline=True))
             except BaseException as err:  # a graph error or an engine bug: the run fails, the server lives
                 loop.call_soon_threadsafe(settle, None, err)
             else:
                 loop.call_soon_threadsafe(settle, result, None)
 
-        thread = threading.Thread(target=target, name=f"codefy-run-{spec.run_id}", daemon=True)
-        thread.start()
+        self._threads.run(job)
         return RunHandle(spec.run_id, token, done)
