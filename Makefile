@@ -19,8 +19,9 @@ $(STAMP): $(VENV)/bin/python pyproject.toml
 
 venv: $(STAMP)
 
+# A headless control plane, `codefy run examples/train_mlp.json` streamed to its end, then stopped.
 demo: $(STAMP)
-	$(VENV)/bin/codefy exec examples/train_mlp.json
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" examples/demo.sh
 
 test: $(STAMP)
 	$(PY) -m pytest

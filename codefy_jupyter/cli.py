@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .run_cli import add_parsers
 
     add_parsers(sub)
+    from .kernel_setup import add_parser as add_kernel_setup
+
+    add_kernel_setup(sub)
     return parser
 
 
@@ -90,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         from .run_cli import runs_command
 
         return runs_command(args)
+    if args.command == "kernel-setup":
+        from .kernel_setup import command
+
+        return command(args)
     parser.print_help(sys.stderr)
     return EXIT_USAGE
 
