@@ -21,6 +21,11 @@ for arg in "$@"; do
     esac
 done
 
+# `make demo` puts .venv/bin on PATH; run directly, the script finds it too.
+if ! command -v codefy >/dev/null 2>&1 && [ -x .venv/bin/codefy ]; then
+    PATH="$PWD/.venv/bin:$PATH"
+fi
+
 # Every codefy command below finds the demo server through this data dir's server.json.
 export CODEFY_DATA_DIR="$PWD/.codefy-demo"
 unset CODEFY_URL CODEFY_TOKEN
