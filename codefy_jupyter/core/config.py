@@ -42,6 +42,15 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds a disconnected worker's runs wait for it before they end interrupted. 0 ends them at once."),
     Setting("worker_output_fetch_timeout_s", int, 60,
             "Seconds a read of a worker run's recorded outputs waits for the worker before answering 504."),
+    Setting("worker_one_shot_queue_timeout_s", int, 86400,
+            "Seconds a run waits for a one-shot worker (target pool 'one-shot', or naming a one-shot worker) "
+            "before it fails."),
+    Setting("worker_heartbeat_s", int, 10,
+            "Seconds between a worker agent's heartbeats (sent to it in welcome.heartbeat_s); a worker that "
+            "misses three in a row is marked disconnected."),
+    Setting("worker_cancel_grace_s", int, 30,
+            "Seconds a stopped worker run has to end cooperatively before its agent terminates the run's "
+            "process (and kills it 5 s later)."),
     Setting("max_parallel_nodes", int, 4, "Nodes executing concurrently inside one run (a seeded run uses 1)."),
     Setting("run_retention_keep_last", int, 200,
             "How many finished runs to keep. 0 keeps none; a negative value disables retention."),
@@ -85,6 +94,9 @@ class Settings:
     run_interactive_max_concurrent: int = 2
     worker_resume_grace_s: int = 300
     worker_output_fetch_timeout_s: int = 60
+    worker_one_shot_queue_timeout_s: int = 86400
+    worker_heartbeat_s: int = 10
+    worker_cancel_grace_s: int = 30
     max_parallel_nodes: int = 4
     run_retention_keep_last: int = 200
     run_event_payload_cap_bytes: int = 131072
