@@ -5,6 +5,7 @@ via `codefy start`). Every setting of `core.config.SETTINGS` is a trait here, wi
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from jupyter_server._tz import utcnow
@@ -20,6 +21,7 @@ from ..core.errors import Unavailable
 from ..core.store import Store
 from ..core.store_queries import StoreError
 from .handlers import route_table
+from .sharing import Sharing, decide_sharing
 
 ACTIVITY_INTERVAL_S = 30
 
@@ -40,9 +42,10 @@ class CodefyApp(ExtensionApp):
 
     locals().update(_setting_traits())
 
-    shared_server = Bool(False, help="Several people use this server (JupyterHub sharing, a multi-user "
-                         "identity provider): each may stop or delete only their own runs, unless listed "
-                         "in admin_users. Everyone may read.").tag(config=True)
+    shared_server = Bool(None, allow_none=True, help="Several people use this server: each may stop or "
+                         "delete only their own runs, unless listed in admin_users; everyone may read. "
+                         "Unset (the default): detected, true on a JupyterHub single-user server (whose "
+                         "owner is then an admin) or with a multi-user identity provider.").tag(config=True)
     admin_users = List(Unicode(), help="Usernames who may stop or delete anyone's runs on a shared "
                        "server.").tag(config=True)
 
@@ -53,6 +56,16 @@ class CodefyApp(ExtensionApp):
     def initialize_settings(self) -> None:
         configured = {s.name: getattr(self, s.name) for s in SETTINGS}
         self.codefy_settings = Settings.load(configured)
+
+    @property
+    def sharing(self) -> Sharing:
+        if getattr(self, "_sharing", None) is None:
+            provider = type(self.serverapp.identity_provider)
+            self._sharing = decide_sharing(self.shared_server, self.admin_users, os.environ,
+                                           f"{provider.__module__}.{provider.__qualname__}")
+            self.log.info("codefy: %s server (%s)", "shared" if self._sharing.shared else "single-user",
+                          self._sharing.reason)
+        return self._sharing
 
     def initialize_handlers(self) -> None:
         # ExtensionApp prefixes each pattern with the server's base_url itself.

@@ -64,8 +64,8 @@ class CodefyAPIHandler(ExtensionHandlerMixin, APIHandler):
 
     @property
     def is_admin(self) -> bool:
-        app = self.extensionapp
-        return not app.shared_server or self.username in set(app.admin_users)
+        sharing = self.extensionapp.sharing
+        return not sharing.shared or self.username in sharing.admins
 
     def body(self) -> Any:
         try:

@@ -42,6 +42,28 @@ class TestSharedServer:
         assert code == 204
 
 
+class TestSharedServerDetected:
+    """No `shared_server` setting: a multi-user identity provider makes the server shared."""
+
+    @pytest.fixture
+    def jp_server_config(self, tmp_path):
+        config = _config(tmp_path)
+        config["ServerApp"]["identity_provider_class"] = "fake_identity.HeaderIdentityProvider"
+        config["ServerApp"]["disable_check_xsrf"] = True
+        return config
+
+    async def test_another_user_may_not_stop_a_run(self, jp_fetch):
+        code, run = await call(jp_fetch, "api", "runs", method="POST", body={"graph": sleepy(5)},
+                               headers={"X-Test-User": "alice"})
+        assert code == 201
+        code, body = await call(jp_fetch, "api", "runs", run["id"], "cancel", method="POST",
+                                headers={"X-Test-User": "bob"})
+        assert code == 403 and body["error"]["params"]["owner"] == "alice"
+        code, _ = await call(jp_fetch, "api", "runs", run["id"], "cancel", method="POST",
+                             headers={"X-Test-User": "alice"})
+        assert code == 200
+
+
 class TestLanesAndRetention:
     @pytest.fixture
     def jp_server_config(self, tmp_path):
