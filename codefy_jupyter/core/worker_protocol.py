@@ -222,7 +222,10 @@ class RunFacts(RunFrame):
 class RunFinished(RunFrame):
     """The run ended: `status` is `succeeded`, `failed` or `cancelled`. `error`:
     `{"node_id"?, "type", "message", "traceback"?, "code"?}`. `output_tail`: the last 4 KB of the
-    run's output.log when its process crashed. `exit_code`: the process's exit status when known."""
+    run's output.log when its process crashed. `exit_code`: the process's exit status when known;
+    `signal`: the signal that ended it. `executed`/`cached`: how many nodes ran or came from cache,
+    `metrics`: the last value of each metric series, `duration_s`: the run's own duration (the
+    control plane's closing event reports them as for an in-process run)."""
 
     type: ClassVar[str] = "run_finished"
     status: str
@@ -230,6 +233,11 @@ class RunFinished(RunFrame):
     peak_memory: dict[str, Any] | None = None
     output_tail: str | None = None
     exit_code: int | None = None
+    signal: int | None = None
+    executed: int = 0
+    cached: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    duration_s: float | None = None
 
 
 # control plane -> agent ----------------------------------------------------------------------------
