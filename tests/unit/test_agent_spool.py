@@ -197,3 +197,13 @@ def test_restart_mid_stream_replays_exactly_the_unacked_frames(tmp_path):
     assert len(spool) == 0
     assert len(lines(spool)) < 10_000  # compacted along the way
     spool.close()
+
+
+def test_the_agent_side_imports_neither_torch_nor_the_server():
+    import subprocess
+    import sys
+
+    code = ("import sys, codefy_jupyter.agent.spool, codefy_jupyter.core.worker_protocol; "
+            "print([m for m in ('torch', 'tornado', 'jupyter_server', 'codefy_jupyter.server') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
