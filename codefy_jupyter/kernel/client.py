@@ -179,6 +179,10 @@ class AsyncClient:
     async def nodes(self) -> dict[str, Any]:
         return await self._call("GET", "nodes")
 
+    async def workers(self) -> Any:
+        """GET codefy/api/workers: the worker agents with their devices and slots."""
+        return await self._call("GET", "workers")
+
 
 class Client:
     """The synchronous client: the async one on a private event loop in a thread of its own, so
@@ -253,3 +257,6 @@ class Client:
 
     def nodes(self) -> dict[str, Any]:
         return self._run(self._async.nodes())
+
+    def workers(self) -> Any:
+        return self._run(self._async.workers())

@@ -1,0 +1,36 @@
+"""Watching one run from another widget (the Runs table's Watch, the Queue on… dialog after a
+submit): a RunView follows it, and a digest of its state is mirrored into the host's `watch`
+trait so the host's own ESM can draw a strip without rendering a second widget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .run_state_view import summary
+from .run_view import RunView
+
+
+class Watching:
+    """Mixin for an anywidget with a synced `watch` Dict trait and a `_client`."""
+
+    watched: RunView | None = None
+
+    def watch(self, run_id: str) -> RunView:
+        """Follow `run_id` (replacing what was watched); the RunView, to display in full."""
+        self.unwatch()
+        view = RunView(run_id, client=self._client)  # type: ignore[attr-defined]
+        self.watched = view
+
+        def mirror(_change: Any = None) -> None:
+            if self.watched is view:
+                self.watch_state = summary(view.state)  # type: ignore[attr-defined]
+
+        view.observe(mirror, names=["cursor", "status", "queue_position", "queue_reason", "following"])
+        mirror()
+        return view
+
+    def unwatch(self) -> None:
+        view, self.watched = self.watched, None
+        if view is not None:
+            view.close()
+        self.watch_state = {}  # type: ignore[attr-defined]

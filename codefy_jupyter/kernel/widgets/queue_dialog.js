@@ -1,0 +1,115 @@
+// QueueDialog ("Queue on…"): target, device or device set, seed, name, and Submit. Plain ESM for
+// anywidget. The form is built once (typing is never interrupted by a redraw); the fields are
+// saved to the model and Submit is a message the Python side answers by submitting through the
+// REST API, then showing the new run's id (and, on Watch, a strip that follows it).
+
+function h(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+let uid = 0;
+
+function render({ model, el }) {
+  el.classList.add("cdf", "cdf-queue-dialog");
+  const listId = `cdf-devices-${++uid}`;
+  const target = h("select", { name: "target" });
+  const device = h("input", { name: "device", list: listId, autocomplete: "off" });
+  const devices = h("input", { name: "devices", placeholder: "e.g. cuda:0,cuda:1", autocomplete: "off" });
+  const seed = h("input", { name: "seed", inputmode: "numeric", autocomplete: "off" });
+  const noSeed = h("input", { name: "no_seed", type: "checkbox" });
+  const name = h("input", { name: "name", autocomplete: "off" });
+  const datalist = h("datalist", { id: listId });
+  const submit = h("button", { class: "cdf-submit", type: "button" }, "Submit");
+  const fields = { target, device, devices, seed, no_seed: noSeed, name };
+  const title = h("div", { class: "cdf-head" });
+  const result = h("div", { class: "cdf-result-area" });
+
+  const label = (text, input, extra) => [h("label", {}, text), h("span", {}, input, extra || null)];
+  el.append(h("div", {}, title,
+    h("div", { class: "cdf-form" },
+      label("Target", target), label("Device", device), label("Devices", devices),
+      label("Seed", seed, h("label", { class: "cdf-note" }, " ", noSeed, " No seed")), label("Name", name),
+      h("span", {}), h("span", {}, submit)),
+    datalist, result));
+
+  const read = () => ({ target: target.value, device: device.value, devices: devices.value, seed: seed.value,
+    no_seed: noSeed.checked, name: name.value });
+
+  function save() {
+    for (const [key, value] of Object.entries(read())) model.set(key, value);
+    model.save_changes();
+  }
+  for (const input of Object.values(fields)) input.addEventListener("change", save);
+  submit.addEventListener("click", () => {
+    save();
+    model.send({ action: "submit", form: read() });
+  });
+
+  function fill() {
+    // Options and placeholders follow the model; values only where the user is not typing.
+    const current = model.get("target");
+    target.replaceChildren(...(model.get("targets") || []).map(([value, text]) =>
+      h("option", { value, selected: value === current }, text)));
+    datalist.replaceChildren(...(model.get("device_choices") || []).map((d) => h("option", { value: d })));
+    device.placeholder = model.get("graph_device") || "graph's device, else cpu";
+    const gs = model.get("graph_seed");
+    seed.placeholder = gs === null || gs === undefined ? "unseeded" : `graph's seed: ${gs}`;
+    for (const key of ["device", "devices", "seed", "name"]) {
+      if (document.activeElement !== fields[key]) fields[key].value = model.get(key) || "";
+    }
+    noSeed.checked = !!model.get("no_seed");
+    title.replaceChildren(h("span", { class: "cdf-title" }, "Queue on…"),
+      h("span", { class: "cdf-note" }, `${model.get("graph_name")} · ${model.get("graph_nodes")} nodes`));
+  }
+
+  function outcome() {
+    const error = model.get("error");
+    for (const [key, input] of Object.entries(fields)) {
+      const field = error && error.field ? error.field.replace(/^options\.(target\.)?/, "") : "";
+      input.classList.toggle("cdf-invalid", field === key || (key === "target" && field === "worker"));
+    }
+    submit.disabled = !!model.get("busy");
+    const run = model.get("run");
+    const w = model.get("watch_state");
+    result.replaceChildren(...[
+      error ? h("div", { class: "cdf-error" }, error.message + (error.field ? ` (field: ${error.field})` : "")) : null,
+      run ? h("div", { class: "cdf-strip cdf-submitted" }, "Submitted run ",
+        h("b", { class: "cdf-mono cdf-run-id" }, run.id),
+        h("span", { class: `cdf-status cdf-${run.status}` }, run.status),
+        run.queue_key ? h("span", { class: "cdf-note" }, `queue ${run.queue_key}`) : null,
+        h("button", { class: "cdf-watch", onclick: () => model.send({ action: "watch" }) }, "Watch")) : null,
+      w && w.run_id ? h("div", { class: "cdf-strip cdf-watch" },
+        h("span", { class: `cdf-status cdf-${w.status}` }, w.status),
+        w.status === "queued" && w.queue_position ? `Queue #${w.queue_position}` : null,
+        w.queue_reason ? h("i", {}, w.queue_reason) : null,
+        h("span", {}, `nodes ${w.nodes_done}/${w.nodes_seen}`),
+        w.message ? h("span", { class: "cdf-error" }, w.message) : null) : null,
+    ].filter(Boolean));
+  }
+
+  const formKeys = ["targets", "device_choices", "target", "device", "devices", "seed", "no_seed", "name",
+    "graph_name", "graph_nodes", "graph_seed", "graph_device"];
+  const resultKeys = ["error", "busy", "run", "watch_state"];
+  for (const key of formKeys) model.on(`change:${key}`, fill);
+  for (const key of resultKeys) model.on(`change:${key}`, outcome);
+  fill();
+  outcome();
+  return () => {
+    for (const key of formKeys) model.off(`change:${key}`, fill);
+    for (const key of resultKeys) model.off(`change:${key}`, outcome);
+  };
+}
+
+export default { render };

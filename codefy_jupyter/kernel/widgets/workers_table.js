@@ -1,0 +1,59 @@
+// WorkersTable: the worker agents the server lists (name, state, devices, slots, running runs),
+// or "no workers connected". Plain ESM for anywidget; Refresh is a message to the Python side.
+
+function h(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const STATE_CLASS = { online: "running", draining: "queued", connecting: "queued", disconnected: "failed", offline: "cancelled" };
+
+function render({ model, el }) {
+  el.classList.add("cdf", "cdf-workers");
+  const root = h("div");
+  el.append(root);
+
+  function table() {
+    const rows = model.get("rows") || [];
+    if (!rows.length) return h("div", { class: "cdf-empty" }, model.get("message") || "no workers connected");
+    return h("table", {},
+      h("thead", {}, h("tr", {}, ["Worker", "State", "Devices", "Slots", "Running"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, rows.map((row, i) => h("tr", { class: `cdf-row ${i % 2 === 0 ? "cdf-odd" : ""}`, dataset: { worker: row.name } },
+        h("td", {}, row.name, row.same_host ? h("span", { class: "cdf-sub" }, "this machine") : null),
+        h("td", {}, h("span", { class: `cdf-status cdf-${STATE_CLASS[row.state] || ""}` }, row.state)),
+        h("td", { class: "cdf-mono" }, row.devices),
+        h("td", {}, row.slots),
+        h("td", { title: (row.running_ids || []).join("\n") }, String(row.running))))));
+  }
+
+  function draw() {
+    const local = model.get("local");
+    const error = model.get("error");
+    root.replaceChildren(...[
+      h("div", { class: "cdf-toolbar" }, h("b", {}, "Workers"),
+        local ? h("span", { class: "cdf-note" }, `This server: ${local.devices} (slots ${local.slots})`) : null,
+        h("span", { class: "cdf-count" }, ""),
+        h("button", { class: "cdf-refresh", onclick: () => model.send({ action: "refresh" }) }, "Refresh")),
+      table(),
+      error ? h("div", { class: "cdf-error" }, error.message) : null,
+    ].filter(Boolean));
+  }
+
+  const keys = ["rows", "local", "message", "error"];
+  for (const key of keys) model.on(`change:${key}`, draw);
+  draw();
+  return () => { for (const key of keys) model.off(`change:${key}`, draw); };
+}
+
+export default { render };
