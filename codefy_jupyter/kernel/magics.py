@@ -21,7 +21,6 @@ import argparse
 import json
 import re
 import shlex
-import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -29,24 +28,25 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.display import display
 from IPython.utils.text import DollarFormatter
+from traitlets import TraitError
 
-from .client import ACTIVE, Client, load_graph
+from .client import Client, load_graph
 from .errors import CodefyError
 
 # A whole argument that names a variable: `$graph` or `{graph}`.
 _NAMED = re.compile(r"(?<!\S)(?:\$([A-Za-z_]\w*)|\{([A-Za-z_]\w*)\})(?!\S)")
 _CELL = "<cell>"  # stands for the graph of a %%codefy run cell in the parsed arguments
-_LONG_POLL_S = 25.0
 
 USAGE = """\
 %codefy run GRAPH [flags]   submit a graph (a JSON file, or $var / {var}: a dict or a Graph) and show
                             its live view; flags as `codefy run` (--name --device --target --devices
                             --seed --no-seed --deterministic --record-outputs --url --token ...);
                             --detach prints the id only; --wait (or --timeout S) also blocks the
-                            cell until the run ends; --json returns the run as a dict, no view
+                            cell until the run ends; --json also returns the run as a dict
+                            (`run = %codefy run g.json --json`; the final run with --wait)
 %%codefy run [flags]        the same, with the graph written in the cell as JSON or YAML
 %codefy show [ID]           the live view of a run (default: the last one submitted here)
-%codefy runs [--status S]   the runs table (S: queued, running, succeeded, failed, ... comma-separated)
+%codefy runs [--status S]   the runs table (S: the filter chip: running, queued, succeeded, failed, ...)
 %codefy workers             the workers table
 %codefy queue GRAPH         the Queue on... dialog for a graph
 %codefy cancel ID           cancel a queued or running run"""
@@ -85,7 +85,8 @@ def _own_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="the live view of a run")
     show.add_argument("run_id", nargs="?", metavar="ID")
     runs = sub.add_parser("runs", help="the runs table")
-    runs.add_argument("--status", help="only runs with this status (several separated by commas)")
+    runs.add_argument("--status", help="the filter chip to start on: all, running, queued, succeeded, failed, "
+                      "cancelled or interrupted")
     sub.add_parser("workers", help="the workers table")
     queue = sub.add_parser("queue", help="the Queue on... dialog for a graph")
     queue.add_argument("graph", help="graph JSON file, or $var / {var}")
@@ -102,7 +103,8 @@ class CodefyMagics(Magics):
         super().__init__(shell)
         self._clients: dict[tuple[str, str], Client] = {}
         self.last_run_id: str | None = None
-        self.last_view: Any = None
+        self.last_view: Any = None  # the last RunView shown
+        self.last_widget: Any = None  # the last table or dialog shown
 
     @no_var_expand  # `$graph` may name a dict, which must not be pasted into the line as text
     @line_cell_magic
@@ -195,20 +197,21 @@ class CodefyMagics(Magics):
                 raise UsageError(f"the server refused the run: {describe(err)}") from None
             raise
         self.last_run_id = run["id"]
-        if args.json and not (args.wait or args.timeout):
-            return run
         if args.detach:
+            if args.json:
+                return run
             print(f"submitted run {run['id']} ({graph[1]}, {run['status']} on {run.get('queue_key')}); "
                   f"`%codefy show {run['id']}` shows it")
             return None
-        if not args.json:
-            self._display_view(run["id"], client)
-        if args.wait or args.timeout:
-            final = wait_for(client, run["id"], args.timeout)
-            if args.json:
-                return final
-            if final is not None:
-                print(summary(final))
+        view = self._display_view(run["id"], client)
+        if not (args.wait or args.timeout):
+            return run if args.json else None
+        finished = wait_for(view, args.timeout)
+        final = client.get(run["id"])
+        if args.json:
+            return final
+        if finished:
+            print(summary(final))
         return None
 
     def _show(self, args: argparse.Namespace) -> None:
@@ -219,11 +222,12 @@ class CodefyMagics(Magics):
         client.get(run_id)  # an unknown id is the server's 404, said here rather than in the view
         self._display_view(run_id, client)
 
-    def _display_view(self, run_id: str, client: Client) -> None:
+    def _display_view(self, run_id: str, client: Client) -> Any:
         from .widgets import RunView
 
         self.last_view = RunView(run_id, client=client)
         display(self.last_view)
+        return self.last_view
 
     def _widget(self, command: str, args: argparse.Namespace, graphs: dict[str, Any]) -> None:
         from . import widgets
@@ -231,16 +235,19 @@ class CodefyMagics(Magics):
         client = self._client(args)
         if command == "runs":
             table = widgets.RunsTable(client=client)
-            if args.status and hasattr(table, "status_filter"):
-                table.status_filter = args.status
-            elif args.status:
-                raise UsageError("%codefy runs: this RunsTable has no status filter")
-            display(table)
+            if args.status:
+                try:
+                    table.filter = args.status
+                except TraitError as err:
+                    table.close()
+                    raise UsageError(f"%codefy runs: --status: {err}") from None
+            self.last_widget = table
         elif command == "workers":
-            display(widgets.WorkersTable(client=client))
+            self.last_widget = widgets.WorkersTable(client=client)
         else:
             graph, _ = self._graph(args.graph, graphs, None)
-            display(widgets.QueueDialog(graph, client=client))
+            self.last_widget = widgets.QueueDialog(graph, client=client)
+        display(self.last_widget)
 
 
 # -- pure helpers ----------------------------------------------------------------------------------
@@ -278,24 +285,18 @@ def parse_cell(text: str) -> dict[str, Any]:
     return graph
 
 
-def wait_for(client: Client, run_id: str, timeout: float | None) -> dict[str, Any] | None:
-    """Block until the run ends (long-polling its events), or `timeout` seconds; its final row,
-    or None when the wait stopped first (the run keeps going either way)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    cursor = 0
+def wait_for(view: Any, timeout: float | None) -> bool:
+    """Block until the view has followed its run to the end, or `timeout` seconds, or Ctrl+C;
+    whether it got to the end. The run keeps going on the server either way."""
     try:
-        while True:
-            wait = _LONG_POLL_S if deadline is None else min(_LONG_POLL_S, deadline - time.monotonic())
-            if wait <= 0:
-                print(f"⧗ stopped waiting after {timeout:g} s: run {run_id} keeps going on the server")
-                return None
-            page = client.events(run_id, cursor, wait=max(wait, 0.1))
-            cursor = page["cursor"]
-            if page["status"] not in ACTIVE and not page["more"]:
-                return client.get(run_id)
+        view.wait(timeout)
+        return True
+    except TimeoutError:
+        print(f"⧗ stopped waiting after {timeout:g} s: run {view.run_id} keeps going on the server; "
+              "the view still follows it")
     except KeyboardInterrupt:
-        print(f"■ stopped waiting: run {run_id} keeps going on the server")
-        return None
+        print(f"■ stopped waiting: run {view.run_id} keeps going on the server; the view still follows it")
+    return False
 
 
 def summary(run: dict[str, Any]) -> str:
