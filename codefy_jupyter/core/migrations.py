@@ -94,6 +94,36 @@ SCHEMA_STEPS: list[Step] = [
         )
         """,
     ),
+    # 2: worker agents, their one-time enrollment tokens, and each run's execution facts (a worker
+    # run's resume point lives there: execution_facts.worker_resume).
+    (
+        "ALTER TABLE runs ADD COLUMN execution_facts TEXT",  # json object
+        # Only sha256 hashes of tokens are stored: a copy of the database lets nobody connect as a
+        # worker. token_hash is NULL once revoked (the row stays: the name and its history remain).
+        """
+        CREATE TABLE workers (
+            id           TEXT PRIMARY KEY,
+            name         TEXT NOT NULL UNIQUE,
+            token_hash   TEXT UNIQUE,
+            enrolled_at  REAL NOT NULL,
+            last_seen_at REAL,
+            info         TEXT             -- json object: what its last hello reported
+        )
+        """,
+        # worker_id: set for a re-issue (the token may only enroll that worker, and revokes its
+        # old token); used_at/used_by once it was exchanged (single use).
+        """
+        CREATE TABLE worker_enrollments (
+            token_hash TEXT PRIMARY KEY,
+            worker_id  TEXT,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            created_by TEXT,
+            used_at    REAL,
+            used_by    TEXT
+        )
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(SCHEMA_STEPS)

@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
+from . import store_workers
 from .migrations import SCHEMA_VERSION, SchemaVersionError, migrate, read_schema_version
 from .store_queries import (
     EVENT_ENVELOPE_BYTES,
@@ -412,15 +413,21 @@ class Store:
 
     # -- events -------------------------------------------------------------------------------
 
-    def append_events(self, run_id: str, events: Iterable[Sequence[Any]]) -> asyncio.Future:
+    def append_events(self, run_id: str, events: Iterable[Sequence[Any]],
+                      fields: Mapping[str, Any] | None = None) -> asyncio.Future:
         """Append (seq, type, payload, created_at) events, consecutive and continuing the run's
         log; the future gives the run's last committed seq once they are durable. Queued when
-        called, so appends and updates of one run commit in call order."""
+        called, so appends and updates of one run commit in call order. `fields` are run columns
+        set in the same transaction (a worker run's resume point moves with its events)."""
         event_rows = encode_events(run_id, events)
         if not event_rows:
             return asyncio.ensure_future(self._last_seq(run_id))
-        return self._submit(partial(insert_events, run_id=run_id, event_rows=event_rows),
-                            self._note_flushed(run_id, event_rows))
+        if fields:
+            check_run_fields(fields)
+            op = partial(_insert_events_and_set, run_id=run_id, event_rows=event_rows, fields=dict(fields))
+        else:
+            op = partial(insert_events, run_id=run_id, event_rows=event_rows)
+        return self._submit(op, self._note_flushed(run_id, event_rows))
 
     def _note_flushed(self, run_id: str, event_rows: list[tuple],
                       only_if: Callable[[Any], bool] | None = None) -> Callable[[Any], None] | None:
@@ -494,3 +501,34 @@ class Store:
 
     async def get_fingerprint(self, digest: str) -> dict | None:
         return await self._reader.run(select_fingerprint, digest)
+
+    # -- workers and enrollments (hashes only) ------------------------------------------------
+
+    async def add_enrollment(self, token_hash: str, *, expires_at: float, worker_id: str | None = None,
+                             created_by: str | None = None) -> None:
+        await self._submit(partial(store_workers.insert_enrollment, token_hash=token_hash, worker_id=worker_id,
+                                   created_at=self._clock(), expires_at=expires_at, created_by=created_by))
+
+    async def redeem_enrollment(self, token_hash: str, name: str, worker_token_hash: str) -> tuple[dict, str | None]:
+        """(worker row, replaced token hash or None), or EnrollmentRefused."""
+        return await self._submit(partial(store_workers.redeem_enrollment, token_hash=token_hash, name=name,
+                                          worker_token_hash=worker_token_hash, now=self._clock()))
+
+    async def list_workers(self) -> list[dict]:
+        return await self._reader.run(store_workers.select_workers)
+
+    async def worker_by_token(self, token_hash: str) -> dict | None:
+        return await self._reader.run(store_workers.select_worker_by_token, token_hash)
+
+    async def worker_seen(self, worker_id: str, info: Mapping[str, Any]) -> bool:
+        return await self._submit(partial(store_workers.update_worker_seen, worker_id=worker_id,
+                                          seen_at=self._clock(), info=info))
+
+    async def delete_worker(self, worker_id: str) -> bool:
+        return await self._submit(partial(store_workers.delete_worker, worker_id=worker_id))
+
+
+def _insert_events_and_set(conn: Any, run_id: str, event_rows: Sequence[tuple], fields: Mapping[str, Any]) -> int:
+    last = insert_events(conn, run_id, event_rows)
+    update_run_row(conn, run_id, fields)
+    return last

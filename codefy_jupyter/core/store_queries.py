@@ -31,9 +31,9 @@ EVENT_ENVELOPE_BYTES = 64
 RUN_COLUMNS = (
     "id", "name", "status", "owner", "device", "devices", "queue_key", "lane", "session", "seed",
     "deterministic", "options", "graph", "submitted_at", "started_at", "finished_at", "error",
-    "fingerprint_digest", "worker_id", "last_seq",
+    "fingerprint_digest", "worker_id", "last_seq", "execution_facts",
 )
-_JSON_COLUMNS = frozenset({"devices", "options", "graph", "error"})
+_JSON_COLUMNS = frozenset({"devices", "options", "graph", "error", "execution_facts"})
 # last_seq moves only together with the events it counts (append_events); id never changes.
 UPDATABLE_RUN_FIELDS = frozenset(RUN_COLUMNS) - {"id", "last_seq"}
 _LIST_COLUMNS = tuple(c for c in RUN_COLUMNS if c != "graph")
