@@ -41,8 +41,8 @@ class QueueDialog(Watching, anywidget.AnyWidget):
     no_seed = t.Bool(False).tag(sync=True)
     name = t.Unicode("").tag(sync=True)
     busy = t.Bool(False).tag(sync=True)
-    run = t.Dict(None, allow_none=True).tag(sync=True)  # the submitted run: id, status, device, queue_key
-    error = t.Dict(None, allow_none=True).tag(sync=True)  # {message, field, ...}
+    run = t.Dict(default_value=None, allow_none=True).tag(sync=True)  # the submitted run: id, status, device, queue_key
+    error = t.Dict(default_value=None, allow_none=True).tag(sync=True)  # {message, field, ...}
     watch_state = t.Dict().tag(sync=True)
 
     def __init__(self, graph: dict[str, Any] | str | Path, client: Client | None = None) -> None:
@@ -107,7 +107,7 @@ class QueueDialog(Watching, anywidget.AnyWidget):
     def close(self) -> None:
         self.unwatch()
         super().close()
-        if self._owns_client:
+        if getattr(self, "_owns_client", False):  # False too when __init__ refused the graph
             self._client.close()
 
     def _on_message(self, _widget: Any, content: Any, _buffers: Any) -> None:

@@ -47,7 +47,7 @@ class RunView(anywidget.AnyWidget):
     warnings = t.List().tag(sync=True)
     artifacts = t.List().tag(sync=True)
     result = t.Dict().tag(sync=True)
-    error = t.Dict(None, allow_none=True).tag(sync=True)
+    error = t.Dict(default_value=None, allow_none=True).tag(sync=True)
     stop_reason = t.Unicode("").tag(sync=True)
     cursor = t.Int(0).tag(sync=True)
     following = t.Bool(True).tag(sync=True)
@@ -107,7 +107,9 @@ class RunView(anywidget.AnyWidget):
         return predicate(self)
 
     def close(self) -> None:
-        self._closing.set()
+        closing = getattr(self, "_closing", None)  # None: __init__ refused its arguments
+        if closing is not None:
+            closing.set()
         super().close()
 
     # -- following ------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ class RunsTable(Watching, anywidget.AnyWidget):
     filters = t.List(default_value=FILTER_LABELS).tag(sync=True)
     refresh_s = t.Float(5.0).tag(sync=True)  # 0: only on demand
     updated_at = t.Float(None, allow_none=True).tag(sync=True)
-    error = t.Dict(None, allow_none=True).tag(sync=True)  # the last refusal: {message, field, ...}
+    error = t.Dict(default_value=None, allow_none=True).tag(sync=True)  # the last refusal: {message, field, ...}
     message = t.Unicode("").tag(sync=True)  # what the last action did
     watch_state = t.Dict().tag(sync=True)  # digest of the watched run (see _watching.py)
 
@@ -104,10 +104,11 @@ class RunsTable(Watching, anywidget.AnyWidget):
         return view
 
     def close(self) -> None:
-        self._refresher.stop()
+        if hasattr(self, "_refresher"):  # else __init__ failed before it was built
+            self._refresher.stop()
         self.unwatch()
         super().close()
-        if self._owns_client:
+        if getattr(self, "_owns_client", False):
             self._client.close()
 
     # -- internals ------------------------------------------------------------------------------

@@ -22,11 +22,11 @@ class WorkersTable(anywidget.AnyWidget):
     _css = CSS
 
     rows = t.List().tag(sync=True)
-    local = t.Dict(None, allow_none=True).tag(sync=True)  # this server's devices {devices, slots}
+    local = t.Dict(default_value=None, allow_none=True).tag(sync=True)  # this server's devices {devices, slots}
     message = t.Unicode("").tag(sync=True)  # "no workers connected" when there are none
     refresh_s = t.Float(10.0).tag(sync=True)
     updated_at = t.Float(None, allow_none=True).tag(sync=True)
-    error = t.Dict(None, allow_none=True).tag(sync=True)
+    error = t.Dict(default_value=None, allow_none=True).tag(sync=True)
 
     def __init__(self, client: Client | None = None, *, refresh_s: float = 10.0) -> None:
         super().__init__(refresh_s=refresh_s)
@@ -55,9 +55,10 @@ class WorkersTable(anywidget.AnyWidget):
                 self.error = None
 
     def close(self) -> None:
-        self._refresher.stop()
+        if hasattr(self, "_refresher"):  # else __init__ failed before it was built
+            self._refresher.stop()
         super().close()
-        if self._owns_client:
+        if getattr(self, "_owns_client", False):
             self._client.close()
 
     def _refresh_safely(self) -> None:
