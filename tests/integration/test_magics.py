@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +214,25 @@ def test_help_and_usage_need_no_server(shell, capsys):
     assert "%codefy run GRAPH [flags]" in capsys.readouterr().out
     assert shell.ip.run_cell("%codefy run -h").success
     assert "usage: %codefy run [-h]" in capsys.readouterr().out
+
+
+def test_kernel_setup_installs_the_startup_file_that_loads_the_magics(tmp_path):
+    from codefy_jupyter.kernel_setup import STARTUP_CODE
+
+    shipped = Path(__file__).parents[2] / "kernels" / "ipython_startup" / "00-codefy.py"
+    assert shipped.read_text() == STARTUP_CODE  # the repository's copy is the one installed
+    env = {**os.environ, "IPYTHONDIR": str(tmp_path / "ipython")}
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=60)
+
+    setup = run("-m", "codefy_jupyter.cli", "kernel-setup")
+    installed = tmp_path / "ipython" / "profile_default" / "startup" / "00-codefy.py"
+    assert setup.returncode == 0 and f"installed {installed}" in setup.stdout
+    assert installed.read_text() == STARTUP_CODE
+    probe = "print(get_ipython().find_magic('codefy') is not None, [k for k in dir() if 'codefy' in k])"
+    shell = run("-m", "IPython", "--no-banner", "-c", probe)
+    assert shell.stdout.strip().endswith("True []"), shell.stdout + shell.stderr  # loaded, namespace left clean
+    removed = run("-m", "codefy_jupyter.cli", "kernel-setup", "--remove")
+    assert removed.returncode == 0 and not installed.exists()
+    assert run("-m", "IPython", "--no-banner", "-c", probe).stdout.strip().endswith("False []")
