@@ -17,6 +17,11 @@ The rules are the run queue's (run-queue seed, "One queue per device" and its no
   (`device_unavailable`) rather than silently run on the CPU. A submit that can never run as asked
   answers 400; only `auto` falls back.
 
+A worker run (`resolve_worker_device`) is resolved the same way except that nothing is checked
+against this server's devices (the scheduler checks the worker's), a bare `cuda` stays the kind
+(the first free card on the worker: queue `<worker>/cuda`), and `auto` resolves against what the
+worker last reported.
+
 Refusals are `SubmitError`s (code, message, params; HTTP 400 unless said otherwise). Warnings are
 `Notice`s with the same three fields, so the API reports both in one shape.
 """
@@ -29,6 +34,8 @@ from typing import Any, Iterable
 from codefy_jupyter.core.devices import DeviceError, canonical_device
 
 KINDS = ("cpu", "cuda", "mps")
+# A worker run may ask for a kind: the first free device of it on the worker (`<worker>/cuda`).
+KIND_REQUESTS = ("cuda",)
 
 
 @dataclass(frozen=True)
@@ -183,4 +190,53 @@ def resolve_run_device(option_device: str | None, graph_device: str | None,
         return ResolvedDevice(best, (best,), requested)
     dev = _canonical(requested, field_name)
     _require_present(dev, here, field_name)
+    return ResolvedDevice(dev, (dev,), requested)
+
+
+# --- worker targets ------------------------------------------------------------------------------
+
+
+def best_kind(offered: Iterable[str]) -> str:
+    """What `auto` asks a worker for: any CUDA card, else the Apple GPU, else the CPU."""
+    kinds = {device_kind(d) for d in offered}
+    return "cuda" if "cuda" in kinds else "mps:0" if "mps" in kinds else "cpu"
+
+
+def resolve_worker_device(option_device: str | None, graph_device: str | None,
+                          target_devices: Iterable[str] | None, offered: Iterable[str] | None,
+                          worker: str = "any") -> ResolvedDevice:
+    """The device (or kind) and set a worker run asks for, or SubmitError. Nothing is checked
+    against `offered` here except to resolve `auto` (`offered` None: the worker never reported its
+    devices, so `auto` cannot be resolved and is refused). A bare `cuda` stays the kind; `mps` is
+    `mps:0` (a machine has one). A set's rules are a local run's (`resolve_run_device`)."""
+    devices = parse_device_set(target_devices or ())
+    if devices:
+        first = devices[0]
+        if option_device is None or _is_auto(option_device):
+            return ResolvedDevice(first, devices, option_device)
+        text = option_device.strip().lower() if isinstance(option_device, str) else option_device
+        if text in ("cuda", "mps") and device_kind(first) == text:
+            return ResolvedDevice(first, devices, option_device)
+        if _canonical(option_device, "options.device") != first:
+            raise SubmitError(
+                "device_not_in_set", f"options.device: {option_device!r} must be the device set's first device "
+                f"({first}), its kind, auto, or omitted",
+                {"field": "options.device", "device": option_device, "devices": list(devices)})
+        return ResolvedDevice(first, devices, option_device)
+    if option_device is not None:
+        requested, field_name = option_device, "options.device"
+    elif graph_device is not None:
+        requested, field_name = graph_device, "graph.settings.device"
+    else:
+        return ResolvedDevice("cpu", ("cpu",), None)
+    if _is_auto(requested):
+        if offered is None:
+            raise SubmitError(
+                "device_auto_unknown", f"{field_name}: worker {worker} has not reported its devices yet, so "
+                "'auto' cannot be resolved; name a device", {"field": field_name, "worker": worker})
+        kind = best_kind(offered)
+        return ResolvedDevice(kind, () if kind in KIND_REQUESTS else (kind,), requested)
+    if isinstance(requested, str) and requested.strip().lower() == "cuda":
+        return ResolvedDevice("cuda", (), requested)
+    dev = _canonical(requested, field_name)
     return ResolvedDevice(dev, (dev,), requested)
