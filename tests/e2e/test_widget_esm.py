@@ -67,7 +67,8 @@ def fixtures() -> dict:
             run_row(3, "succeeded"), run_row(4, "failed")]
     rows = [table_row(r, loss=0.00042 if r["status"] == "succeeded" else None, now=NOW) for r in runs]
     listing = {"workers": [{"name": "gpu-box", "state": "online",
-                            "devices": [{"device": "cuda:0", "slots": {"limit": 1, "taken": 1}}], "running_runs": ["r"]},
+                            "devices": [{"device": "cuda:0", "slots": {"limit": 1, "taken": 1}}],
+                            "running_runs": ["r"]},
                            {"name": "laptop", "state": "draining",
                             "devices": [{"device": "cpu", "slots": {"limit": 2, "taken": 0}}]}],
                "local": {"devices": [{"device": "cpu", "slots": {"limit": 2, "taken": 1}}]}}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from ...cli_args import SEED_MAX
+from .workers_rows import device_name
 
 LOCAL, ANY = "local", "any"
 DEFAULT_DEVICES = ["cpu", "auto", "cuda", "cuda:0", "mps"]
@@ -36,8 +37,8 @@ def device_choices(listing: Any) -> list[str]:
         groups += [w.get("devices") for w in listing.get("workers") or [] if isinstance(w, Mapping)]
     for devices in groups:
         for device in devices if isinstance(devices, list) else []:
-            name = device.get("device") or device.get("id") or device.get("name") if isinstance(device, Mapping) else device
-            if isinstance(name, str) and name and name not in seen:
+            name = device_name(device)
+            if name not in ("", "?") and name not in seen:
                 seen.append(name)
     return seen
 

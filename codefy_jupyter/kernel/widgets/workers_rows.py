@@ -13,7 +13,7 @@ from typing import Any, Mapping
 NO_WORKERS = "no workers connected"
 
 
-def _device_name(device: Any) -> str:
+def device_name(device: Any) -> str:
     if isinstance(device, Mapping):
         for key in ("device", "id", "name"):
             if device.get(key):
@@ -38,7 +38,7 @@ def devices_cell(devices: Any) -> tuple[str, str]:
     this server's slot for the card."""
     names, taken, limit, counted = [], 0, 0, False
     for device in devices if isinstance(devices, list) else []:
-        name = _device_name(device)
+        name = device_name(device)
         if isinstance(device, Mapping) and device.get("shared_with") == "local":
             name += " (shared with this server)"
         names.append(name)
