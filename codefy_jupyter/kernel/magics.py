@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -73,7 +74,12 @@ def _run_parser() -> argparse.ArgumentParser:
     from ..run_cli import add_parsers
 
     top = _Parser(prog="%codefy", add_help=False)
-    add_parsers(top.add_subparsers(dest="command"))
+    sub = top.add_subparsers(dest="command")
+    add_parsers(sub)
+    sub.choices["run"].description = (
+        "Submit a graph to the codefy server and show the live run view. The run belongs to the server: "
+        "a kernel restart loses only the view (%codefy show ID shows it again). GRAPH is a JSON file, or "
+        "$var / {var} naming a graph dict or Graph; in %%codefy run the cell holds the graph (JSON or YAML).")
     return top
 
 
@@ -102,6 +108,7 @@ class CodefyMagics(Magics):
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
         self._clients: dict[tuple[str, str], Client] = {}
+        self._found: Any = None  # the server discovery found
         self.last_run_id: str | None = None
         self.last_view: Any = None  # the last RunView shown
         self.last_widget: Any = None  # the last table or dialog shown
@@ -115,6 +122,8 @@ class CodefyMagics(Magics):
         except _Done:
             return None
         except CodefyError as err:
+            if err.code == "unreachable":
+                self._found = None  # the server may have moved: look for it again next time
             raise UsageError(describe(err)) from None
 
     # -- parsing ---------------------------------------------------------------------------------
@@ -180,7 +189,12 @@ class CodefyMagics(Magics):
         """One client per server, kept for the kernel's life: views follow runs with it."""
         from ..run_cli import _server_info
 
-        server = _server_info(args)
+        chosen = any(getattr(args, k, None) for k in ("url", "token", "host", "port"))
+        if chosen or os.environ.get("CODEFY_URL"):  # cheap to read each time, and may change
+            server = _server_info(args)
+        else:  # discovery probes Jupyter servers over HTTP: once per kernel, not once per cell
+            self._found = self._found or _server_info(args)
+            server = self._found
         key = (server.url, server.token)
         if key not in self._clients:
             self._clients[key] = Client(url=server.url, token=server.token)
