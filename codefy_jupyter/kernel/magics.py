@@ -258,8 +258,9 @@ class CodefyMagics(Magics):
             self.last_widget = table
         elif command == "workers":
             self.last_widget = widgets.WorkersTable(client=client)
-        else:
-            graph, _ = self._graph(args.graph, graphs, None)
+        else:  # a file goes as its path, so the dialog names it
+            given = args.graph
+            graph = graphs[given][1] if given in graphs else str(Path(given).expanduser())
             self.last_widget = widgets.QueueDialog(graph, client=client)
         display(self.last_widget)
 

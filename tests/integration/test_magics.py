@@ -163,7 +163,7 @@ async def test_show_picks_a_run_up_again_in_a_new_shell_and_cancel_stops_it(serv
         again.close()
 
 
-async def test_tables(server, shell):
+async def test_tables_and_the_queue_dialog(server, shell, tmp_path):
     shell.ip.user_ns["g"] = {"nodes": [{"id": "k", "type": "Float"}], "edges": []}
     await shell.ok("%codefy run $g --wait")
     _, out = await shell.ok("%codefy runs --status succeeded")
@@ -171,7 +171,22 @@ async def test_tables(server, shell):
     assert type(table).__name__ == "RunsTable" and table.filter == "succeeded"
     assert [r["id"] for r in table.rows] == [shell.magics.last_run_id] and table.total == 1
     assert any(WIDGET_MIME in o.data for o in out.outputs)
+    table.close()  # its refresher thread stops
     assert "--status: " in await shell.refused("%codefy runs --status sideways")
+
+    await shell.ok("%codefy workers")
+    workers = shell.magics.last_widget
+    assert type(workers).__name__ == "WorkersTable" and workers.error is None and workers.rows == []
+    workers.close()
+
+    (tmp_path / "one.json").write_text(json.dumps(shell.ip.user_ns["g"]))
+    await shell.ok("%codefy queue one.json")
+    dialog = shell.magics.last_widget
+    assert type(dialog).__name__ == "QueueDialog" and (dialog.graph_name, dialog.graph_nodes) == ("one.json", 1)
+    dialog.close()
+    await shell.ok("%codefy queue $g")
+    assert shell.magics.last_widget.graph_nodes == 1
+    assert "graph file not found: two.json" in await shell.refused("%codefy queue two.json")
 
 
 @pytest.mark.parametrize("source, words", [
