@@ -1,16 +1,23 @@
-"""The run scheduler: per-slot limits, FIFO queues, device sets, the seeded gate, lanes.
+"""The run scheduler: per-slot limits, FIFO queues, device sets, the seeded gate, lanes, workers.
 
 Pure and synchronous: no I/O, no asyncio, no clock. `RunService` owns one `RunQueue`, calls
-`submit`, `finish` and `cancel` as things happen, then `schedule()` and starts what it answers.
+`submit`, `finish` and `cancel` as things happen (and `set_worker` / `remove_worker` as workers
+connect, report, drain, disconnect or leave), then `schedule()` and starts what it answers.
 The same sequence of calls always gives the same placements.
 
 Words
 - A *slot* is one device on one machine, named by a string. This server's slots are its bare
-  canonical devices (`cpu`, `cuda:0`, `mps:0`); a worker's will be `<worker>/<device>`. A slot
-  admits `Limits.limit(slot)` queued-lane runs at once (GPU 1, CPU 2, or an override).
-- A *queue* is a FIFO keyed by the run's device. A device-set run waits in its first device's
-  queue and needs one unit on every slot of its set; it takes them together and `finish` gives them
-  all back.
+  canonical devices (`cpu`, `cuda:0`, `mps:0`); a worker's are `<worker>/<device>` in the worker's
+  own numbering. A slot admits `Limits.limit(slot)` queued-lane runs at once (GPU 1, CPU 2, or an
+  override; a worker slot see core/slot_groups.py).
+- A *group* is the slots of one physical device (core/slot_groups.py): a CUDA card by NVML UUID
+  across this server and every worker offering it, and the cpu/mps:0 of a same-machine worker with
+  this server's. Runs count against the group and the group's limit is its smallest. Without
+  workers every slot is its own group, so the rules below read the same with "slot".
+- A *queue* is a FIFO keyed by `Run.queue_key`: the device for a local run; `<worker>/<device>`,
+  `any/<device>` or `pool:one-shot/<device>` for a worker run (the device asked for, which may be
+  the kind `cuda`). A device-set run waits in its first device's queue and needs one unit on every
+  slot of its set; it takes them together and `finish` gives them all back.
 - A *head* is the first waiting run of a queue.
 
 How `schedule()` decides (one pass, one start at a time)
@@ -46,6 +53,32 @@ queues that need it, and a long line in one queue cannot starve another.
     first when it ends. A seeded *queued* run that is only waiting to run alone does not hold
     interactive runs back: they are offered before every queued run.
 
+Workers (seed: run-queue "Workers", execution architecture "Scheduling"). A run with no target
+or `worker: local` is a local run: everything above, and nothing below, applies to it.
+- Where a worker run may go (`Placement.worker`, `.slots`, `.device`, `.devices`):
+  * a worker by name: that worker's slots for the set, the device, or, for the kind `cuda`, the
+    first of its cards with room. It waits while the worker is draining, disconnected or offline.
+  * `any`: the first connected, non-draining, catalog-complete (`missing_types` empty) worker in
+    name order with room, then this server last; one-shot workers never. This server takes cpu,
+    mps:0, `cuda` (= cuda:0) and [cuda:0] only: never a CUDA set that a worker would renumber
+    (several cards, or one card other than cuda:0).
+  * `pool: one-shot`: a connected one-shot worker that has not taken a run yet, name order. A
+    one-shot worker takes exactly one run; one started for a run (`WorkerOffer.run_id`) takes that
+    run out of turn, at the start of a pass, and no other.
+- Reservations: a head whose slots are fixed (a local run, or a named worker's device or set)
+  reserves them while they are busy, as above. A head that could go to several slots (the kind
+  `cuda`, `any`, a pool) reserves nothing, and neither does a head waiting for its worker.
+- The seeded gate guards this server's process only: a seeded run on a worker neither takes it,
+  nor waits for it, nor counts as "running here"; an `any` run that lands here is a run here.
+- Refusals at submit (`check_placeable`, SubmitError 400, params name the field):
+  worker_interactive (options.lane), worker_unknown (options.target.worker: never enrolled or
+  seen), pool_with_worker (options.target.pool), device_not_offered (the device field: the named
+  worker's last report lacks it; for `any`, neither this server nor any seen worker offers it, or
+  only this server does and would renumber it), worker_missing_node_types (a named degraded worker
+  lacks node types the graph uses), device_auto_unknown (`auto` for a worker that never reported).
+- `remove_worker` takes the runs waiting for that worker out of the queue and returns them (the
+  caller fails them); executing runs keep their slots until `finish`.
+
 Wait reasons (`reason(run_id)`), only for a run that waits for more than its turn; a run behind
 others in its queue, or a head whose own device is full, is waiting its turn and has none:
   seeded_run_executing     {run_id}          a seeded run executes here; nothing else may start
@@ -53,6 +86,25 @@ others in its queue, or a head whose own device is full, is waiting its turn and
   waiting_to_run_alone     {running}         this seeded run waits for `running` runs to end
   device_reserved          {device, run_id}  an earlier waiting run holds the room left on device
   waiting_for_set_devices  {devices}         other devices of this run's set are busy
+  worker_disconnected      {worker}          "waiting for worker X to reconnect" (away or offline)
+  worker_draining          {worker}          "worker X is draining"
+  waiting_for_offer        {devices, worker[, draining]}
+                           `any`: "waiting for a worker that offers cuda:0, cuda:1", and when those
+                           that would are draining "waiting for a worker that offers cuda: gpu-box
+                           is draining"; a named worker that no longer reports the device: "waiting
+                           for worker X to offer cuda:1"
+  one_shot_pool            {devices, pool}   no one-shot worker offering the device is free
+  one_shot_taken           {worker}          the named one-shot worker has taken its run
+  one_shot_run_id          {worker, run_id}  the named one-shot worker was started for another run
+
+API for the control plane (RunService, WorkerRegistry):
+  RunQueue(limits, interactive_limit=2, slots=(), local=LocalMachine(machine_id, devices))
+  set_local_machine(LocalMachine)        this server's machine-id digest and cards with UUIDs
+  set_worker(WorkerOffer) / remove_worker(name) -> [Run]   then schedule()
+  resolve_target(worker, option_device, graph_device, target_devices, pool=None) -> ResolvedDevice
+  check_placeable(run, node_types=None, device_field=...)   (also done by submit(run, node_types))
+  adopt(run, worker, slots)              a run already executing on a worker (after a restart)
+  placement(run_id), slot_info(provider=None) -> [SlotInfo], same_machine(name), workers()
 """
 
 from __future__ import annotations
