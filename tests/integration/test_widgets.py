@@ -218,3 +218,21 @@ def test_queue_dialog_checks_submits_and_watches(client, tmp_path):
     with pytest.raises(CodefyError) as info:
         QueueDialog(str(tmp_path / "missing.json"), client)
     assert info.value.code == "file_not_found"
+
+
+def test_widgets_find_the_server_themselves_and_close_what_they_opened(client, server, monkeypatch):
+    monkeypatch.setenv("CODEFY_URL", server["url"])
+    monkeypatch.setenv("CODEFY_TOKEN", server["token"])
+    slow = client.submit(sleepy(60), name="watched by a table that owns its client")
+    table = RunsTable(refresh_s=0)  # Client() with no arguments: discovery (here the environment)
+    try:
+        assert table.error is None and slow["id"] in {r["id"] for r in table.rows}
+        view = table.watch(slow["id"])
+        assert view.wait_until(lambda v: v.status == "running", WAIT_S)
+    finally:
+        table.close()  # while the view may be inside a long poll on the table's client
+    view._thread.join(WAIT_S)
+    assert not view._thread.is_alive() and view.done
+    assert table._client._loop.is_closed()  # the view closed the client it took over
+    client.cancel(slow["id"])
+    assert client.wait(slow["id"])["status"] == "cancelled"

@@ -34,3 +34,11 @@ class Watching:
         if view is not None:
             view.close()
         self.watch_state = {}  # type: ignore[attr-defined]
+
+    def _close_watching(self, owns_client: bool) -> bool:
+        """Stop watching as the host closes; whether the host must still close its client (the
+        watched view takes that over while it is inside a request on the shared client)."""
+        view = self.watched
+        adopted = owns_client and view is not None and view._adopt_client()
+        self.unwatch()
+        return owns_client and not adopted

@@ -105,9 +105,10 @@ class QueueDialog(Watching, anywidget.AnyWidget):
         return super().watch(run_id)
 
     def close(self) -> None:
-        self.unwatch()
+        # _owns_client is missing too when __init__ refused the graph.
+        close_client = self._close_watching(getattr(self, "_owns_client", False))
         super().close()
-        if getattr(self, "_owns_client", False):  # False too when __init__ refused the graph
+        if close_client:
             self._client.close()
 
     def _on_message(self, _widget: Any, content: Any, _buffers: Any) -> None:

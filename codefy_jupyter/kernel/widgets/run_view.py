@@ -169,8 +169,19 @@ class RunView(anywidget.AnyWidget):
                 self.follow_error = f"{type(err).__name__}: {err}"
         finally:
             self.following = False
-            if self._owns_client:
-                client.close()
             with self._cond:
+                owns = self._owns_client
                 self._done = True
                 self._cond.notify_all()
+            if owns:
+                client.close()
+
+    def _adopt_client(self) -> bool:
+        """Take over closing the client when following ends (a host widget that owns the client
+        is closing while this view may still be inside a request on it). False when following has
+        already ended: the caller closes the client itself."""
+        with self._cond:
+            if self._done:
+                return False
+            self._owns_client = True
+            return True

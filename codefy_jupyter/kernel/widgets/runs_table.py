@@ -106,9 +106,9 @@ class RunsTable(Watching, anywidget.AnyWidget):
     def close(self) -> None:
         if hasattr(self, "_refresher"):  # else __init__ failed before it was built
             self._refresher.stop()
-        self.unwatch()
+        close_client = self._close_watching(getattr(self, "_owns_client", False))
         super().close()
-        if getattr(self, "_owns_client", False):
+        if close_client:
             self._client.close()
 
     # -- internals ------------------------------------------------------------------------------
