@@ -1,0 +1,233 @@
+"""The run subprocess: one fresh process per assigned run, the only place on a worker that imports
+torch and initialises CUDA.
+
+It is started either cold (`python -m codefy_jupyter.agent.child --fd N`, environment given at
+spawn) or forked from the agent's warm process (`warm.py`, which applies the environment before
+calling `serve`). Either way, before anything can initialise CUDA it (re)applies the device
+variables the agent chose, then reads the `assign` message from its socket, runs the engine with a
+sink that writes each event to the socket (`pipe.py`), and ends with one `finished` message.
+
+The events are built with the same pure builders as the control plane's (`core.run_events`), so an
+`event` message is exactly what an in-process run would have logged; metrics, artifacts and
+warnings go as their own messages (the control plane records them as it does for its own runs).
+`execution_start` and the closing event are the control plane's, from run_started/run_finished.
+
+Cancel is cooperative: a `cancel` message sets the run's CancelToken. If the agent goes away (the
+socket closes) the run is cancelled too, and the process exits after `ORPHAN_EXIT_S` whatever the
+nodes do: nobody is left to report to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, NoReturn
+
+from . import pipe
+
+ORPHAN_EXIT_S = 5.0
+EXIT_OK = 0
+EXIT_BAD_START = 3  # no usable assign came (the agent went away before sending one)
+EXIT_ORPHANED = 4
+
+
+class Link:
+    """The run process's end of the socket: thread-safe writes, a reader thread for cancels."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._write_lock = threading.Lock()
+        self._reader = sock.makefile("rb")
+        self.broken = False
+
+    def send(self, kind: str, body: dict[str, Any]) -> None:
+        data = pipe.encode(kind, body)
+        with self._write_lock:
+            if self.broken:
+                return
+            try:
+                self.sock.sendall(data)
+            except OSError:  # the agent is gone; the reader thread sees EOF and ends the run
+                self.broken = True
+
+    def read(self) -> tuple[str, dict[str, Any]] | None:
+        """The next message from the agent, or None at EOF."""
+        line = self._reader.readline(pipe.MAX_LINE_BYTES)
+        if not line:
+            return None
+        return pipe.decode(line, kinds=pipe.AGENT_KINDS)
+
+
+def apply_environment(env: dict[str, str]) -> None:
+    """Set the device variables (and any others the agent chose) in this process. Refuses to go on
+    when CUDA is already initialised here: the variables would no longer change which cards it uses."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        raise RuntimeError("CUDA was initialised before the run's device variables were applied")
+    os.environ.update(env)
+
+
+class Sink:
+    """Engine callbacks -> messages. Called by the engine one event at a time (it holds a lock)."""
+
+    def __init__(self, link: Link, run_id: str, payload_cap_bytes: int) -> None:
+        from ..core import run_events as ev
+
+        self._ev = ev
+        self.link = link
+        self.run_id = run_id
+        self.cap = payload_cap_bytes
+
+    def __call__(self, raw: dict[str, Any]) -> None:
+        event = self._ev.from_engine(self.run_id, raw)
+        if event is None:
+            return
+        p = event.payload
+        if event.type == "metric":
+            point = {"name": p.get("name"), "value": p.get("value"), "step": p.get("step"), "node_id": p.get("node_id")}
+            self.link.send("metrics", {"points": [point]})
+        elif event.type == "artifact":
+            self.link.send("artifact", {"kind": p.get("kind", ""), "path": p.get("path", ""),
+                                        "meta": p.get("meta") or {}, "node_id": p.get("node_id")})
+        elif event.type == "run_warning":
+            self.link.send("warning", {"message": str(p.get("message", "")), "code": p.get("code"),
+                                       "params": p.get("params") or {}, "node_id": p.get("node_id")})
+        else:
+            self.link.send("event", {"type": event.type, "payload": self._ev.cap_payload(p, self.cap)})
+
+
+def serve(sock: socket.socket) -> NoReturn:
+    """Run the one assign that arrives on `sock`, report it, and exit the process."""
+    link = Link(sock)
+    try:
+        first = link.read()
+    except (OSError, pipe.PipeError):
+        first = None
+    if first is None or first[0] != "assign":
+        print("codefy run process: no assign arrived from the agent", file=sys.stderr, flush=True)
+        os._exit(EXIT_BAD_START)
+    spec = first[1]
+    try:
+        apply_environment({str(k): str(v) for k, v in (spec.get("env") or {}).items()})
+        body = _run(link, spec)
+    except BaseException as err:  # anything at all: the run fails with the reason, the agent lives
+        traceback.print_exc()
+        body = {"status": "failed", "error": {"type": type(err).__name__, "code": "run_process_error",
+                                              "message": f"{type(err).__name__}: {err}",
+                                              "traceback": traceback.format_exc()},
+                "executed": 0, "cached": 0, "metrics": {}, "duration_s": None}
+    link.send("finished", body)
+    _exit(EXIT_OK)
+
+
+def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
+    from ..engine import CancelToken, EngineCallbacks, GraphError, execute_graph
+
+    run_id = str(spec["run_id"])
+    token = CancelToken()
+    threading.Thread(target=_read_cancels, args=(link, token), name="codefy-cancel", daemon=True).start()
+    sink = Sink(link, run_id, int(spec.get("payload_cap_bytes") or 0))
+    facts = _start_facts(link, spec) if spec.get("facts") else None
+    started = time.monotonic()
+    try:
+        result = asyncio.run(execute_graph(
+            spec["graph"], seed=spec.get("seed"), device=spec.get("device") or "cpu",
+            deterministic=bool(spec.get("deterministic")), max_parallel_nodes=int(spec.get("max_parallel_nodes") or 4),
+            cancel=token, callbacks=EngineCallbacks.all_to(sink), data_dir=spec.get("data_dir"), run_id=run_id,
+            inline=True))
+    except GraphError as err:
+        info = err.to_dict()
+        info["type"] = "GraphError"
+        return {"status": "failed", "error": info, "executed": 0, "cached": 0, "metrics": {},
+                "duration_s": time.monotonic() - started}
+    finally:
+        if facts is not None:
+            facts.join(timeout=30)
+    return {
+        "status": result.status,
+        "error": result.error.to_dict() if result.error is not None else None,
+        "executed": len(result.executed), "cached": len(result.cached),
+        "metrics": _jsonable(result.metrics), "duration_s": result.duration_s,
+        "peak_memory": _peak_memory(spec.get("aliases") or {}),
+    }
+
+
+def _read_cancels(link: Link, token: Any) -> None:
+    while True:
+        try:
+            message = link.read()
+        except (OSError, pipe.PipeError):
+            message = None
+        if message is None:
+            token.cancel("the worker agent went away")
+            # Nobody reads our reports any more: give the nodes a moment to stop, then go.
+            time.sleep(ORPHAN_EXIT_S)
+            _exit(EXIT_ORPHANED)
+        kind, body = message
+        if kind == "cancel":
+            token.cancel(str(body.get("reason") or "cancel requested"))
+
+
+def _start_facts(link: Link, spec: dict[str, Any]) -> threading.Thread:
+    """Gather this process's own environment fingerprint beside the run (seed: run_facts)."""
+
+    def gather() -> None:
+        try:
+            from ..core.fingerprint import digest, environment_document
+            from ..engine import default_registry
+
+            document = environment_document(default_registry().catalog())
+            link.send("facts", {"kind": "fingerprint", "facts": {"document": document, "digest": digest(document)}})
+        except Exception as err:  # a fingerprint is a record, never a reason to fail the run
+            print(f"codefy run process: no fingerprint: {err}", file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=gather, name="codefy-facts", daemon=True)
+    thread.start()
+    return thread
+
+
+def _peak_memory(aliases: dict[str, str]) -> dict[str, Any] | None:
+    """Peak CUDA memory per card this run used, under the agent's card names. Exact: the process
+    holds this one run only."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    out = {}
+    for index in range(torch.cuda.device_count()):
+        name = f"cuda:{index}"
+        out[aliases.get(name, name)] = {"bytes": int(torch.cuda.max_memory_allocated(index)), "exact": True}
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    from ..core.run_events import jsonable
+
+    return jsonable(value)
+
+
+def _exit(code: int) -> NoReturn:
+    # os._exit: a node's stray non-daemon thread must not keep the run's cards busy after the report.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    parser = argparse.ArgumentParser(prog="python -m codefy_jupyter.agent.child")
+    parser.add_argument("--fd", type=int, required=True, help="the socket inherited from the agent")
+    args = parser.parse_args(argv)
+    serve(socket.socket(fileno=args.fd))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""The messages between the agent and one run's process, over a socket pair: one JSON array
+`[kind, body]` per line.
+
+agent -> run process   ["assign", {run_id, graph, device, seed, deterministic, max_parallel_nodes,
+                                    data_dir, env, payload_cap_bytes, facts}]   (first, once)
+                       ["cancel", {"reason"}]
+run process -> agent   ["event", {"type", "payload"}]          (node-level vocabulary of run_events)
+                       ["metrics", {"points": [{name, value, step, node_id}]}]
+                       ["artifact", {kind, path, meta, node_id}]
+                       ["warning", {message, code, params, node_id}]
+                       ["facts", {kind, facts}]
+                       ["finished", {status, error, executed, cached, metrics, duration_s, peak_memory}]
+
+JSON rather than pickle: the agent holds the worker token, and a run executes arbitrary node code, so
+nothing the run process sends may execute in the agent when read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# A line longer than this is a broken run process (payloads are capped far below it).
+MAX_LINE_BYTES = 32 * 1024 * 1024
+
+CHILD_KINDS = frozenset({"event", "metrics", "artifact", "warning", "facts", "finished"})
+AGENT_KINDS = frozenset({"assign", "cancel"})
+
+
+class PipeError(ValueError):
+    """A line that is not a message."""
+
+
+def encode(kind: str, body: dict[str, Any]) -> bytes:
+    return (json.dumps([kind, body], separators=(",", ":"), ensure_ascii=False, default=str) + "\n").encode()
+
+
+def decode(line: bytes | str, *, kinds: frozenset[str]) -> tuple[str, dict[str, Any]]:
+    try:
+        value = json.loads(line)
+    except ValueError as err:
+        raise PipeError(f"not JSON: {err}") from None
+    if (not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], str)
+            or not isinstance(value[1], dict)):
+        raise PipeError("expected [kind, {body}]")
+    if value[0] not in kinds:
+        raise PipeError(f"unknown message kind {value[0]!r}")
+    return value[0], value[1]

@@ -1,0 +1,297 @@
+"""Starts and watches one run process per assign.
+
+For each run: a folder `agent-runs/<run id>/` (output.log, data/), the environment `isolation.py`
+decides, a process from the launcher (warm fork or cold spawn), the `assign` message down its
+socket, and every message it sends back handed to `on_message` in order. When the process has ended
+(and its socket is drained), `on_finished` gets the run_finished body: the run's own report, or,
+for a process that died without one (a segfault, the OOM killer), `failed` with the exit code or
+signal and the last 4 KB of output.log. Nothing a run does can end the agent or another run.
+
+Cancel (seed: isolation, cancel): the `cancel` message first (cooperative, the engine's
+CancelToken), SIGTERM to the run's process group after `grace_s`, SIGKILL `kill_after_s` later
+(`KillPolicy`). A run stopped that way ends `cancelled`, as an in-process cancel does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from . import pipe
+from .isolation import OfferedDevice, Visibility, child_environment, visibility
+from .launch import LaunchError, Launched, ProcessExit
+
+log = logging.getLogger("codefy.agent")
+
+OUTPUT_LOG = "output.log"
+OUTPUT_TAIL_BYTES = 4096
+# After its `finished` report a run process exits at once (os._exit); one that does not is killed.
+EXIT_AFTER_FINISHED_S = 10.0
+# After its socket closed, how long to wait for the exit status before reporting without it.
+EXIT_STATUS_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class KillPolicy:
+    """SIGTERM after `grace_s`, then SIGKILL `kill_after_s` later, to the run's process group."""
+
+    kill_after_s: float = 5.0
+
+    def signal(self, pid: int, sig: signal.Signals, run_id: str) -> None:
+        log.warning("run %s: sending %s to its process %d", run_id, sig.name, pid)
+        try:
+            os.killpg(pid, sig)  # the run's own session: its helper processes go too
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+
+@dataclass
+class RunRequest:
+    """What the runner needs from an assign."""
+
+    run_id: str
+    graph: dict[str, Any]
+    device: str
+    devices: list[str] = field(default_factory=list)
+    seed: int | None = None
+    deterministic: bool = False
+    max_parallel_nodes: int = 4
+    payload_cap_bytes: int = 131072
+    facts: bool = False
+
+
+OnStarted = Callable[[str, int, Visibility], None]
+OnMessage = Callable[[str, str, dict[str, Any]], None]
+OnFinished = Callable[[str, dict[str, Any]], None]
+
+
+def output_tail(path: Path, size: int = OUTPUT_TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+class RunProcess:
+    def __init__(self, runner: Runner, request: RunRequest) -> None:
+        self.runner = runner
+        self.request = request
+        self.run_id = request.run_id
+        self.directory = runner.runs_dir / request.run_id
+        self.log_path = self.directory / OUTPUT_LOG
+        self.launched: Launched | None = None
+        self.report: dict[str, Any] | None = None
+        self.cancel_requested = False
+        self.killed = False
+        self.started_at = time.monotonic()
+        self.task: asyncio.Task[None] | None = None
+        self._timers: list[asyncio.TimerHandle] = []
+        self._writer: asyncio.StreamWriter | None = None
+        self._cancel_reason = "cancel requested"
+
+    @property
+    def pid(self) -> int | None:
+        return self.launched.pid if self.launched else None
+
+    async def run(self, view: Visibility) -> None:
+        r = self.request
+        env = child_environment(self.runner.base_env, view)
+        launched = await self.runner.launcher.launch(self.run_id, env, self.log_path)
+        self.launched = launched
+        self.runner.on_started(self.run_id, launched.pid, view)
+        spec = {
+            "run_id": r.run_id, "graph": r.graph, "device": view.engine_device, "seed": r.seed,
+            "deterministic": r.deterministic, "max_parallel_nodes": r.max_parallel_nodes,
+            "data_dir": str(self.directory / "data"), "payload_cap_bytes": r.payload_cap_bytes, "facts": r.facts,
+            "aliases": view.aliases,
+            "env": {"CUDA_DEVICE_ORDER": env["CUDA_DEVICE_ORDER"], "CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"]},
+        }
+        reader, writer = await asyncio.open_connection(sock=launched.sock, limit=pipe.MAX_LINE_BYTES)
+        self._writer = writer
+        writer.write(pipe.encode("assign", spec))
+        if self.cancel_requested:  # a cancel that came while the process was starting
+            writer.write(pipe.encode("cancel", {"reason": self._cancel_reason}))
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        await self._read(reader)
+        exit_ = await self._exit_status()
+        writer.close()
+        self.runner.finish(self, self._finished_body(exit_))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        while True:
+            try:
+                line = await reader.readline()
+            except (ConnectionError, asyncio.LimitOverrunError, ValueError) as err:
+                log.warning("run %s: its socket failed: %s", self.run_id, err)
+                self.runner.kill_policy.signal(self.pid or 0, signal.SIGKILL, self.run_id)
+                return
+            if not line:
+                return
+            try:
+                kind, body = pipe.decode(line, kinds=pipe.CHILD_KINDS)
+            except pipe.PipeError as err:
+                log.warning("run %s: dropped a bad message from its process: %s", self.run_id, err)
+                continue
+            if kind == "finished":
+                self.report = body
+                self._after(EXIT_AFTER_FINISHED_S, self._kill_lingering)
+                continue
+            self.runner.on_message(self.run_id, kind, body)
+
+    async def _exit_status(self) -> ProcessExit:
+        assert self.launched is not None
+        try:
+            return await asyncio.wait_for(asyncio.shield(self.launched.exited), EXIT_STATUS_WAIT_S)
+        except asyncio.TimeoutError:
+            # The socket closed but the process lives on (it closed fd 0..n itself?): end it.
+            self.runner.kill_policy.signal(self.launched.pid, signal.SIGKILL, self.run_id)
+            try:
+                return await asyncio.wait_for(asyncio.shield(self.launched.exited), EXIT_STATUS_WAIT_S)
+            except asyncio.TimeoutError:
+                return ProcessExit(None, None)
+
+    def _finished_body(self, exit_: ProcessExit) -> dict[str, Any]:
+        for timer in self._timers:
+            timer.cancel()
+        duration = time.monotonic() - self.started_at
+        if self.report is not None:
+            body = dict(self.report)
+            body.setdefault("duration_s", duration)
+            if exit_.exit_code not in (0, None) or exit_.signal is not None:
+                body.update(exit_code=exit_.exit_code, signal=exit_.signal)
+            return body
+        tail = output_tail(self.log_path)
+        if self.cancel_requested:
+            return {"status": "cancelled", "error": None, "executed": 0, "cached": 0, "metrics": {},
+                    "duration_s": duration, "exit_code": exit_.exit_code, "signal": exit_.signal,
+                    "output_tail": tail}
+        message = f"the run's process {exit_.describe()} before reporting a result"
+        if exit_.signal == signal.SIGKILL:
+            message += " (killed from outside, for example by the out-of-memory killer)"
+        elif exit_.signal == signal.SIGSEGV:
+            message += " (a segmentation fault in native code)"
+        return {"status": "failed",
+                "error": {"type": "RunProcessDied", "code": "run_process_died", "message": message,
+                          "params": {"exit_code": exit_.exit_code, "signal": exit_.signal}},
+                "executed": 0, "cached": 0, "metrics": {}, "duration_s": duration,
+                "exit_code": exit_.exit_code, "signal": exit_.signal, "output_tail": tail}
+
+    # -- cancel -----------------------------------------------------------------------------------------
+    def cancel(self, grace_s: float, reason: str) -> None:
+        if self.cancel_requested:
+            # A second cancel can only shorten the grace (a cancel with grace 0 after a normal one).
+            if grace_s <= 0:
+                self._terminate()
+            return
+        self.cancel_requested = True
+        self._cancel_reason = reason
+        writer = self._writer
+        if writer is not None and not writer.is_closing():
+            writer.write(pipe.encode("cancel", {"reason": reason}))
+        if self.report is not None:
+            return
+        if grace_s <= 0:
+            self._terminate()
+        else:
+            self._after(grace_s, self._terminate)
+
+    def _terminate(self) -> None:
+        if self.launched is None or self.launched.exited.done() or self.report is not None:
+            return
+        self.killed = True
+        self.runner.kill_policy.signal(self.launched.pid, signal.SIGTERM, self.run_id)
+        self._after(self.runner.kill_policy.kill_after_s, self._kill)
+
+    def _kill(self) -> None:
+        if self.launched is not None and not self.launched.exited.done():
+            self.runner.kill_policy.signal(self.launched.pid, signal.SIGKILL, self.run_id)
+
+    def _kill_lingering(self) -> None:
+        if self.launched is not None and not self.launched.exited.done():
+            log.warning("run %s: its process reported but did not exit", self.run_id)
+            self._kill()
+
+    def _after(self, delay: float, fn: Callable[[], None]) -> None:
+        self._timers.append(asyncio.get_running_loop().call_later(delay, fn))
+
+
+class Runner:
+    """The agent's run processes. `start` after the assign passed `isolation.assign_refusal`."""
+
+    def __init__(self, runs_dir: Path, launcher: Any, offered: Mapping[str, OfferedDevice],
+                 base_env: Mapping[str, str], *, on_started: OnStarted, on_message: OnMessage,
+                 on_finished: OnFinished, kill_policy: KillPolicy | None = None) -> None:
+        self.runs_dir = Path(runs_dir)
+        self.launcher = launcher
+        self.offered = dict(offered)
+        self.base_env = dict(base_env)
+        self.on_started = on_started
+        self.on_message = on_message
+        self.on_finished = on_finished
+        self.kill_policy = kill_policy or KillPolicy()
+        self.runs: dict[str, RunProcess] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def running(self) -> list[str]:
+        return sorted(self.runs)
+
+    def start(self, request: RunRequest) -> RunProcess:
+        view = visibility(request.device, request.devices, self.offered)
+        proc = RunProcess(self, request)
+        self.runs[request.run_id] = proc
+        self._idle.clear()
+        proc.task = asyncio.ensure_future(self._run(proc, view))
+        return proc
+
+    async def _run(self, proc: RunProcess, view: Visibility) -> None:
+        try:
+            await proc.run(view)
+        except (LaunchError, OSError) as err:
+            log.error("run %s could not start: %s", proc.run_id, err)
+            self.finish(proc, {"status": "failed", "error": {"type": "LaunchError", "code": "run_process_start_failed",
+                                                             "message": str(err)},
+                               "executed": 0, "cached": 0, "metrics": {}, "duration_s": 0.0})
+        except Exception as err:  # a bug of ours: the run fails, the agent and other runs go on
+            log.exception("run %s: the runner failed", proc.run_id)
+            proc._kill()
+            self.finish(proc, {"status": "failed", "error": {"type": type(err).__name__, "code": "agent_error",
+                                                             "message": f"the worker agent failed: {err}"},
+                               "executed": 0, "cached": 0, "metrics": {}, "duration_s": 0.0})
+
+    def finish(self, proc: RunProcess, body: dict[str, Any]) -> None:
+        if self.runs.get(proc.run_id) is not proc:
+            return
+        del self.runs[proc.run_id]
+        if not self.runs:
+            self._idle.set()
+        self.on_finished(proc.run_id, body)
+
+    def cancel(self, run_id: str, grace_s: float, reason: str = "cancel requested") -> bool:
+        proc = self.runs.get(run_id)
+        if proc is None:
+            return False
+        proc.cancel(grace_s, reason)
+        return True
+
+    def cancel_all(self, grace_s: float, reason: str) -> None:
+        for proc in list(self.runs.values()):
+            proc.cancel(grace_s, reason)
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
