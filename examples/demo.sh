@@ -53,9 +53,8 @@ codefy run examples/train_mlp.json --name "make demo" || rc=$?
 echo
 echo "== 3. Next"
 cat <<'EOF'
-  The run belongs to the server, not to the terminal: `codefy runs ls` lists it and
-  `codefy runs metrics ID --plot` plots its metrics (with CODEFY_DATA_DIR=.codefy-demo while the
-  demo server is up).
+  The run belongs to the server, not to the terminal. While a server is up, `codefy runs ls`
+  lists its runs and `codefy runs metrics ID --plot` plots a run's metrics.
 
   In JupyterLab (the extension is enabled wherever codefy-jupyter is installed; pip install jupyterlab):
       jupyter lab kernels/example.ipynb
