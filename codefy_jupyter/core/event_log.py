@@ -42,6 +42,9 @@ class EventLog:
         self._flusher: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()  # one flush at a time keeps each run's appends in seq order
         self._closed = False
+        # Run fields written in the same transaction as each batch of the run's events (a worker
+        # run's resume point: what it says was recorded is exactly what was).
+        self._attached: dict[str, Callable[[], dict[str, Any]]] = {}
 
     # -- writing ----------------------------------------------------------------------------------
     def track(self, run_id: str, last_seq: int) -> None:
@@ -49,7 +52,16 @@ class EventLog:
         self._next_seq[run_id] = last_seq + 1
         self._flushed[run_id] = last_seq
 
+    def attach(self, run_id: str, fields: Callable[[], dict[str, Any]] | None) -> None:
+        """Write `fields()` (run columns, read when a batch is taken) with each batch of the run's
+        events; None detaches."""
+        if fields is None:
+            self._attached.pop(run_id, None)
+        else:
+            self._attached[run_id] = fields
+
     def forget(self, run_id: str) -> None:
+        self._attached.pop(run_id, None)
         self._next_seq.pop(run_id, None)
         self._flushed.pop(run_id, None)
         self._tail.pop(run_id, None)
@@ -143,7 +155,8 @@ class EventLog:
         pending, self._pending = self._pending, {}
         metrics, self._metrics = self._metrics, []
         # The store queues each write as it is called, before anything here yields.
-        writes = [self._store.append_events(run_id, rows) for run_id, rows in pending.items()]
+        writes = [self._store.append_events(run_id, rows, self._attached[run_id]() if run_id in self._attached
+                                            else None) for run_id, rows in pending.items()]
         if metrics:
             writes.append(self._store.record_metrics(metrics))
         if not writes:

@@ -1,8 +1,10 @@
-"""Executors: where a placed run executes. Today: `InProcessExecutor`, the engine in a thread of
-the control plane. The worker issue adds `WorkerExecutor` behind the same seam.
+"""Executors: where a placed run executes. `InProcessExecutor` runs the engine in a thread of the
+control plane; `WorkerExecutor` (core/worker_executor.py) hands the run to a worker agent. The
+placement decides which: a run with no target, or worker `local`, only ever meets this one.
 
-An executor reports raw engine events through `on_event` (called from the run's threads; the
-caller hops them onto its loop) and finishes with the engine's RunResult.
+An in-process run reports raw engine events through `on_event` (called from the run's threads; the
+caller hops them onto its loop) and finishes with the engine's RunResult. A worker run writes its
+events into the run's log itself (through the same sink) and finishes with an `ExecutionOutcome`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,31 @@ class RunSpec:
     data_dir: Path | None = None
     cache: OutputCache | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    # Worker runs only: the worker, the run's devices in order, its queue key and slots, its name.
+    worker: str | None = None
+    devices: tuple[str, ...] = ()
+    queue_key: str = ""
+    slots: tuple[str, ...] = ()
+    name: str | None = None
+
+
+@dataclass
+class ExecutionOutcome:
+    """How a run that executed outside this process ended. `status`: succeeded, failed, cancelled
+    or interrupted. `code`/`message`/`params`: why a run stopped or failed without a node error
+    (worker_gone, worker_removed, ...). `facts`: the run's execution_facts to write with its final
+    status."""
+
+    status: str
+    error: dict[str, Any] | None = None
+    executed: int = 0
+    cached: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    duration_s: float | None = None
+    code: str | None = None
+    message: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    facts: dict[str, Any] | None = None
 
 
 class RunHandle:

@@ -29,11 +29,16 @@ from . import run_state as rs
 from .config import Settings
 from .errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError, Unavailable
 from .event_log import EventLog
-from .executors import InProcessExecutor, RunHandle, RunSpec
+from .executors import ExecutionOutcome, InProcessExecutor, RunHandle, RunSpec
 from .fingerprint import digest, environment_document
 from .requests import SubmitRequest, parse_submit
-from .scheduling import Placement, Run, RunQueue, SubmitError, build_limits, resolve_run_device
+from .scheduling import (
+    LOCAL, LocalMachine, OfferedDevice, Placement, Run, RunQueue, SubmitError, build_limits, resolve_run_device,
+)
 from .store import Store
+from .worker_executor import RESUME, WorkerRunHandle
+from .worker_handshake import graph_node_types
+from .worker_service import WorkerService
 
 log = logging.getLogger("codefy.runs")
 
@@ -44,14 +49,17 @@ LIST_LIMIT = 50
 
 @dataclass
 class _Active:
-    handle: RunHandle | None = None
+    handle: RunHandle | WorkerRunHandle | None = None
     started: float = 0.0
+    status: str = rs.RUNNING  # a worker run may be disconnected meanwhile
+    worker: str | None = None
 
 
 class RunService:
     def __init__(self, store: Store, settings: Settings, *, devices: list[str] | None = None,
                  executor: InProcessExecutor | None = None, registry: NodeRegistry | None = None,
-                 clock: Callable[[], float] = time.time, data_dir: Path | None = None) -> None:
+                 clock: Callable[[], float] = time.time, data_dir: Path | None = None,
+                 local_machine: LocalMachine | None = None) -> None:
         self.store = store
         self.settings = settings
         self.registry = registry or default_registry()
@@ -65,7 +73,7 @@ class RunService:
         for notice in self.config_warnings:
             log.warning("%s", notice.message)
         self.queue = RunQueue(limits, interactive_limit=max(1, settings.run_interactive_max_concurrent),
-                              slots=self.devices)
+                              slots=self.devices, local=local_machine)
         self.events = EventLog(store, payload_cap_bytes=settings.run_event_payload_cap_bytes, clock=clock)
         self._vault: dict[str, dict[str, dict[str, str]]] = {}  # run -> node -> secret param -> value
         self._graphs: dict[str, dict[str, Any]] = {}  # graphs of waiting runs (with secrets restored)
@@ -79,6 +87,8 @@ class RunService:
         self._session_caches: dict[str, SessionCache] = {}
         self._closing = False
         self.fingerprint_digest: str | None = None
+        # Worker agents, their connections and runs (runs without a target never touch it).
+        self.workers = WorkerService(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -87,6 +97,7 @@ class RunService:
         document = environment_document(self.registry.catalog())
         self.fingerprint_digest = digest(document)
         await self.store.put_fingerprint(self.fingerprint_digest, document)
+        await self.workers.load()
         for row in await self.store.active_runs():
             last = await self.store.last_event(row["id"])
             if last is not None and last.type in ev.CLOSING:
@@ -95,6 +106,9 @@ class RunService:
                                             self.clock())
                 continue
             self.events.track(row["id"], int(row["last_seq"]))
+            if row["status"] in (rs.RUNNING, rs.DISCONNECTED) and RESUME in (row.get("execution_facts") or {}):
+                await self._adopt(row)
+                continue
             closing = ev.execution_stopped(row["id"], status=rs.INTERRUPTED, code="server_restart",
                                            message="the server stopped while this run was "
                                            f"{row['status']}; it did not resume")
@@ -102,9 +116,35 @@ class RunService:
             log.info("run %s was %s when the server stopped: interrupted", row["id"], row["status"])
         await self._retention()
 
+    async def _adopt(self, row: dict[str, Any]) -> None:
+        """A worker run the previous process left running: it keeps its slots and waits,
+        disconnected, for its worker to come back (no assign is sent)."""
+        resume = row["execution_facts"][RESUME]
+        name = resume["worker"]
+        worker = self.workers.registry.get(name) or self.workers.registry.placeholder(name)
+        worker.runs.add(row["id"])
+        if not worker.devices:
+            uuids = resume.get("uuids") or {}
+            worker.devices = [{"device": d, **({"uuid": uuids[d]} if uuids.get(d) else {})}
+                              for d in resume.get("devices") or [resume["device"]]]
+        self.workers.offer(worker)
+        self._order += 1
+        devices = tuple(resume.get("devices") or ())
+        run = Run(run_id=row["id"], order=self._order, device=resume["device"],
+                  devices=devices if len(devices) > 1 else (), seeded=row.get("seed") is not None, worker=name)
+        self.queue.adopt(run, name, resume.get("slots") or [f"{name}/{d}" for d in devices or (resume["device"],)])
+        started = row.get("started_at") or self.clock()
+        self._active[row["id"]] = _Active(started=started, status=rs.DISCONNECTED, worker=name)
+        await self.store.update_run(row["id"], status=rs.DISCONNECTED)
+        handle = self.workers.executor.adopt(row)
+        self._active[row["id"]].handle = handle
+        self.keep(asyncio.get_running_loop().create_task(self._await_run(row["id"], handle)))
+        log.info("run %s executes on worker %s: adopted, waiting for the worker", row["id"], name)
+
     async def shutdown(self) -> None:
         """Graceful stop: waiting runs are retired at once, executing ones get 5 s to stop."""
         self._closing = True
+        self.workers.executor.graceful_shutdown()
         for run in self.queue.waiting():
             self.queue.cancel(run.run_id)
             await self._finish_unstarted(run.run_id, rs.INTERRUPTED, "server_shutdown",
@@ -118,7 +158,34 @@ class RunService:
             closing = ev.execution_stopped(run_id, status=rs.INTERRUPTED, code="server_shutdown",
                                            message="the server shut down while this run was executing")
             await self._write_final(run_id, rs.INTERRUPTED, closing, error=None)
+        await self.workers.executor.close()
         await self.events.close()
+
+    def keep(self, task: asyncio.Future[Any]) -> None:
+        """Hold a background task until it is done (and wait for it at shutdown)."""
+        self._tasks.add(task)  # type: ignore[arg-type]
+        task.add_done_callback(self._tasks.discard)  # type: ignore[arg-type]
+
+    async def reschedule(self) -> None:
+        await self._reschedule()
+
+    def worker_run_status(self, run_id: str, status: str) -> None:
+        """A worker run's connection dropped (disconnected) or came back (running)."""
+        active = self._active.get(run_id)
+        if active is None:
+            return
+        active.status = status
+        self.store.update_run(run_id, status=status, only_if_status=(rs.RUNNING, rs.DISCONNECTED)
+                              ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} {status}"))
+
+    async def fail_waiting(self, run_id: str, code: str, message: str, params: dict[str, Any]) -> None:
+        """A waiting run that can no longer run (its worker was removed): failed, with the code on
+        its execution_error event."""
+        self._graphs.pop(run_id, None)
+        self._waiting_rows.pop(run_id, None)
+        self._vault.pop(run_id, None)
+        info = {"code": code, "message": message, "params": params}
+        await self._write_final(run_id, rs.FAILED, ev.execution_error(run_id, info), error=info)
 
     # -- submit -----------------------------------------------------------------------------------
     async def submit(self, body: Any, *, owner: str | None = None) -> dict[str, Any]:
@@ -134,26 +201,40 @@ class RunService:
         settings = graph.get("settings") or {}
         seed = req.options.seed if req.options.seed_given else settings.get("seed")
         target = req.options.target
-        if target is not None and target.worker not in (None, "local"):
-            raise BadRequest(f"worker targets are not available yet (got {target.worker!r}); use 'local'",
-                             code="worker_unknown", params={"field": "options.target.worker",
-                                                            "worker": target.worker})
-        resolved = resolve_run_device(req.options.device, settings.get("device"),
-                                      target.devices if target else (), self.devices)
+        pool = getattr(target, "pool", None) if target is not None else None
+        worker = target.worker if target is not None and target.worker not in (None, LOCAL) else None
+        if worker is None and pool is None:  # this server: exactly as without workers
+            resolved = resolve_run_device(req.options.device, settings.get("device"),
+                                          target.devices if target else (), self.devices)
+        else:
+            resolved = self.queue.resolve_target(worker, req.options.device, settings.get("device"),
+                                                 target.devices if target else (), pool=pool)
         if req.options.lane == "interactive" and not req.options.session:
             raise BadRequest("an interactive run needs options.session", code="session_required",
                              params={"field": "options.session"})
         run_id = uuid.uuid4().hex[:16]
         stored_graph, secrets = self._strip_secrets(graph)
         self._order += 1
-        run = Run(run_id=run_id, order=self._order, device=resolved.device, devices=resolved.devices,
-                  seeded=seed is not None, lane=req.options.lane, session=req.options.session)
-        self.queue.submit(run)  # the lane's refusals (503) happen before anything is written
+        run = Run(run_id=run_id, order=self._order, device=resolved.device,
+                  devices=resolved.devices if (worker is None and pool is None) or len(resolved.devices) > 1 else (),
+                  seeded=seed is not None, lane=req.options.lane, session=req.options.session,
+                  **({} if worker is None and pool is None else {"worker": worker or "any", "pool": pool}))
+        node_types = None
+        if worker not in (None, "any") and self._degraded(worker):
+            node_types = await asyncio.to_thread(graph_node_types, graph)
+        device_field = "options.device" if req.options.device is not None else (
+            "graph.settings.device" if settings.get("device") is not None else "options.device")
+        # The lane's refusals (503) and a worker target's (400) happen before anything is written.
+        if run.is_local:
+            self.queue.submit(run)
+        else:
+            self.queue.submit(run, node_types, device_field=device_field)
         self._unwritten.add(run_id)  # placed before its row exists? it starts once the row is written
         try:
             row = {
                 "id": run_id, "name": req.name, "status": rs.QUEUED, "owner": owner, "device": resolved.device,
                 "devices": list(resolved.devices or (resolved.device,)), "queue_key": run.queue_key,
+                "worker_id": worker if worker != "any" else None,
                 "lane": req.options.lane, "session": req.options.session, "seed": seed,
                 "deterministic": req.options.deterministic, "options": _options_doc(req, resolved),
                 "graph": stored_graph, "submitted_at": self.clock()}
@@ -174,7 +255,7 @@ class RunService:
         self._graphs[run_id] = graph
         self._waiting_rows[run_id] = row
         view = self._view({**row, "started_at": None, "finished_at": None, "error": None,
-                           "fingerprint_digest": None, "worker_id": None, "last_seq": 0})
+                           "fingerprint_digest": None, "last_seq": 0, "execution_facts": None})
         deferred = self._deferred.pop(run_id, None)
         if deferred is not None:
             await self._start(deferred)
@@ -182,7 +263,13 @@ class RunService:
         if run_id in self._active:  # it started at once: say so
             view.update(status=rs.RUNNING, started_at=self._active[run_id].started, queue_position=None,
                         queue_reason=None)
+            if self._active[run_id].worker is not None:
+                view["worker_id"] = self._active[run_id].worker
         return view
+
+    def _degraded(self, name: str) -> bool:
+        worker = self.workers.registry.get(name)
+        return worker is not None and worker.catalog is not None and not worker.catalog.matches
 
     def _strip_secrets(self, graph: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
         """A copy of the graph with SECRET values blanked, and the values by node and param."""
@@ -213,6 +300,9 @@ class RunService:
         # A run submitted by this process: its row is in memory (no read back).
         row = self._waiting_rows.pop(run_id, None) or await self.store.get_run(run_id)
         graph = self._graphs.pop(run_id, None) or (row or {}).get("graph")
+        if placement.worker != LOCAL:
+            self._start_on_worker(placement, row, graph)
+            return
         now = self.clock()
         self._active[run_id] = _Active(started=now)
         # Not awaited: writes commit in call order, so the final write queued later can never land
@@ -235,6 +325,31 @@ class RunService:
         task = loop.create_task(self._await_run(run_id, handle))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _start_on_worker(self, placement: Placement, row: dict[str, Any], graph: dict[str, Any]) -> None:
+        """The run goes to a worker: the WorkerExecutor sends the assign (with the SECRET values
+        this process holds); execution_start is written when the worker says the run started."""
+        run_id, name = placement.run_id, placement.worker
+        now = self.clock()
+        self._active[run_id] = _Active(started=now, worker=name)
+        worker = self.workers.registry.get(name)
+        uuids = {d.get("device"): d.get("uuid") for d in (worker.devices if worker else []) if d.get("uuid")}
+        devices = list(placement.devices)
+        queue_key = f"{name}/{placement.device}"
+        spec = RunSpec(run_id=run_id, graph=graph, device=placement.device, seed=row.get("seed"),
+                       deterministic=bool(row.get("deterministic")),
+                       max_parallel_nodes=self.settings.max_parallel_nodes, worker=name, devices=tuple(devices),
+                       queue_key=queue_key, slots=placement.slots, name=row.get("name"))
+        handle = self.workers.executor.start(spec, uuids={d: u for d, u in uuids.items() if d in devices})
+        fingerprint = (worker.info.get("fingerprint_digest") if worker else None) or None
+        if worker is not None and worker.hello is not None and worker.hello.fingerprint:
+            fingerprint = digest(worker.hello.fingerprint)
+        self.store.update_run(run_id, status=rs.RUNNING, started_at=now, worker_id=name, devices=devices,
+                              queue_key=queue_key, fingerprint_digest=fingerprint,
+                              execution_facts=self.workers.executor.facts(run_id)
+                              ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} running"))
+        self._active[run_id].handle = handle
+        self.keep(asyncio.get_running_loop().create_task(self._await_run(run_id, handle)))
 
     def _on_engine_event(self, run_id: str, raw: dict[str, Any]) -> None:
         if run_id not in self._active:
@@ -264,7 +379,10 @@ class RunService:
             return  # shutdown already closed it (it outlived the grace period)
         await self._reschedule()
         duration = self.clock() - active.started
-        if error is not None:
+        if isinstance(result, ExecutionOutcome):
+            await self._file_outcome(run_id, result, duration)
+            self.workers.executor.closed(run_id)
+        elif error is not None:
             info = {"code": "execution_failed", "message": f"{type(error).__name__}: {error}",
                     "exception_type": type(error).__name__}
             await self._write_final(run_id, rs.FAILED, ev.execution_error(run_id, info, duration_s=duration),
@@ -285,11 +403,36 @@ class RunService:
                                     error=info)
         await self._retention()
 
-    async def _write_final(self, run_id: str, status: str, closing: ev.RunEvent, *, error: Any) -> None:
+    async def _file_outcome(self, run_id: str, outcome: ExecutionOutcome, duration: float) -> None:
+        """A worker run's end, filed like an in-process result."""
+        duration = outcome.duration_s if outcome.duration_s is not None else duration
+        facts = outcome.facts
+        if outcome.status == rs.SUCCEEDED:
+            closing = ev.execution_complete(run_id, duration_s=duration, metrics=outcome.metrics,
+                                            executed=outcome.executed, cached=outcome.cached)
+            await self._write_final(run_id, rs.SUCCEEDED, closing, error=None, facts=facts)
+        elif outcome.status == rs.FAILED:
+            info = outcome.error or {"code": outcome.code, "message": outcome.message, "params": outcome.params}
+            await self._write_final(run_id, rs.FAILED, ev.execution_error(run_id, info, duration_s=duration),
+                                    error=info, facts=facts)
+        elif outcome.status == rs.CANCELLED and self._closing:
+            closing = ev.execution_stopped(run_id, status=rs.INTERRUPTED, code="server_shutdown",
+                                           message="the server shut down", duration_s=duration)
+            await self._write_final(run_id, rs.INTERRUPTED, closing, error=None, facts=facts)
+        else:
+            closing = ev.execution_stopped(run_id, status=outcome.status, code=outcome.code or outcome.status,
+                                           message=outcome.message or outcome.status, params=outcome.params,
+                                           duration_s=duration)
+            await self._write_final(run_id, outcome.status, closing, error=None, facts=facts)
+
+    async def _write_final(self, run_id: str, status: str, closing: ev.RunEvent, *, error: Any,
+                           facts: dict[str, Any] | None = None) -> None:
         """Final status and closing event (with whatever is still queued) in one transaction."""
         self._active.pop(run_id, None)
         rows = self.events.take_closing(run_id, closing)
-        await self.store.update_run(run_id, status=status, finished_at=self.clock(), error=error, events=rows)
+        extra = {"execution_facts": facts} if facts is not None else {}
+        await self.store.update_run(run_id, status=status, finished_at=self.clock(), error=error, events=rows,
+                                    **extra)
         self._final[run_id] = status
         if len(self._final) > FINAL_STATUSES_KEPT:
             del self._final[next(iter(self._final))]
@@ -402,7 +545,7 @@ class RunService:
         if run_id in self._final:
             return self._final[run_id]
         if run_id in self._active:
-            return rs.RUNNING
+            return self._active[run_id].status
         if self.queue.get(run_id) is not None or run_id in self._unwritten:
             return rs.QUEUED
         return None

@@ -16,6 +16,8 @@ from traitlets import Bool, Int, List, Unicode
 from .._version import __version__
 from ..core.config import SETTINGS, Settings
 from ..core.devices import probe_inventory
+from ..core.machine_identity import machine_id_digest
+from ..core.scheduling import LocalMachine, OfferedDevice
 from ..core.run_service import RunService
 from ..core.errors import Unavailable
 from ..core.store import Store
@@ -76,8 +78,12 @@ class CodefyApp(ExtensionApp):
         data_dir = settings.resolved_data_dir()
         data_dir.mkdir(parents=True, exist_ok=True)
         self.store = await Store.open(data_dir / "codefy.sqlite")
-        devices = [d["key"] for d in probe_inventory(settings.device_inventory)]
-        self.service = RunService(self.store, settings, devices=devices, data_dir=data_dir)
+        inventory = probe_inventory(settings.device_inventory)
+        devices = [d["key"] for d in inventory]
+        # This machine's id and cards (with NVML UUIDs): a worker on this machine shares them.
+        local = LocalMachine(machine_id_digest(), tuple(OfferedDevice(d["key"], d.get("uuid") or None)
+                                                        for d in inventory))
+        self.service = RunService(self.store, settings, devices=devices, data_dir=data_dir, local_machine=local)
         await self.service.start()
         self._activity = PeriodicCallback(self._report_activity, ACTIVITY_INTERVAL_S * 1000)
         self._activity.start()

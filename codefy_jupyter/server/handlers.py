@@ -383,4 +383,11 @@ def route_table(base: str) -> list[tuple[str, type, dict[str, Any]]]:
         (f"{base}codefy/api/nodes", NodesHandler, {}),
         (f"{base}codefy/api/openapi.yaml", OpenAPIHandler, {}),
         (f"{base}codefy/ws/execution", ExecutionSocket, {}),
+        *_worker_routes(base),
     ]
+
+
+def _worker_routes(base: str) -> list[tuple[str, type, dict[str, Any]]]:
+    from .worker_handlers import worker_routes  # it builds on this module's handlers
+
+    return worker_routes(base)

@@ -1,0 +1,627 @@
+"""WorkerExecutor: runs placed on a worker agent, behind the same seam as InProcessExecutor.
+
+`start` sends an `assign` to the placed worker (at once, or when it connects) and returns a handle
+like an in-process run's: `cancel()` forwards a `cancel` frame, `done` resolves to an
+`ExecutionOutcome` that RunService files exactly as an in-process result (slot first, then the
+final status and closing event in one transaction).
+
+Frames become the same sink calls as an in-process run's engine callbacks: each per-run frame is
+checked by the run's `RunInbox` (duplicates dropped by seq, gaps recorded as a run_warning), then
+written to the run's log through RunService's EventLog (`event`, `metrics`, `artifact`, `warning`),
+so the log's own seq stays gapless. `execution_start` is written on `run_started` and the closing
+event on `run_finished`, by the control plane, as for in-process runs.
+
+Acknowledgement. A per-run task persists what arrived (one EventLog flush) and sends `ack` when the
+inbox says one is due (every 64 frames or 1 s). The resume point, `execution_facts.worker_resume`
+= {worker, seq, slots, devices, device, queue_key}, is written in the same transaction as each batch
+of the run's events (EventLog.attach), so the seq it names is exactly what the log holds: it is
+stored before every ack, and after a hard stop a replay from it adds nothing twice.
+
+A dropped connection (socket closed, or three heartbeats missed) leaves the worker's runs
+`disconnected` with their slots held (run_warning worker_disconnected). The same worker listing a
+run in `run_alive` within CODEFY_WORKER_RESUME_GRACE_S resumes it (worker_reconnected) and replays
+its unacked frames; past the grace the run ends interrupted (worker_gone) and its slots free. A
+`run_finished` that arrives after that is kept as `execution_facts.late_result`; nothing is added
+after the closing event. A run the worker reports that is not tracked here gets a `cancel` with
+grace 0.
+
+Adoption: after a hard stop of the control plane, `adopt` takes a row that has a resume point: the
+run waits `disconnected` (no assign is sent) for its worker's `run_alive`, and ends interrupted
+(worker_lost_after_restart) if the worker is not back within the grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Protocol
+
+from . import run_events as ev
+from . import run_state as rs
+from .event_log import EventLog
+from .executors import ExecutionOutcome, RunSpec
+from .fingerprint import digest
+from .store import Store
+from .worker_handshake import check_graph_types, graph_node_types
+from .worker_protocol import (
+    INBOX_MAX_FRAMES, Ack, Artifact, Assign, Cancel, Drain, Event, Metrics, RunAlive, RunFacts, RunFinished,
+    RunFrame, RunInbox, RunStarted, RunWarning, should_pause_reading,
+)
+from .workers import Worker, WorkerRegistry
+
+log = logging.getLogger("codefy.workers")
+
+RESUME = "worker_resume"
+SHUTDOWN_CANCEL_GRACE_S = 5.0
+# Event types only the control plane writes into a run's log.
+_CONTROL_PLANE_TYPES = ev.CLOSING | {ev.EXECUTION_START}
+
+
+class WorkerHost(Protocol):
+    """What the executor needs from RunService."""
+
+    events: EventLog
+    store: Store
+    clock: Callable[[], float]
+
+    def worker_run_status(self, run_id: str, status: str) -> None: ...
+
+
+@dataclass
+class _WorkerRun:
+    run_id: str
+    worker: str
+    spec: RunSpec | None
+    done: asyncio.Future[ExecutionOutcome]
+    inbox: RunInbox
+    facts: dict[str, Any]
+    state: str = rs.RUNNING  # running | disconnected
+    assigned: bool = False
+    started: bool = False  # execution_start is in the log
+    finished: bool = False  # `done` is resolved: nothing more goes into the log
+    adopted: bool = False
+    reconnected: bool = False
+    cancel_requested: bool = False
+    recorded_seq: int = 0  # highest frame seq whose effects are in the sink
+    facts_seq: int = 0  # recorded_seq as of the last execution_facts write handed to the store
+    started_at: float = 0.0
+    grace: asyncio.TimerHandle | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    drained: asyncio.Event = field(default_factory=asyncio.Event)
+    paused: bool = False
+    acker: asyncio.Task[None] | None = None
+
+
+class WorkerRunHandle:
+    """A started worker run (the RunHandle interface)."""
+
+    def __init__(self, executor: "WorkerExecutor", run: _WorkerRun) -> None:
+        self.run_id = run.run_id
+        self._executor = executor
+        self._run = run
+        self.done = run.done
+
+    def cancel(self, reason: str = "cancel requested") -> None:
+        self._executor.cancel(self.run_id, reason)
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._run.cancel_requested
+
+
+class WorkerExecutor:
+    name = "worker"
+
+    def __init__(self, registry: WorkerRegistry, host: WorkerHost, *, resume_grace_s: float = 300.0,
+                 cancel_grace_s: float = 30.0, heartbeat_s: float = 10.0, max_inbox: int = INBOX_MAX_FRAMES) -> None:
+        self.registry = registry
+        self.host = host
+        self.resume_grace_s = resume_grace_s
+        self.cancel_grace_s = cancel_grace_s
+        self.heartbeat_s = heartbeat_s
+        self.max_inbox = max_inbox
+        self._runs: dict[str, _WorkerRun] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._watchdog: asyncio.Task[None] | None = None
+        self._stray_cancelled: set[tuple[int, str]] = set()  # (link id, run id) told to stop
+        self.closing = False
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start_watchdog(self) -> None:
+        if self._watchdog is None:
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch_heartbeats())
+
+    async def close(self) -> None:
+        """After RunService's shutdown: stop timers and tasks, close every worker connection (the
+        agents keep running and reconnect when the server is back)."""
+        self.closing = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        for run in list(self._runs.values()):
+            if not run.done.done():  # RunService already filed it as interrupted: let its waiter end
+                run.done.set_result(ExecutionOutcome(rs.INTERRUPTED, code="server_shutdown",
+                                                     message="the server shut down"))
+            self._forget(run)
+        for worker in self.registry.workers(listed_only=False):
+            if worker.link is not None:
+                worker.link.close(1001, "the control plane is shutting down")
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("codefy: worker task failed", exc_info=task.exception())
+
+    # -- starting runs --------------------------------------------------------------------------------
+    def is_tracked(self, run_id: str) -> bool:
+        return run_id in self._runs
+
+    def run_state(self, run_id: str) -> str | None:
+        run = self._runs.get(run_id)
+        return run.state if run is not None else None
+
+    def facts(self, run_id: str) -> dict[str, Any] | None:
+        run = self._runs.get(run_id)
+        return self._facts_doc(run) if run is not None else None
+
+    def start(self, spec: RunSpec, *, uuids: dict[str, str] | None = None) -> WorkerRunHandle:
+        """`uuids`: the run's cards' NVML UUIDs, kept in the resume point so that after a restart
+        its slots join their card groups before the worker is back."""
+        assert spec.worker is not None
+        loop = asyncio.get_running_loop()
+        resume = {"worker": spec.worker, "seq": 0, "slots": list(spec.slots), "device": spec.device,
+                  "devices": list(spec.devices or (spec.device,)), "queue_key": spec.queue_key,
+                  "uuids": dict(uuids or {})}
+        run = _WorkerRun(run_id=spec.run_id, worker=spec.worker, spec=spec, done=loop.create_future(),
+                         inbox=RunInbox(spec.run_id, clock=loop.time), facts={"worker": spec.worker, RESUME: resume},
+                         started_at=self.host.clock())
+        self._track(run)
+        worker = self.registry.get(spec.worker) or self.registry.placeholder(spec.worker)
+        if worker.link is not None:
+            self._spawn(self._assign(run, worker))
+        return WorkerRunHandle(self, run)
+
+    def adopt(self, row: dict[str, Any]) -> WorkerRunHandle:
+        """Take over a run a previous control-plane process left on a worker (its row has a resume
+        point). It waits disconnected for the worker's run_alive."""
+        facts = dict(row.get("execution_facts") or {})
+        resume = dict(facts[RESUME])
+        loop = asyncio.get_running_loop()
+        seq = int(resume.get("seq") or 0)
+        run = _WorkerRun(run_id=row["id"], worker=resume["worker"], spec=None, done=loop.create_future(),
+                         inbox=RunInbox(row["id"], clock=loop.time, last_seq=seq), facts=facts,
+                         state=rs.DISCONNECTED, assigned=True, started=True, adopted=True,
+                         recorded_seq=seq, facts_seq=seq, started_at=row.get("started_at") or self.host.clock())
+        self._track(run)
+        self.host.events.emit(run.run_id, ev.run_warning(
+            run.run_id, "worker_adopted", f"the control plane restarted; this run continues once worker "
+            f"{run.worker} reconnects (within {self.resume_grace_s:g} s)",
+            {"worker": run.worker, "seconds": self.resume_grace_s}))
+        self._arm_grace(run)
+        return WorkerRunHandle(self, run)
+
+    def _track(self, run: _WorkerRun) -> None:
+        self._runs[run.run_id] = run
+        worker = self.registry.get(run.worker) or self.registry.placeholder(run.worker)
+        worker.runs.add(run.run_id)
+        self.host.events.attach(run.run_id, lambda: self._capture_facts(run))
+        run.acker = asyncio.get_running_loop().create_task(self._ack_loop(run))
+
+    async def _assign(self, run: _WorkerRun, worker: Worker) -> None:
+        spec = run.spec
+        assert spec is not None
+        if run.assigned or run.finished:
+            return
+        run.assigned = True
+        if worker.catalog is not None and not worker.catalog.matches:
+            needed = await asyncio.to_thread(graph_node_types, spec.graph)
+            refused = check_graph_types(worker.name, needed, worker.node_types)
+            if refused is not None:
+                self._finish(run, ExecutionOutcome(rs.FAILED, error={"code": refused.code, "message": refused.message,
+                                                                     "params": refused.params},
+                                                   code=refused.code, message=refused.message))
+                return
+        if worker.link is None:  # it went away while we looked at the graph: assign when it is back
+            run.assigned = False
+            return
+        worker.link.send(Assign(
+            run_id=run.run_id, graph=spec.graph, device=spec.device, devices=list(spec.devices or (spec.device,)),
+            grace_s=float(self.cancel_grace_s),
+            options={"seed": spec.seed, "deterministic": spec.deterministic,
+                     "max_parallel_nodes": spec.max_parallel_nodes, "name": spec.name,
+                     "queue_key": spec.queue_key, **spec.options}))
+
+    # -- the connection's life ----------------------------------------------------------------------
+    def connected(self, worker: Worker) -> None:
+        """A hello was accepted and welcomed: send what waited for this worker."""
+        if worker.draining and worker.link is not None:
+            worker.link.send(Drain(draining=True))
+        for run_id in sorted(worker.runs):
+            run = self._runs.get(run_id)
+            if run is not None and not run.assigned and not run.finished:
+                self._spawn(self._assign(run, worker))
+
+    def dropped(self, worker: Worker, reason: dict[str, Any]) -> None:
+        """The worker's connection is gone (the registry already dropped it): its runs wait."""
+        for run_id in sorted(worker.runs):
+            run = self._runs.get(run_id)
+            if run is None or run.finished or run.state == rs.DISCONNECTED:
+                continue
+            if not run.assigned:
+                continue  # never reached it: it still waits for the worker to connect
+            run.state = rs.DISCONNECTED
+            self.host.worker_run_status(run_id, rs.DISCONNECTED)
+            self.host.events.emit(run_id, ev.run_warning(
+                run_id, "worker_disconnected", f"lost the connection to worker {worker.name} "
+                f"({reason.get('text', 'connection closed')}); the run waits up to {self.resume_grace_s:g} s "
+                "for it to reconnect", {"worker": worker.name, "reason": reason, "seconds": self.resume_grace_s}))
+            run.wake.set()
+            self._arm_grace(run)
+
+    def _arm_grace(self, run: _WorkerRun) -> None:
+        if run.grace is not None:
+            run.grace.cancel()
+        loop = asyncio.get_running_loop()
+        run.grace = loop.call_later(max(0.0, self.resume_grace_s), self._grace_over, run.run_id)
+
+    def _grace_over(self, run_id: str) -> None:
+        run = self._runs.get(run_id)
+        if run is None or run.finished or run.state != rs.DISCONNECTED:
+            return
+        seconds = self.resume_grace_s
+        if run.adopted and not run.reconnected:
+            code = "worker_lost_after_restart"
+            reason = {"code": "no_reconnect_after_restart", "params": {"seconds": seconds},
+                      "text": f"worker {run.worker} did not reconnect within {seconds:g} s after the control "
+                              "plane restarted"}
+        else:
+            code = "worker_gone"
+            reason = {"code": "no_reconnect", "params": {"seconds": seconds},
+                      "text": f"worker {run.worker} did not reconnect within {seconds:g} s"}
+        self._end_here(run, rs.INTERRUPTED, code, reason["text"], {"worker": run.worker, "reason": reason})
+
+    def run_alive(self, worker: Worker, frame: RunAlive, link_id: int) -> None:
+        """After a (re)connect: the runs still on the worker. Tracked ones resume; others are told
+        to stop; this worker's disconnected runs it does not list are gone."""
+        for run_id in frame.runs:
+            run = self._runs.get(run_id)
+            if run is None or run.worker != worker.name or run.finished:
+                self._stop_stray(worker, run_id, link_id)
+            else:
+                self._resume(run, worker)
+        for run_id in sorted(worker.runs):
+            run = self._runs.get(run_id)
+            if run is not None and not run.finished and run.state == rs.DISCONNECTED and run_id not in frame.runs:
+                self._end_here(run, rs.INTERRUPTED, "worker_gone",
+                               f"worker {worker.name} reconnected without this run",
+                               {"worker": worker.name, "reason": {"code": "not_alive", "params": {},
+                                                                  "text": "the worker no longer has this run"}})
+
+    def _resume(self, run: _WorkerRun, worker: Worker) -> None:
+        if run.grace is not None:
+            run.grace.cancel()
+            run.grace = None
+        if run.state == rs.DISCONNECTED:
+            run.state = rs.RUNNING
+            run.reconnected = True
+            self.host.worker_run_status(run.run_id, rs.RUNNING)
+            self.host.events.emit(run.run_id, ev.run_warning(
+                run.run_id, "worker_reconnected", f"worker {worker.name} reconnected; the run goes on",
+                {"worker": worker.name}))
+        # What is recorded already: the agent drops it and replays only the rest.
+        self._send_ack(run, force=True)
+        run.wake.set()
+
+    def _stop_stray(self, worker: Worker, run_id: str, link_id: int) -> None:
+        key = (link_id, run_id)
+        if key in self._stray_cancelled or worker.link is None:
+            return
+        self._stray_cancelled.add(key)
+        worker.link.send(Cancel(run_id=run_id, grace_s=0.0, reason="this run is not tracked by the control plane"))
+
+    # -- frames ------------------------------------------------------------------------------------
+    def frame(self, worker: Worker, frame: RunFrame, link_id: int) -> Awaitable[None] | None:
+        """Record one per-run frame. Returns something to await before reading the socket again
+        when the run's inbox is over its bound (TCP then paces the agent), else None."""
+        run = self._runs.get(frame.run_id)
+        if run is None or run.worker != worker.name:
+            self._stray(worker, frame, link_id)
+            return None
+        if run.state == rs.DISCONNECTED:  # frames before run_alive: it is back all the same
+            self._resume(run, worker)
+        got = run.inbox.accept(frame)
+        if not got.new:
+            run.wake.set()  # a replay of something acked may need the ack again
+            return None
+        if run.finished:
+            run.recorded_seq = frame.seq
+            run.wake.set()
+            return None
+        if got.gap is not None:
+            first, last = got.gap
+            run.facts.setdefault("gaps", []).append([first, last])
+            self.host.events.emit(run.run_id, ev.run_warning(
+                run.run_id, "worker_frames_lost", f"frames {first} to {last} of this run never arrived from "
+                f"worker {worker.name}", {"worker": worker.name, "first": first, "last": last}))
+        run.recorded_seq = frame.seq
+        try:
+            self._apply(run, frame)
+        except Exception:  # one bad frame must not take the connection down
+            log.exception("codefy: worker %s: could not record a %s frame of run %s", worker.name, frame.type,
+                          run.run_id)
+        run.wake.set()
+        if not run.paused and should_pause_reading(run.inbox.unprocessed, paused=False, limit=self.max_inbox):
+            run.paused = True
+            run.drained.clear()
+        return run.drained.wait() if run.paused else None
+
+    def _ensure_started(self, run: _WorkerRun, facts: dict[str, Any] | None = None) -> None:
+        if run.started:
+            return
+        run.started = True
+        spec = run.spec
+        assert spec is not None
+        self.host.events.emit(run.run_id, ev.execution_start(
+            run.run_id, name=spec.name, device=spec.device, devices=list(spec.devices or (spec.device,)),
+            seed=spec.seed, deterministic=spec.deterministic, queue_key=spec.queue_key, started_at=self.host.clock()))
+
+    def _apply(self, run: _WorkerRun, frame: RunFrame) -> None:
+        run_id = run.run_id
+        emit = self.host.events.emit
+        if isinstance(frame, RunStarted):
+            run.facts.update(visible_devices=list(frame.visible_devices), device_aliases=dict(frame.device_aliases))
+            if frame.pid is not None:
+                run.facts["worker_pid"] = frame.pid
+            self._ensure_started(run)
+            return
+        self._ensure_started(run)
+        if isinstance(frame, Event):
+            event = _event_of(run_id, frame.event)
+            if event is None:
+                return
+            emit(run_id, event)
+            if event.type == "artifact":
+                self._record_artifact(run_id, event.payload)
+        elif isinstance(frame, Metrics):
+            for point in frame.points:
+                if isinstance(point, dict) and isinstance(point.get("name"), str):
+                    emit(run_id, ev.from_engine(run_id, {"event": "metric", "node_id": point.get("node_id"),
+                                                         "name": point["name"], "value": point.get("value"),
+                                                         "step": point.get("step")}))
+        elif isinstance(frame, Artifact):
+            event = ev.from_engine(run_id, {"event": "artifact", "node_id": frame.node_id, "kind": frame.kind,
+                                            "path": frame.path, "meta": frame.meta})
+            emit(run_id, event)
+            self._record_artifact(run_id, event.payload)
+        elif isinstance(frame, RunWarning):
+            emit(run_id, ev.run_warning(run_id, frame.code or "worker_warning", frame.message, frame.params,
+                                        frame.node_id))
+        elif isinstance(frame, RunFacts):
+            self._run_facts(run, frame)
+        elif isinstance(frame, RunFinished):
+            self._finish(run, _outcome(frame, run))
+
+    def warn(self, worker: Worker, run_id: str, code: str, message: str, params: dict[str, Any]) -> None:
+        """A run_warning in the log of a run of `worker` that is still executing (else nothing)."""
+        run = self._runs.get(run_id)
+        if run is not None and run.worker == worker.name and not run.finished:
+            self.host.events.emit(run_id, ev.run_warning(run_id, code, message, params))
+
+    def _record_artifact(self, run_id: str, payload: dict[str, Any]) -> None:
+        # Queued now, so it commits before the flush that makes the artifact event durable.
+        future = self.host.store.record_artifact(run_id, payload.get("node_id"), payload.get("kind", ""),
+                                                 payload.get("path", ""), payload.get("meta"))
+        self._spawn(future)
+
+    def _run_facts(self, run: _WorkerRun, frame: RunFacts) -> None:
+        if frame.kind == "fingerprint" and isinstance(frame.facts.get("document"), dict):
+            document = frame.facts["document"]
+            fingerprint = digest(document)
+            run.facts["fingerprint_source"] = "worker-run"
+            run.facts["numerics"] = frame.facts.get("numerics")
+            self._spawn(self.host.store.put_fingerprint(fingerprint, document))
+            self._spawn(self.host.store.update_run(run.run_id, fingerprint_digest=fingerprint))
+        else:
+            run.facts.setdefault("run_facts", []).append({"kind": frame.kind, "facts": frame.facts})
+
+    def _stray(self, worker: Worker, frame: RunFrame, link_id: int) -> None:
+        """A frame of a run not tracked here (ended here, or never known): keep a late result as a
+        fact, acknowledge it so the agent can drop it, and tell the worker to stop the run."""
+        if isinstance(frame, RunFinished):
+            self._spawn(self._late_result(worker, frame))
+        else:
+            self._stop_stray(worker, frame.run_id, link_id)
+        if worker.link is not None:
+            worker.link.send(Ack(run_id=frame.run_id, seq=frame.seq))
+
+    async def _late_result(self, worker: Worker, frame: RunFinished) -> None:
+        row = await self.host.store.get_run(frame.run_id)
+        if row is None or row.get("worker_id") != worker.name or row["status"] not in rs.FINISHED:
+            return
+        facts = dict(row.get("execution_facts") or {})
+        if not facts.get("ended_here") or "late_result" in facts:
+            return
+        facts["late_result"] = {"status": frame.status, "error": frame.error, "exit_code": frame.exit_code,
+                                "duration_s": frame.duration_s, "received_at": self.host.clock()}
+        await self.host.store.update_run(frame.run_id, execution_facts=facts)
+
+    # -- ending ------------------------------------------------------------------------------------
+    def _finish(self, run: _WorkerRun, outcome: ExecutionOutcome) -> None:
+        if run.finished:
+            return
+        run.finished = True
+        if run.grace is not None:
+            run.grace.cancel()
+            run.grace = None
+        outcome.facts = self._facts_doc(run)
+        if not run.started and run.spec is not None and run.assigned:
+            # It held its slots since the placement: its log still reads start ... end.
+            self._ensure_started(run)
+        if not run.done.done():
+            run.done.set_result(outcome)
+
+    def _end_here(self, run: _WorkerRun, status: str, code: str, message: str, params: dict[str, Any]) -> None:
+        """The control plane ends the run without the worker's word (it left, was removed, ...)."""
+        run.facts["ended_here"] = True
+        run.facts["error_reason"] = code
+        error = {"code": code, "message": message, "params": params} if status == rs.FAILED else None
+        self._finish(run, ExecutionOutcome(status, error=error, code=code, message=message, params=params))
+
+    def closed(self, run_id: str) -> None:
+        """RunService committed the run's final status and closing event: everything the worker
+        sent for it is recorded; acknowledge it all and forget the run."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        if run.inbox.last_seq > run.inbox.persisted_seq:
+            run.inbox.persisted(run.inbox.last_seq)
+        self._send_ack(run, force=True)
+        self._forget(run)
+
+    def _forget(self, run: _WorkerRun) -> None:
+        self._runs.pop(run.run_id, None)
+        self.host.events.attach(run.run_id, None)
+        if run.grace is not None:
+            run.grace.cancel()
+        if run.acker is not None:
+            run.acker.cancel()
+        run.drained.set()
+        worker = self.registry.get(run.worker)
+        if worker is not None:
+            worker.runs.discard(run.run_id)
+
+    def cancel(self, run_id: str, reason: str = "cancel requested") -> None:
+        run = self._runs.get(run_id)
+        if run is None or run.finished:
+            return
+        run.cancel_requested = True
+        worker = self.registry.get(run.worker)
+        if run.state == rs.DISCONNECTED or not run.assigned or worker is None or worker.link is None:
+            # Nothing can reach the run now; if the worker comes back with it, it is told to stop.
+            self._end_here(run, rs.CANCELLED, "cancelled", reason, {"worker": run.worker})
+            return
+        grace = SHUTDOWN_CANCEL_GRACE_S if self.closing else float(self.cancel_grace_s)
+        worker.link.send(Cancel(run_id=run_id, grace_s=grace, reason=reason))
+
+    def remove_worker(self, worker: Worker) -> None:
+        """The worker was deleted (its token revoked): its runs end failed (worker_removed)."""
+        for run_id in sorted(worker.runs):
+            run = self._runs.get(run_id)
+            if run is None or run.finished:
+                continue
+            if worker.link is not None and run.assigned:
+                worker.link.send(Cancel(run_id=run_id, grace_s=0.0, reason="the worker was removed"))
+            self._end_here(run, rs.FAILED, "worker_removed", f"worker {worker.name} was removed",
+                           {"worker": worker.name})
+
+    # -- persistence and acks ----------------------------------------------------------------------
+    def _facts_doc(self, run: _WorkerRun, seq: int | None = None) -> dict[str, Any]:
+        doc = dict(run.facts)
+        doc[RESUME] = {**doc[RESUME], "seq": run.recorded_seq if seq is None else seq} if RESUME in doc else None
+        if doc[RESUME] is None:
+            del doc[RESUME]
+        return doc
+
+    def _capture_facts(self, run: _WorkerRun) -> dict[str, Any]:
+        """Called by the EventLog as it hands a batch of the run's events to the store."""
+        run.facts_seq = run.recorded_seq
+        return {"execution_facts": self._facts_doc(run)}
+
+    async def _persist(self, run: _WorkerRun, seq: int) -> None:
+        await self.host.events.flush()
+        if run.facts_seq < seq and not run.finished:  # frames that wrote no event (run_facts, ...)
+            run.facts_seq = seq
+            await self.host.store.update_run(run.run_id, execution_facts=self._facts_doc(run, seq))
+
+    def _send_ack(self, run: _WorkerRun, *, force: bool = False) -> None:
+        worker = self.registry.get(run.worker)
+        if worker is None or worker.link is None:
+            return  # an ack nobody receives is an ack the agent never got: keep it owed
+        ack = run.inbox.take_ack(force=force)
+        if ack is not None:
+            worker.link.send(ack)
+
+    async def _ack_loop(self, run: _WorkerRun) -> None:
+        loop = asyncio.get_running_loop()
+        inbox = run.inbox
+        try:
+            while True:
+                run.wake.clear()
+                seq = run.recorded_seq
+                if seq > inbox.persisted_seq and not run.finished:
+                    try:
+                        await self._persist(run, seq)
+                    except Exception:
+                        log.exception("codefy: recording frames of worker run %s failed", run.run_id)
+                        await asyncio.sleep(0.5)
+                        continue
+                    inbox.persisted(seq)
+                    if run.paused and not should_pause_reading(inbox.unprocessed, paused=True, limit=self.max_inbox):
+                        run.paused = False
+                        run.drained.set()
+                if run.state == rs.RUNNING:
+                    self._send_ack(run)
+                if run.recorded_seq > inbox.persisted_seq and not run.finished:
+                    continue
+                at = inbox.next_ack_at()
+                timeout = None if at is None else max(0.0, at - loop.time())
+                try:
+                    await asyncio.wait_for(run.wake.wait(), timeout)
+                except asyncio.TimeoutError:
+                    pass
+        except asyncio.CancelledError:
+            return
+
+    # -- heartbeats ---------------------------------------------------------------------------------
+    async def _watch_heartbeats(self) -> None:
+        loop = asyncio.get_running_loop()
+        period = max(0.05, min(1.0, self.heartbeat_s / 2))
+        while True:
+            await asyncio.sleep(period)
+            for worker in self.registry.silent(loop.time()):
+                seconds = round(worker.heartbeat_s * 3, 3)
+                reason = {"code": "no_heartbeat", "params": {"seconds": seconds},
+                          "text": f"no heartbeat for {seconds:g} s"}
+                link = worker.link
+                if link is None:
+                    continue
+                self.registry.drop(worker.name, link, self.host.clock(), reason)
+                link.close(4408, "no heartbeat")
+                self.dropped(worker, reason)
+
+    def graceful_shutdown(self) -> None:
+        self.closing = True
+
+
+def _event_of(run_id: str, raw: dict[str, Any]) -> ev.RunEvent | None:
+    """An `event` frame's content as a log event: a built event `{"type", "payload"}` (what the run
+    subprocess makes with run_events' builders), or a raw engine event `{"event": kind, ...}`.
+    Events only the control plane writes (execution_start, closing events) are dropped."""
+    if isinstance(raw.get("type"), str) and isinstance(raw.get("payload"), dict):
+        if raw["type"] in _CONTROL_PLANE_TYPES:
+            return None
+        return ev.RunEvent(raw["type"], {**raw["payload"], "run_id": run_id})
+    return ev.from_engine(run_id, raw)
+
+
+def _outcome(frame: RunFinished, run: _WorkerRun) -> ExecutionOutcome:
+    error = dict(frame.error) if frame.error else None
+    if frame.status == rs.FAILED:
+        error = error or {"message": "the run failed on the worker"}
+        for key in ("output_tail", "exit_code", "signal"):
+            value = getattr(frame, key)
+            if value is not None:
+                error.setdefault(key, value)
+    if frame.peak_memory is not None:
+        run.facts["peak_memory"] = frame.peak_memory
+    return ExecutionOutcome(frame.status, error=error if frame.status == rs.FAILED else None,
+                            executed=frame.executed, cached=frame.cached, metrics=dict(frame.metrics),
+                            duration_s=frame.duration_s, code="cancelled" if frame.status == rs.CANCELLED else None,
+                            message="cancel requested" if frame.status == rs.CANCELLED else None)

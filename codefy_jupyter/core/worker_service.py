@@ -1,0 +1,247 @@
+"""The control plane's side of worker agents, for the socket and REST handlers.
+
+It ties together the WorkerRegistry (who is connected), the WorkerExecutor (their runs), worker
+credentials (core/worker_enrollment.py) and the run queue, which learns every change of a worker
+as a `WorkerOffer` (connected, draining, disconnected, offline, its devices and catalog) and then
+reschedules. No tornado here: the handler gives each connection a `WorkerLink` and calls
+`hello`, `frame` and `closed`.
+
+Runs without a target never reach this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import TYPE_CHECKING, Any, Awaitable
+
+from .._version import __version__
+from .errors import BadRequest, NotFound
+from .fingerprint import digest
+from .scheduling import OfferedDevice, WorkerOffer
+from .worker_enrollment import Enrollment, Issued
+from .worker_executor import WorkerExecutor
+from .worker_handshake import Credential, Refused, ServerSide, check_hello
+from .worker_protocol import (
+    Frame, Heartbeat, Hello, Reject, RunAlive, RunFrame, Welcome,
+)
+from .workers import Worker, WorkerLink, WorkerRegistry
+
+if TYPE_CHECKING:
+    from .run_service import RunService
+
+log = logging.getLogger("codefy.workers")
+
+# Close codes of /codefy/ws/worker (the 4000s are the application's own).
+CLOSE_HOST_ORIGIN = 4003
+CLOSE_CREDENTIALS = 4401
+CLOSE_REJECTED = 4400
+CLOSE_HELLO_TIMEOUT = 4408
+CLOSE_REPLACED = 4409
+CLOSE_REMOVED = 4410
+
+
+class WorkerService:
+    def __init__(self, runs: "RunService") -> None:
+        self.runs = runs
+        settings = runs.settings
+        self.registry = WorkerRegistry(heartbeat_s=float(settings.worker_heartbeat_s))
+        self.executor = WorkerExecutor(self.registry, runs, resume_grace_s=float(settings.worker_resume_grace_s),
+                                       cancel_grace_s=float(settings.worker_cancel_grace_s),
+                                       heartbeat_s=float(settings.worker_heartbeat_s))
+        self.enrollment = Enrollment(runs.store, clock=runs.clock)
+        self._link_ids = itertools.count(1)
+        self._link_numbers: dict[int, int] = {}
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def load(self) -> None:
+        """Enrolled workers load as offline, so runs can target them and wait."""
+        self.registry.load_enrolled(await self.runs.store.list_workers())
+        for worker in self.registry.workers():
+            self.offer(worker)
+        self.executor.start_watchdog()
+
+    def server_side(self) -> ServerSide:
+        catalog = self.runs.registry.catalog()
+        return ServerSide(version=__version__, catalog_hash=catalog["hash"], node_types=catalog["types"],
+                          heartbeat_s=float(self.runs.settings.worker_heartbeat_s),
+                          grace_s=float(self.runs.settings.worker_cancel_grace_s),
+                          resume_grace_s=float(self.runs.settings.worker_resume_grace_s))
+
+    def offer(self, worker: Worker) -> None:
+        """Tell the run queue how this worker stands now."""
+        hello = worker.hello
+        devices = None
+        if worker.devices:
+            devices = tuple(OfferedDevice.coerce(d) for d in worker.devices if _valid_device(d))
+        elif hello is not None:
+            devices = ()
+        offer = WorkerOffer(
+            name=worker.name, state=worker.state, devices=devices,
+            machine_id=hello.machine_id if hello else None, loopback=worker.loopback,
+            missing_types=frozenset(worker.catalog.worker_lacks) if worker.catalog is not None else None,
+            one_shot=bool(hello.one_shot) if hello else False,
+            run_id=hello.one_shot_run_id if hello else None)
+        self.runs.queue.set_worker(offer)
+
+    # -- a connection -----------------------------------------------------------------------------
+    def link_number(self, link: WorkerLink) -> int:
+        number = self._link_numbers.get(id(link))
+        if number is None:
+            number = self._link_numbers[id(link)] = next(self._link_ids)
+        return number
+
+    async def hello(self, hello: Hello, credential: Credential, link: WorkerLink, *,
+                    loopback: bool) -> tuple[Frame, Worker | None]:
+        """Judge a hello: (welcome, the worker) or (reject, None)."""
+        judged = check_hello(hello, self.server_side(), credential=credential,
+                             connected=self.registry.connected_identities())
+        if isinstance(judged, Refused):
+            log.warning("codefy: worker %r refused: %s", hello.name, judged.message)
+            return judged.frame(), None
+        now = asyncio.get_running_loop().time()
+        worker, old = self.registry.register(judged, hello, credential, link, now)
+        worker.loopback = loopback
+        if credential.kind == "worker":
+            worker.enrolled = True
+            info = {"version": hello.version, "platform": hello.platform, "devices": worker.devices,
+                    "capabilities": list(worker.capabilities), "machine_id": hello.machine_id,
+                    "fingerprint_digest": digest(hello.fingerprint) if hello.fingerprint else None}
+            worker.info = info
+            self._background(self.runs.store.worker_seen(worker.name, info))
+        if hello.fingerprint:
+            self._background(self.runs.store.put_fingerprint(digest(hello.fingerprint), hello.fingerprint))
+        if old is not None and old is not link:
+            old.close(CLOSE_REPLACED, "replaced by a new connection of this worker")
+            self.executor.dropped(worker, {"code": "replaced", "params": {}, "text": "replaced by a new connection"})
+        welcome: Welcome = judged.welcome(worker.worker_id)
+        log.info("codefy: worker %s connected from %s (%s)", worker.name, link.peer, judged.status)
+        return welcome, worker
+
+    def connected(self, worker: Worker) -> None:
+        """The welcome is on its way: runs waiting for this worker may go."""
+        self.executor.connected(worker)
+        self.offer(worker)
+        self._reschedule()
+
+    def frame(self, worker: Worker, frame: Frame, link: WorkerLink) -> Awaitable[None] | None:
+        now = asyncio.get_running_loop().time()
+        if worker.link is not link:
+            return None  # a replaced connection's last frames: the new one replays them
+        if isinstance(frame, Heartbeat):
+            self.registry.heartbeat(worker.name, frame, now)
+            return None
+        self.registry.alive(worker.name, now)
+        if isinstance(frame, RunAlive):
+            self.executor.run_alive(worker, frame, self.link_number(link))
+            return None
+        if isinstance(frame, RunFrame):
+            return self.executor.frame(worker, frame, self.link_number(link))
+        if isinstance(frame, Hello):
+            log.warning("codefy: worker %s sent a second hello; ignored", worker.name)
+        return None
+
+    def closed(self, name: str, link: WorkerLink, reason: dict[str, Any]) -> None:
+        self._link_numbers.pop(id(link), None)
+        worker = self.registry.drop(name, link, self.runs.clock(), reason)
+        if worker is None:
+            return
+        log.info("codefy: worker %s disconnected (%s)", name, reason.get("text"))
+        self.executor.dropped(worker, reason)
+        self.offer(worker)
+        self._reschedule()
+
+    # -- REST -------------------------------------------------------------------------------------
+    def list(self) -> dict[str, Any]:
+        slots = self.runs.queue.slot_info()
+        by_provider: dict[str, list[dict[str, Any]]] = {}
+        for s in slots:
+            by_provider.setdefault(s.provider, []).append({
+                "slot": s.slot, "device": s.device, "uuid": s.uuid,
+                "slots": {"limit": s.limit, "taken": s.taken, "limited_by": s.limited_by},
+                "same_card": list(s.same_card), **({"shared_with": "local"} if s.shared_with_local else {})})
+        workers = []
+        for worker in self.registry.workers():
+            view = worker.view()
+            view["same_host"] = self.runs.queue.same_machine(worker.name)
+            view["slots"] = by_provider.get(worker.name, [])
+            workers.append(view)
+        return {"workers": workers, "local": by_provider.get("local", [])}
+
+    def _get(self, name: str) -> Worker:
+        worker = self.registry.get(name)
+        if worker is None or not worker.listed:
+            raise NotFound(f"no worker {name}", code="worker_not_found", params={"worker": name})
+        return worker
+
+    def set_draining(self, name: str, draining: bool) -> dict[str, Any]:
+        worker = self._get(name)
+        self.registry.set_draining(name, draining)
+        if worker.link is not None:
+            from .worker_protocol import Drain
+            worker.link.send(Drain(draining=draining))
+        self.offer(worker)
+        self._reschedule()
+        return worker.view()
+
+    async def remove(self, name: str) -> None:
+        """Revoke the worker's token, disconnect it, fail the runs queued for it and end its runs."""
+        worker = self._get(name)
+        await self.runs.store.delete_worker(name)
+        self.executor.remove_worker(worker)
+        link = worker.link
+        self.registry.remove(name)
+        if link is not None:
+            link.close(CLOSE_REMOVED, "this worker was removed")
+        for run in self.runs.queue.remove_worker(name):
+            await self.runs.fail_waiting(run.run_id, "worker_removed", f"worker {name} was removed",
+                                         {"worker": name})
+        self._reschedule()
+
+    async def issue(self, body: Any, *, created_by: str | None, control_url: str) -> dict[str, Any]:
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            raise BadRequest("expected an object {\"worker\"?, \"expires_in_s\"?}", code="invalid_request",
+                             params={"field": ""})
+        unknown = set(body) - {"worker", "expires_in_s"}
+        if unknown:
+            field = sorted(unknown)[0]
+            raise BadRequest(f"{field}: unknown key (allowed: expires_in_s, worker)", code="invalid_request",
+                             params={"field": field})
+        enrolled = {w.name for w in self.registry.workers() if w.enrolled}
+        issued: Issued = await self.enrollment.issue(worker=body.get("worker"), expires_in_s=body.get("expires_in_s"),
+                                                     created_by=created_by, enrolled=enrolled)
+        return {"token": issued.token, "expires_at": issued.expires_at, "worker": issued.worker,
+                "command": f"codefy agent start --control {control_url} --token {issued.token}"}
+
+    async def enroll(self, body: Any, *, peer: str) -> dict[str, Any]:
+        row, token, replaced = await self.enrollment.enroll(body, peer=peer)
+        worker = self.registry.enrolled(row["name"], row.get("info"))
+        if replaced is not None and worker.link is not None and worker.credential is not None \
+                and worker.credential.kind == "worker":
+            worker.link.close(CLOSE_CREDENTIALS, "this worker's token was re-issued")
+        self.offer(worker)
+        log.info("codefy: worker %s enrolled", row["name"])
+        return {"worker_token": token, "name": row["name"], "worker_id": row["id"]}
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _reschedule(self) -> None:
+        self._background(self.runs.reschedule())
+
+    def _background(self, aw: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(aw)
+        self.runs.keep(task)
+
+
+def _valid_device(item: Any) -> bool:
+    try:
+        OfferedDevice.coerce(item)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+__all__ = ["WorkerService", "CLOSE_CREDENTIALS", "CLOSE_HOST_ORIGIN", "CLOSE_HELLO_TIMEOUT", "CLOSE_REJECTED",
+           "CLOSE_REPLACED", "CLOSE_REMOVED", "Reject"]

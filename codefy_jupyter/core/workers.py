@@ -1,0 +1,214 @@
+"""WorkerRegistry: the worker agents this control plane knows, in memory.
+
+For each worker: its devices and capabilities as its last hello reported them, its node catalog
+diff, heartbeats, state, the runs it executes, and the link (socket) to reach it. Nothing here does
+I/O: the /codefy/ws/worker handler owns the socket and hands the registry a `WorkerLink` whose
+`send` queues a frame and whose `close` ends the connection; the WorkerExecutor decides what the
+worker's runs do when its state changes.
+
+States (GET /codefy/api/workers):
+    offline       enrolled, not connected since this server started (runs may target it and wait)
+    connected     connected and taking runs
+    draining      connected, taking no new runs (its runs go on)
+    disconnected  its connection dropped (or it missed HEARTBEAT_MISSES heartbeats in a row); its
+                  runs wait CODEFY_WORKER_RESUME_GRACE_S for it to come back
+
+A restart starts with no connected worker: enrolled workers load as offline, every agent registers
+again on its next connection. A run adopted after a restart may name a worker nobody enrolled (an
+agent that connected with the server's own token): it gets a placeholder that is not listed until
+that worker connects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol
+
+from .worker_handshake import Accepted, CatalogDiff, Credential
+from .worker_protocol import HEARTBEAT_MISSES, Frame, Heartbeat, Hello
+
+OFFLINE, CONNECTED, DRAINING, DISCONNECTED = "offline", "connected", "draining", "disconnected"
+STATES = (OFFLINE, CONNECTED, DRAINING, DISCONNECTED)
+
+
+class WorkerLink(Protocol):
+    """One worker connection, as the socket handler exposes it."""
+
+    peer: str  # the client address
+
+    def send(self, frame: Frame) -> None: ...
+
+    def close(self, code: int, reason: str) -> None: ...
+
+
+@dataclass
+class Worker:
+    name: str
+    enrolled: bool = False
+    listed: bool = True  # False for a placeholder of an adopted run's unknown worker
+    link: WorkerLink | None = None
+    credential: Credential | None = None
+    hello: Hello | None = None
+    capabilities: tuple[str, ...] = ()
+    catalog: CatalogDiff | None = None
+    devices: list[dict[str, Any]] = field(default_factory=list)  # as last reported
+    draining: bool = False
+    seen: bool = False  # connected since this server started
+    loopback: bool = False  # its connection comes from a loopback peer
+    heartbeat_s: float = 10.0
+    last_frame_at: float | None = None
+    connected_at: float | None = None
+    disconnected_at: float | None = None
+    disconnect_reason: dict[str, Any] | None = None
+    runs: set[str] = field(default_factory=set)
+    info: dict[str, Any] = field(default_factory=dict)  # what the workers row remembers
+
+    @property
+    def worker_id(self) -> str:
+        return self.name
+
+    @property
+    def connected(self) -> bool:
+        return self.link is not None
+
+    @property
+    def state(self) -> str:
+        if self.link is None:
+            # An adopted run's worker is away, not merely offline: a run holds slots on it.
+            return DISCONNECTED if self.seen or self.runs else OFFLINE
+        return DRAINING if self.draining else CONNECTED
+
+    @property
+    def device_names(self) -> list[str]:
+        return [d["device"] for d in self.devices if isinstance(d, dict) and isinstance(d.get("device"), str)]
+
+    @property
+    def node_types(self) -> dict[str, str] | None:
+        return self.hello.node_types if self.hello is not None else None
+
+    def view(self) -> dict[str, Any]:
+        hello = self.hello
+        catalog = self.catalog
+        return {
+            "id": self.worker_id, "name": self.name, "state": self.state, "enrolled": self.enrolled,
+            "draining": self.draining, "status": catalog.status if catalog else None,
+            "missing_types": list(catalog.worker_lacks) if catalog else [],
+            "extra_types": list(catalog.server_lacks) if catalog else [],
+            "devices": [dict(d) for d in self.devices], "capabilities": list(self.capabilities),
+            "version": hello.version if hello else self.info.get("version"),
+            "platform": hello.platform if hello else self.info.get("platform"),
+            "one_shot": bool(hello.one_shot) if hello else False,
+            "runs": sorted(self.runs), "connected_at": self.connected_at, "last_seen_at": self.last_frame_at,
+            "disconnected_at": self.disconnected_at, "disconnect_reason": self.disconnect_reason,
+            "peer": self.link.peer if self.link is not None else None,
+        }
+
+
+class WorkerRegistry:
+    def __init__(self, *, heartbeat_s: float = 10.0) -> None:
+        self.heartbeat_s = heartbeat_s
+        self._workers: dict[str, Worker] = {}
+
+    # -- questions --------------------------------------------------------------------------------
+    def get(self, name: str) -> Worker | None:
+        return self._workers.get(name)
+
+    def workers(self, *, listed_only: bool = True) -> list[Worker]:
+        return [w for _, w in sorted(self._workers.items()) if w.listed or not listed_only]
+
+    def connected_identities(self) -> dict[str, str]:
+        """Registered name -> credential identity of each connected worker (for `check_hello`)."""
+        return {w.name: w.credential.identity for w in self._workers.values()
+                if w.link is not None and w.credential is not None}
+
+    def known(self, name: str) -> bool:
+        """A worker a run may target: enrolled, or connected since this server started."""
+        worker = self._workers.get(name)
+        return worker is not None and (worker.enrolled or worker.seen)
+
+    # -- changes ----------------------------------------------------------------------------------
+    def load_enrolled(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Enrolled workers from the store, offline until they connect."""
+        for row in rows:
+            worker = self._workers.setdefault(row["name"], Worker(name=row["name"]))
+            worker.enrolled = True
+            worker.listed = True
+            worker.info = dict(row.get("info") or {})
+            if not worker.devices:
+                worker.devices = list(worker.info.get("devices") or [])
+
+    def enrolled(self, name: str, info: dict[str, Any] | None = None) -> Worker:
+        worker = self._workers.setdefault(name, Worker(name=name))
+        worker.enrolled = True
+        worker.listed = True
+        if info:
+            worker.info = dict(info)
+        return worker
+
+    def placeholder(self, name: str) -> Worker:
+        """An adopted run's worker nobody enrolled: known, but not listed until it connects."""
+        worker = self._workers.get(name)
+        if worker is None:
+            worker = self._workers[name] = Worker(name=name, listed=False)
+        return worker
+
+    def register(self, accepted: Accepted, hello: Hello, credential: Credential, link: WorkerLink,
+                 now: float) -> tuple[Worker, WorkerLink | None]:
+        """The hello was accepted: the worker is connected over `link`. Returns it and the link it
+        replaces (the same credential reconnecting while its old socket is still registered)."""
+        worker = self._workers.setdefault(accepted.name, Worker(name=accepted.name))
+        old = worker.link
+        worker.link = link
+        worker.credential = credential
+        worker.hello = hello
+        worker.capabilities = tuple(accepted.capabilities)
+        worker.catalog = accepted.catalog
+        worker.devices = [dict(d) for d in hello.devices]
+        worker.heartbeat_s = accepted.heartbeat_s
+        worker.seen = True
+        worker.listed = True
+        worker.connected_at = worker.last_frame_at = now
+        worker.disconnected_at = None
+        worker.disconnect_reason = None
+        return worker, old
+
+    def drop(self, name: str, link: WorkerLink, now: float, reason: dict[str, Any]) -> Worker | None:
+        """`link` closed. The worker, if that link was its current one (a replaced link's close
+        changes nothing)."""
+        worker = self._workers.get(name)
+        if worker is None or worker.link is not link:
+            return None
+        worker.link = None
+        worker.disconnected_at = now
+        worker.disconnect_reason = reason
+        return worker
+
+    def alive(self, name: str, now: float) -> None:
+        """Any frame from the worker counts as a sign of life."""
+        worker = self._workers.get(name)
+        if worker is not None:
+            worker.last_frame_at = now
+
+    def heartbeat(self, name: str, frame: Heartbeat, now: float) -> None:
+        worker = self._workers.get(name)
+        if worker is None:
+            return
+        worker.last_frame_at = now
+        if frame.devices:
+            by_name = {d.get("device"): d for d in frame.devices if isinstance(d, dict)}
+            worker.devices = [{**d, **by_name.get(d.get("device"), {})} for d in worker.devices]
+
+    def silent(self, now: float) -> list[Worker]:
+        """Connected workers that missed HEARTBEAT_MISSES heartbeats in a row."""
+        return [w for w in self._workers.values()
+                if w.link is not None and w.last_frame_at is not None
+                and now - w.last_frame_at > HEARTBEAT_MISSES * w.heartbeat_s]
+
+    def set_draining(self, name: str, draining: bool) -> Worker | None:
+        worker = self._workers.get(name)
+        if worker is not None:
+            worker.draining = draining
+        return worker
+
+    def remove(self, name: str) -> Worker | None:
+        return self._workers.pop(name, None)
