@@ -37,7 +37,7 @@ OFFLINE = "offline"  # enrolled (or known) but not connected since this server s
 WORKER_STATES = (CONNECTED, DRAINING, DISCONNECTED, OFFLINE)
 
 # `<name>` or `<name>.<instance>`; `local`, `any` and `pool` are targets, never worker names.
-_WORKER = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}(?:\.[a-z0-9][a-z0-9-]{0,62})?$")
+WORKER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}(?:\.[a-z0-9][a-z0-9-]{0,62})?$")
 RESERVED = frozenset({"local", "any", "pool"})
 _SHARED_BY_MACHINE = ("cpu", "mps:0")
 
@@ -122,7 +122,7 @@ class WorkerOffer:
     run_id: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _WORKER.match(self.name) or self.name in RESERVED:
+        if not isinstance(self.name, str) or not WORKER_NAME.match(self.name) or self.name in RESERVED:
             raise ValueError(f"not a worker name: {self.name!r}")
         if self.state not in WORKER_STATES:
             raise ValueError(f"state must be one of {WORKER_STATES}, got {self.state!r}")
