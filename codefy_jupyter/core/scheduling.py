@@ -161,7 +161,12 @@ class Run:
             raise ValueError(f"pool must be one of {POOLS} or None, got {self.pool!r}")
         if self.pool is not None and self.worker == LOCAL:
             object.__setattr__(self, "worker", ANY)  # a pool run goes to a worker, never here
-        if self.device in KIND_REQUESTS and (self.is_local or self.devices):
+        # Asked on every offer: computed once (not fields, so equality and repr are unchanged).
+        local = self.worker == LOCAL and self.pool is None
+        object.__setattr__(self, "_local", local)
+        object.__setattr__(self, "_key", self.device if local else f"pool:{self.pool}/{self.device}"
+                           if self.pool is not None else f"{self.worker}/{self.device}")
+        if self.device in KIND_REQUESTS and (local or self.devices):
             raise ValueError(f"only a worker run without a device set may ask for the kind {self.device!r}")
         if self.devices and self.devices[0] != self.device:
             raise ValueError(f"a device-set run's device must be its set's first device: "
@@ -172,7 +177,7 @@ class Run:
     @property
     def is_local(self) -> bool:
         """No target, or `worker: local`: exactly the rules without workers."""
-        return self.worker == LOCAL and self.pool is None
+        return self._local  # type: ignore[attr-defined]
 
     @property
     def slots(self) -> tuple[str, ...]:
@@ -186,11 +191,7 @@ class Run:
     def queue_key(self) -> str:
         """`cuda:0` (local), `<worker>/<device>`, `any/<device>`, `pool:one-shot/<device>`; a
         device-set run waits in its first device's queue. Devices never contain `/`."""
-        if self.is_local:
-            return self.device
-        if self.pool is not None:
-            return f"pool:{self.pool}/{self.device}"
-        return f"{self.worker}/{self.device}"
+        return self._key  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -644,13 +645,18 @@ class RunQueue:
         return i
 
     def _drop_started(self, state: _Pass) -> None:
-        started = {h.run.run_id for h in state.started if h.run.lane == QUEUED}
-        for key in dict.fromkeys(h.run.queue_key for h in state.started if h.run.lane == QUEUED):
+        started: dict[str, set[str]] = {}
+        for held in state.started:
+            if held.run.lane == QUEUED:
+                started.setdefault(held.run.queue_key, set()).add(held.run.run_id)
+        for key, ids in started.items():
             queue = self._queues[key]
-            while queue and queue[0].run_id in started:  # the usual case: a prefix started
+            left = len(ids)
+            while queue and queue[0].run_id in ids:  # the usual case: a prefix started
                 queue.popleft()
-            if any(r.run_id in started for r in queue):
-                self._queues[key] = queue = deque(r for r in queue if r.run_id not in started)
+                left -= 1
+            if left:  # a run started out of turn (a one-shot agent's --run-id)
+                self._queues[key] = queue = deque(r for r in queue if r.run_id not in ids)
             if not queue:
                 del self._queues[key]
 

@@ -196,6 +196,7 @@ class Topology:
                 self._local_by_uuid.setdefault(dev.uuid, dev.device)
         self._groups: dict[str, str] = {}
         self._members: dict[str, list[str]] = {}
+        self._single: dict[str, GroupLimit] = {}
         for slot in self.local_slots:
             self._add(slot, slot)
         for offer in self.workers.values():
@@ -259,8 +260,13 @@ class Topology:
     def group_limit(self, group: str, holding: Iterable[str] = ()) -> GroupLimit:
         """Smallest limit among the group's online providers and those holding a run in it
         (`holding`: slots of the group with a run on them); all members when none counts."""
+        members = self.members(group)
+        if len(members) == 1 and all(s == members[0] for s in holding):  # one provider: its own limit
+            if group not in self._single:
+                self._single[group] = GroupLimit(self.slot_limit(members[0]), members[0])
+            return self._single[group]
         holding = set(holding)
-        members = list(dict.fromkeys((*self.members(group), *sorted(holding))))
+        members = tuple(dict.fromkeys((*members, *sorted(holding))))
         counted = [s for s in members if self._counts(s, holding)] or members
         best: GroupLimit | None = None
         for slot in counted:  # this server's slot first, then workers by name: ties go to the first
