@@ -806,3 +806,17 @@ class TestRemoveAndAdopt:
         assert stats.queue("box/cuda").waiting == 1
         assert (stats.queue("box/cuda:0").running, stats.queue("box/cuda:0").limit) == (1, 1)
         assert split_slot("box/cuda:0") == ("box", "cuda:0") and split_slot("cpu") == ("local", "cpu")
+
+
+def test_a_single_device_may_be_given_as_a_set_of_one_or_not_at_all():
+    """RunService passes `devices=()` for a worker run on one device; `(device,)` means the same."""
+    def run(devices):
+        q = Q()
+        q.set_worker(box("box", "cuda:0", "cuda:1"))
+        q.q.submit(Run("a", 1, "cuda:1", devices, worker="box"))
+        q.q.submit(Run("b", 2, "cuda:1", devices, worker="box"))
+        with pytest.raises(SubmitError) as exc:
+            q.q.submit(Run("c", 3, "cuda:2", tuple(d.replace("1", "2") for d in devices), worker="box"))
+        return q.go(), q.why("b"), exc.value.params["field"]
+
+    assert run(()) == run(("cuda:1",)) == ([("a", "box", ("box/cuda:1",))], None, "options.device")
