@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .kernel_setup import add_parser as add_kernel_setup
 
     add_kernel_setup(sub)
+    from .agent.cli import add_parser as add_agent
+
+    add_agent(sub)
     return parser
 
 
@@ -93,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         from .run_cli import runs_command
 
         return runs_command(args)
+    if args.command == "agent":
+        from .agent.cli import command as agent_command
+
+        return agent_command(args, parser)
     if args.command == "kernel-setup":
         from .kernel_setup import command
 

@@ -1,0 +1,268 @@
+"""`codefy agent start` and `codefy agent stop`.
+
+The agent's folder (`--data-dir`, else `$CODEFY_AGENT_DIR`, else `<jupyter data dir>/codefy-agent`)
+holds `credentials/<name>.json` (the worker token, 0600), `agents/<name>.json` (the running agent's
+pid, locked while it runs) and `agent-runs/<run id>/` (spool.jsonl, output.log, data/).
+
+`codefy agent stop` sends SIGTERM to the running agents of that folder (or the one `--name` names):
+each asks its runs to stop (10 s grace, then terminates them), sends their last frames and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..cli_args import EXIT_FAILED, EXIT_OK, EXIT_USAGE, seconds
+
+log = logging.getLogger("codefy.agent")
+
+STOP_TIMEOUT_S = 40.0  # the runs' 10 s grace, the 5 s kill, the last acks, and some slack
+
+
+def default_agent_dir() -> Path:
+    if os.environ.get("CODEFY_AGENT_DIR"):
+        return Path(os.environ["CODEFY_AGENT_DIR"]).expanduser()
+    try:
+        from jupyter_core.paths import jupyter_data_dir
+    except ImportError:
+        return Path.home() / ".local" / "share" / "jupyter" / "codefy-agent"
+    return Path(jupyter_data_dir()) / "codefy-agent"
+
+
+def default_name() -> str:
+    """This machine's host name as a worker name (lowercase letters, digits and '-')."""
+    name = re.sub(r"[^a-z0-9-]+", "-", socket.gethostname().split(".")[0].lower()).strip("-")[:63]
+    return name if name and name not in ("local", "any", "pool") else "worker"
+
+
+def add_parser(sub: Any) -> None:
+    agent = sub.add_parser("agent", help="run a worker agent that takes runs from a control plane",
+                           description="A worker agent dials out to a codefy control plane and runs each run "
+                           "it is given in a process of its own, on this machine's devices.")
+    cmds = agent.add_subparsers(dest="agent_command", metavar="COMMAND")
+    st = cmds.add_parser("start", help="connect to a control plane and take runs (until stopped)",
+                         description="Connect to the control plane at --control and take runs until stopped "
+                         "(SIGTERM, Ctrl+C or `codefy agent stop`). Reconnects by itself; runs go on meanwhile.")
+    st.add_argument("--control", required=True, metavar="URL",
+                    help="the control plane's base URL, e.g. https://lab.example.org/ or http://127.0.0.1:8888/")
+    st.add_argument("--token", help="a one-time enrollment token (exchanged once for a stored worker token), a "
+                    "worker token, or the server's own token (same machine only). Default: the stored worker "
+                    "token, else $CODEFY_TOKEN, else the local `codefy start` server's")
+    st.add_argument("--name", help="the worker's name (default: this host's name)")
+    st.add_argument("--instance", help="register as <name>.<instance>, sharing <name>'s enrollment (one per "
+                    "Slurm job or pod)")
+    st.add_argument("--one-shot", action="store_true", help="take exactly one run, then exit")
+    st.add_argument("--run-id", help="with --one-shot: take this run, out of turn")
+    trust = st.add_mutually_exclusive_group()
+    trust.add_argument("--ca-file", help="verify the control plane's certificate with this CA bundle instead of the "
+                       "system's")
+    trust.add_argument("--pin-sha256", metavar="PIN", help="trust only this public key: sha256//<base64> of the "
+                       "certificate's SubjectPublicKeyInfo")
+    st.add_argument("--data-dir", help="the agent's folder (default: $CODEFY_AGENT_DIR, else the Jupyter data dir's "
+                    "codefy-agent/)")
+    st.add_argument("--no-warm", action="store_true", help="start each run in a new interpreter instead of forking "
+                    "it from the warm process (slower starts; for debugging)")
+    sp = cmds.add_parser("stop", help="stop the agents running from an agent folder",
+                         description="Ask each running agent of the folder (or the one --name names) to stop: its "
+                         "runs get 10 s to stop cooperatively, then are terminated; their last frames are sent.")
+    sp.add_argument("--name", help="only the agent registered under this name (<name> or <name>.<instance>)")
+    sp.add_argument("--data-dir", help="the agent's folder (default as for start)")
+    sp.add_argument("--timeout", type=seconds(allow_zero=False), default=STOP_TIMEOUT_S, metavar="S",
+                    help=f"seconds to wait for each agent to exit before SIGKILL (default {STOP_TIMEOUT_S:g})")
+
+
+def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.agent_command == "start":
+        return start(args, parser)
+    if args.agent_command == "stop":
+        return stop(args)
+    parser.parse_args(["agent", "--help"])
+    return EXIT_USAGE
+
+
+# -- start --------------------------------------------------------------------------------------------
+
+def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from ..core.worker_handshake import name_problem
+    from .credentials import CredentialError, CredentialStore, normalise_control, resolve_token
+    from .identity import Inventory, InventoryError
+    from . import tls
+
+    name = args.name or default_name()
+    for value, what in ((name, "worker name"), (args.instance, "instance")):
+        if value is not None and (problem := name_problem(value, what=what)):
+            parser.error(problem)
+    if args.run_id and not args.one_shot:
+        parser.error("--run-id takes the run of a one-shot agent: add --one-shot")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s codefy-agent %(levelname)s %(message)s")
+    agent_dir = Path(args.data_dir).expanduser() if args.data_dir else default_agent_dir()
+    control = normalise_control(args.control)
+    registered = f"{name}.{args.instance}" if args.instance else name
+    try:
+        pin = tls.parse_pin(args.pin_sha256) if args.pin_sha256 else None
+        ssl_context = None
+        if control.startswith("https://"):
+            ssl_context = tls.context(args.ca_file) if pin is None else None
+        inventory = Inventory.probe(os.environ)
+    except (tls.TLSSetupError, InventoryError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with _state_file(agent_dir, registered, control) as state:
+            if args.token and not _token_is_for_enrollment(args.token):
+                tls.warn_if_plaintext(control, "the token")
+            if pin is not None and args.token and _token_is_for_enrollment(args.token):
+                ssl_context = asyncio.run(_pinned(control, pin))
+            token, source = resolve_token(control, name, args.token, CredentialStore(agent_dir), ssl_context)
+            log.info("worker %s, folder %s, token from %s", registered, agent_dir, source)
+            code = asyncio.run(_serve(args, name, control, token, pin, agent_dir, inventory))
+            state.unlink(missing_ok=True)
+            return code
+    except AlreadyRunning as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except (CredentialError, tls.TLSSetupError, ConnectionError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _token_is_for_enrollment(token: str) -> bool:
+    from .credentials import is_enrollment_token
+
+    return is_enrollment_token(token)
+
+
+async def _pinned(control: str, pin: bytes) -> Any:
+    from urllib.parse import urlsplit
+
+    from . import tls
+
+    parts = urlsplit(control)
+    return await tls.pinned_context(parts.hostname or "", parts.port or 443, pin)
+
+
+async def _serve(args: argparse.Namespace, name: str, control: str, token: str, pin: bytes | None,
+                 agent_dir: Path, inventory: Any) -> int:
+    from .connection import Agent, AgentOptions
+    from .identity import probe_catalog
+    from .launch import AutoLauncher
+
+    env = dict(os.environ)
+    catalog = await probe_catalog(env)
+    options = AgentOptions(control=control, token=token, name=name, agent_dir=agent_dir, instance=args.instance,
+                           one_shot=args.one_shot, run_id=args.run_id, ca_file=args.ca_file, pin=pin)
+    agent = Agent(options, inventory=inventory, catalog=catalog, launcher=AutoLauncher(env, prefer_warm=not args.no_warm),
+                  env=env)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, agent.request_stop)
+    loop.add_signal_handler(signal.SIGINT, agent.request_stop)
+    if hasattr(signal, "SIGUSR1"):
+        loop.add_signal_handler(signal.SIGUSR1, agent.drop_connection)
+    devices = ", ".join(d.device for d in inventory.devices)
+    log.info("devices: %s%s; runs start %s", devices, " (declared)" if inventory.declared else "",
+             "forked from a warm process" if agent.launcher.how == "warm" else "in a new interpreter")
+    return await agent.run()
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _state_file(agent_dir: Path, registered: str, control: str) -> Iterator[Path]:
+    """`agents/<name>.json` with this process's pid, locked while the agent runs (a second agent of
+    the same name on the same folder is refused: it would share the spools)."""
+    folder = agent_dir / "agents"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{registered}.json"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # Windows: no lock, the pid file alone
+            pass
+        except OSError:
+            other = _read_state(path)
+            raise AlreadyRunning(f"agent {registered} is already running from {agent_dir} "
+                                 f"(pid {other.get('pid', '?')})") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "name": registered, "control": control,
+                                 "started_at": time.time()}).encode())
+        yield path
+    finally:
+        os.close(fd)
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+# -- stop ---------------------------------------------------------------------------------------------
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours (tests) counts as gone
+        import psutil
+
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except Exception:
+        return True
+
+
+def stop(args: argparse.Namespace) -> int:
+    agent_dir = Path(args.data_dir).expanduser() if args.data_dir else default_agent_dir()
+    folder = agent_dir / "agents"
+    paths = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if args.name:
+        paths = [p for p in paths if p.stem == args.name]
+    targets = []
+    for path in paths:
+        state = _read_state(path)
+        pid = state.get("pid")
+        if isinstance(pid, int) and pid > 0 and _alive(pid):
+            targets.append((path, state.get("name", path.stem), pid))
+        else:
+            path.unlink(missing_ok=True)  # a stale file of an agent that is gone
+    if not targets:
+        which = f"agent {args.name}" if args.name else "agent"
+        print(f"no running {which} in {agent_dir}", file=sys.stderr)
+        return EXIT_FAILED
+    for _, name, pid in targets:
+        print(f"stopping agent {name} (pid {pid}): its runs get 10 s to stop", file=sys.stderr)
+        os.kill(pid, signal.SIGTERM)
+    code = EXIT_OK
+    deadline = time.monotonic() + args.timeout
+    for path, name, pid in targets:
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _alive(pid):
+            print(f"agent {name} (pid {pid}) did not exit within {args.timeout:g} s: SIGKILL", file=sys.stderr)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            code = EXIT_FAILED
+        path.unlink(missing_ok=True)
+    return code

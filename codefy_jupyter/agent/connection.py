@@ -1,0 +1,434 @@
+"""The agent's connection to the control plane: dial `<control>/codefy/ws/worker`, say hello, take
+assigns, cancels, drains and acks, send heartbeats, and dial again with backoff when it drops.
+
+One `Agent` per `codefy agent start`. It owns the runner (run processes) and the deliveries (each
+run's spool, replay and acks); this module only moves frames and decides about the connection.
+
+A session: hello -> welcome (or reject) -> run_alive (every run with a spool, so the control plane
+resumes them; an empty one says "none") -> the unacked frames of every run, replayed in order ->
+live frames as they come, heartbeats every `welcome.heartbeat_s`. A dropped connection never stops a
+run: frames pile up in the spools and go out after the next welcome.
+
+Fatal, the agent exits 1: a reject that will not change by retrying (versions, names), the socket
+closed for its credentials (4401) or Host/Origin (4003), the worker removed (4410) or replaced by
+another agent of the same name (4409), a pinned key that does not match, a 404 for the socket's URL.
+Anything else (the control plane restarting, the network) is retried with a capped, jittered backoff.
+
+Test hook (and an operator's "reconnect now"): SIGUSR1 drops the socket without a close handshake,
+as a network failure would; the agent dials again and replays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import ssl
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+from tornado.httpclient import HTTPClientError, HTTPRequest
+from tornado.iostream import StreamClosedError
+from tornado.websocket import WebSocketClientConnection, WebSocketClosedError, websocket_connect
+
+from .._version import __version__
+from ..core.worker_protocol import (
+    MAX_FRAME_BYTES, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Ack, Assign, Cancel, Drain, Frame, Heartbeat,
+    Hello, ProtocolError, Reject, RunAlive, Welcome, decode, encode,
+)
+from . import tls
+from .delivery import Deliveries
+from .frames import finished_frame, message_frame, refused_frame, started_frame
+from .identity import Catalog, Inventory, platform_string
+from .isolation import Refusal, Visibility, assign_refusal
+from .runner import Runner, RunRequest
+
+log = logging.getLogger("codefy.agent")
+
+WELCOME_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 20.0
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 30.0
+STOP_GRACE_S = 10.0  # `codefy agent stop`: each run gets this long to stop cooperatively
+STOP_ACK_WAIT_S = 10.0  # then the last frames get this long to be acknowledged
+FATAL_CLOSE_CODES = {4003: "refused for its Host or Origin header", 4401: "refused: the token is not valid here",
+                     4409: "replaced by another agent connecting with the same name",
+                     4410: "this worker was removed from the control plane"}
+TRANSIENT_REJECTS = frozenset({"name_taken", "hello_timeout", "shutting_down"})
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+class Fatal(Exception):
+    """The agent cannot go on (the message says why)."""
+
+
+class Backoff:
+    def __init__(self, first: float = BACKOFF_FIRST_S, cap: float = BACKOFF_MAX_S) -> None:
+        self.first, self.cap = first, cap
+        self.current = first
+
+    def next(self) -> float:
+        delay = self.current
+        self.current = min(self.cap, self.current * 2)
+        return delay * random.uniform(0.75, 1.25)
+
+    def reset(self) -> None:
+        self.current = self.first
+
+
+def socket_url(control: str) -> str:
+    """`http://host:8888/base/` -> `ws://host:8888/base/codefy/ws/worker` (https -> wss)."""
+    parts = urlsplit(control)
+    scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme)
+    if scheme is None or not parts.hostname:
+        raise Fatal(f"--control {control!r} is not an http(s):// URL")
+    path = parts.path if parts.path.endswith("/") else parts.path + "/"
+    return urlunsplit((scheme, parts.netloc, path + "codefy/ws/worker", "", ""))
+
+
+@dataclass
+class AgentOptions:
+    control: str
+    token: str
+    name: str
+    agent_dir: Path
+    instance: str | None = None
+    one_shot: bool = False
+    run_id: str | None = None
+    ca_file: str | None = None
+    pin: bytes | None = None
+
+    @property
+    def registered_name(self) -> str:
+        return f"{self.name}.{self.instance}" if self.instance else self.name
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.agent_dir / "agent-runs"
+
+
+class Agent:
+    def __init__(self, options: AgentOptions, *, inventory: Inventory, catalog: Catalog, launcher: Any,
+                 env: Mapping[str, str]) -> None:
+        self.options = options
+        self.inventory = inventory
+        self.catalog = catalog
+        self.launcher = launcher
+        self.url = socket_url(options.control)
+        self.instance_id = uuid.uuid4().hex if options.one_shot else None
+        self.deliveries = Deliveries(options.runs_dir, options.registered_name)
+        self.runner = Runner(options.runs_dir, launcher, inventory.by_name, env, on_started=self._started,
+                             on_message=self._message, on_finished=self._finished)
+        self.welcome: Welcome | None = None
+        self.ws: WebSocketClientConnection | None = None
+        self.draining = False
+        self.stopping = False
+        self.one_shot_used = False
+        self.exit_code: int | None = None
+        self._last_write: Any = None
+        self._wake = asyncio.Event()
+        self._stop_task: asyncio.Task[None] | None = None
+        self._backoff = Backoff()
+        self.sessions = 0
+
+    # -- the whole life ---------------------------------------------------------------------------------
+    async def run(self) -> int:
+        reloaded = self.deliveries.reload()
+        if reloaded:
+            log.info("replaying the unacknowledged frames of %d run(s) from the spool: %s", len(reloaded),
+                     ", ".join(reloaded))
+        tls.warn_if_plaintext(self.options.control)
+        warming = asyncio.ensure_future(self.launcher.start())
+        watcher = asyncio.ensure_future(self._watch_done())
+        try:
+            while self.exit_code is None:
+                try:
+                    await self._session()
+                except Fatal as err:
+                    log.error("%s", err)
+                    self.exit_code = EXIT_FAILED
+                    break
+                if self.exit_code is not None:
+                    break
+                if self.stopping and not self.runner.runs:
+                    self.exit_code = EXIT_OK
+                    break
+                await self._pause(self._backoff.next())
+        finally:
+            watcher.cancel()
+            if self.runner.runs:  # a fatal error with runs still going: stop them as `agent stop` would
+                self.runner.cancel_all(STOP_GRACE_S, "the worker agent is exiting")
+                await asyncio.wait_for(self.runner.wait_idle(), STOP_GRACE_S + 15)
+            await asyncio.gather(warming, return_exceptions=True)
+            await self.launcher.close()
+            self.deliveries.close()
+        return self.exit_code
+
+    async def _pause(self, seconds: float) -> None:
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    def request_stop(self) -> None:
+        """SIGTERM/SIGINT or `codefy agent stop`: no new runs, each run asked to stop (terminated
+        after STOP_GRACE_S), their last frames sent, then exit."""
+        if self.stopping:
+            return
+        log.info("stopping: asking %d run(s) to stop (grace %g s)", len(self.runner.runs), STOP_GRACE_S)
+        self.stopping = True
+        self.runner.cancel_all(STOP_GRACE_S, "the worker agent is stopping")
+        self._stop_task = asyncio.ensure_future(self._stop())
+
+    async def _stop(self) -> None:
+        await self.runner.wait_idle()
+        if self.ws is not None:
+            try:
+                await asyncio.wait_for(self._all_acked(), STOP_ACK_WAIT_S)
+            except asyncio.TimeoutError:
+                log.warning("some frames were not acknowledged; they stay spooled for the next start")
+        self._finish(EXIT_OK)
+
+    async def _all_acked(self) -> None:
+        while self.deliveries.runs:
+            self.deliveries.changed.clear()
+            await self.deliveries.changed.wait()
+
+    async def _watch_done(self) -> None:
+        """A one-shot agent exits once its run is finished and acknowledged."""
+        while True:
+            self.deliveries.changed.clear()
+            if self.options.one_shot and self.one_shot_used and not self.runner.runs and not self.deliveries.runs:
+                log.info("one-shot: the run is done, exiting")
+                self._finish(EXIT_OK)
+                return
+            await self.deliveries.changed.wait()
+
+    def _finish(self, code: int) -> None:
+        self.exit_code = code
+        self._wake.set()
+        if self.ws is not None:
+            self.ws.close(1000, "the agent is exiting")
+
+    def drop_connection(self) -> None:
+        """Drop the socket as a network failure would (no close handshake)."""
+        ws = self.ws
+        if ws is not None and ws.protocol is not None and ws.protocol.stream is not None:
+            log.warning("dropping the connection (SIGUSR1)")
+            ws.protocol.stream.close()
+        self._wake.set()
+
+    # -- one connection ---------------------------------------------------------------------------------
+    async def _dial(self) -> WebSocketClientConnection:
+        parts = urlsplit(self.url)
+        ssl_options: ssl.SSLContext | None = None
+        if parts.scheme == "wss":
+            port = parts.port or 443
+            if self.options.pin is not None:
+                ssl_options = await tls.pinned_context(parts.hostname or "", port, self.options.pin)
+            else:
+                ssl_options = tls.context(self.options.ca_file)
+        request = HTTPRequest(self.url, headers={"Authorization": f"token {self.options.token}"},
+                              connect_timeout=CONNECT_TIMEOUT_S, request_timeout=CONNECT_TIMEOUT_S,
+                              ssl_options=ssl_options)
+        try:
+            return await websocket_connect(request, max_message_size=MAX_FRAME_BYTES)
+        except HTTPClientError as err:
+            if err.code in (401, 403):
+                raise Fatal(f"{self.url}: {err.code}: the token was refused") from None
+            if err.code == 404:
+                raise Fatal(f"{self.url}: 404: no worker socket there (is --control the control plane's base URL, "
+                            "with the codefy extension enabled?)") from None
+            raise
+
+    async def _session(self) -> None:
+        try:
+            ws = await self._dial()
+        except tls.TLSSetupError as err:
+            raise Fatal(str(err)) from None
+        except (OSError, HTTPClientError, StreamClosedError, asyncio.TimeoutError, ssl.SSLError) as err:
+            log.warning("cannot reach %s: %s", self.url, err)
+            return
+        self.ws = ws
+        heartbeat: asyncio.Task[None] | None = None
+        replay: asyncio.Task[int] | None = None
+        try:
+            self._send_frame(self._hello())
+            welcome = await self._await_welcome(ws)
+            if welcome is None:
+                return
+            self.welcome = welcome
+            self.sessions += 1
+            self._backoff.reset()
+            extra = f"; missing node types: {', '.join(welcome.missing_types)}" if welcome.missing_types else ""
+            log.info("connected to %s as %s (%s)%s", self.options.control, welcome.name or self.options.registered_name,
+                     welcome.status, extra)
+            self._send_frame(RunAlive(runs=self.deliveries.alive()))
+            replay = asyncio.ensure_future(self.deliveries.connected(self._send_text, self._drain))
+            heartbeat = asyncio.ensure_future(self._heartbeats(welcome.heartbeat_s))
+            while True:
+                message = await ws.read_message()
+                if message is None:
+                    break
+                self._handle(message)
+        finally:
+            self.deliveries.disconnected()
+            self.ws = None
+            for task in (heartbeat, replay):
+                if task is not None:
+                    task.cancel()
+            await asyncio.gather(*(t for t in (heartbeat, replay) if t is not None), return_exceptions=True)
+        self._closed(ws)
+
+    def _closed(self, ws: WebSocketClientConnection) -> None:
+        code = ws.close_code
+        if self.exit_code is not None:
+            return
+        if code in FATAL_CLOSE_CODES:
+            raise Fatal(f"the control plane closed the connection ({code}): {FATAL_CLOSE_CODES[code]}"
+                        + (f" ({ws.close_reason})" if ws.close_reason else ""))
+        log.warning("connection to %s closed (%s); dialling again", self.options.control,
+                    f"{code} {ws.close_reason or ''}".strip() if code else "dropped")
+
+    async def _await_welcome(self, ws: WebSocketClientConnection) -> Welcome | None:
+        try:
+            message = await asyncio.wait_for(ws.read_message(), WELCOME_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            log.warning("no welcome within %g s; dialling again", WELCOME_TIMEOUT_S)
+            ws.close(1000, "no welcome")
+            return None
+        if message is None:
+            return None
+        try:
+            frame = decode(message, sender="server")
+        except ProtocolError as err:
+            log.warning("the control plane sent an unreadable first frame: %s", err)
+            ws.close(1002, "bad frame")
+            return None
+        if isinstance(frame, Reject):
+            if frame.code in TRANSIENT_REJECTS:
+                log.warning("hello refused (%s): %s; trying again", frame.code, frame.message)
+                return None
+            raise Fatal(f"the control plane refused this worker ({frame.code}): {frame.message}")
+        if not isinstance(frame, Welcome):
+            log.warning("expected welcome, got %s", frame.type)
+            ws.close(1002, "expected welcome")
+            return None
+        return frame
+
+    def _hello(self) -> Hello:
+        o = self.options
+        return Hello(
+            name=o.name, version=__version__, protocol_version=PROTOCOL_VERSION,
+            fingerprint=self.catalog.fingerprint, catalog_hash=self.catalog.catalog_hash,
+            node_types=self.catalog.node_types, capabilities=sorted(SUPPORTED_CAPABILITIES),
+            machine_id=machine_id(), devices=self.inventory.hello(), platform=platform_string(),
+            one_shot=o.one_shot, one_shot_run_id=o.run_id if o.one_shot else None,
+            instance_id=self.instance_id, instance=o.instance)
+
+    async def _heartbeats(self, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            devices = await asyncio.to_thread(self.inventory.heartbeat)
+            self._send_frame(Heartbeat(devices=devices, running=self.runner.running))
+
+    # -- sending ----------------------------------------------------------------------------------------
+    def _send_text(self, text: str) -> None:
+        ws = self.ws
+        if ws is None:
+            return
+        try:
+            self._last_write = ws.write_message(text)
+        except WebSocketClosedError:
+            return  # the read loop sees the close; frames stay spooled
+
+    def _send_frame(self, frame: Frame) -> None:
+        self._send_text(encode(frame))
+
+    async def _drain(self) -> None:
+        write = self._last_write
+        if write is not None:
+            try:
+                await write
+            except (WebSocketClosedError, StreamClosedError):
+                pass
+
+    # -- frames from the control plane -----------------------------------------------------------------
+    def _handle(self, message: str | bytes) -> None:
+        try:
+            frame = decode(message, sender="server")
+        except ProtocolError as err:
+            log.warning("dropped a malformed frame from the control plane: %s", err)
+            return
+        if isinstance(frame, Ack):
+            self.deliveries.ack(frame.run_id, frame.seq)
+        elif isinstance(frame, Assign):
+            self._assign(frame)
+        elif isinstance(frame, Cancel):
+            grace = frame.grace_s if frame.grace_s is not None else (self.welcome.grace_s if self.welcome else 30.0)
+            if not self.runner.cancel(frame.run_id, grace, frame.reason or "cancel requested"):
+                log.info("cancel for run %s, which is not running here", frame.run_id)
+        elif isinstance(frame, Drain):
+            self.draining = frame.draining
+            log.info("draining: no new runs" if frame.draining else "undrained: taking runs again")
+        elif isinstance(frame, Reject):
+            log.warning("the control plane refused something (%s): %s", frame.code, frame.message)
+
+    def _assign(self, frame: Assign) -> None:
+        run_id = frame.run_id
+        running = run_id in self.runner.runs
+        refusal = (Refusal("agent_stopping", f"the worker agent is stopping: run {run_id} was not started",
+                           {"run_id": run_id})
+                   if self.stopping and not running else
+                   assign_refusal(run_id=run_id, device=frame.device, devices=frame.devices,
+                                  offered=self.inventory.by_name, known_runs=self.deliveries.known() | set(self.runner.runs),
+                                  draining=self.draining, one_shot_used=self.options.one_shot and self.one_shot_used))
+        if refusal is not None:
+            log.warning("refused run %s: %s", run_id, refusal.message)
+            if refusal.code == "duplicate_assign" and not running:
+                return  # its run_finished is already on its way; a second one would contradict it
+            self.deliveries.add(run_id, refused_frame(run_id, refusal.error()))
+            if running:  # the control plane now counts it as ended: free its cards
+                self.runner.cancel(run_id, 0.0, refusal.message)
+            return
+        options = frame.options
+        seed = options.get("seed")
+        parallel = options.get("max_parallel_nodes")
+        cap = options.get("payload_cap_bytes")
+        request = RunRequest(
+            run_id=run_id, graph=frame.graph, device=frame.device, devices=list(frame.devices),
+            seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+            deterministic=options.get("deterministic") is True,
+            max_parallel_nodes=parallel if isinstance(parallel, int) and parallel >= 1 else 4,
+            payload_cap_bytes=cap if isinstance(cap, int) else 131072,
+            facts="run_facts" in (self.welcome.capabilities if self.welcome else ()))
+        self.one_shot_used = True
+        self.deliveries.open(run_id)
+        log.info("run %s: starting on %s", run_id, ", ".join(frame.devices) or frame.device)
+        self.runner.start(request)
+
+    # -- the runner's callbacks -------------------------------------------------------------------------
+    def _started(self, run_id: str, pid: int, view: Visibility) -> None:
+        self.deliveries.add(run_id, started_frame(run_id, pid, view))
+
+    def _message(self, run_id: str, kind: str, body: dict[str, Any]) -> None:
+        facts = bool(self.welcome and "run_facts" in self.welcome.capabilities)
+        frame = message_frame(run_id, kind, body, facts=facts)
+        if frame is not None:
+            self.deliveries.add(run_id, frame)
+
+    def _finished(self, run_id: str, body: dict[str, Any]) -> None:
+        frame = finished_frame(run_id, body)
+        log.info("run %s: %s", run_id, frame.status)
+        self.deliveries.add(run_id, frame)
+        self.deliveries.changed.set()
+
+
+def machine_id() -> str | None:
+    from ..core.machine_identity import machine_id_digest
+
+    return machine_id_digest()
