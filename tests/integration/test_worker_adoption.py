@@ -1,0 +1,125 @@
+"""Adoption: a real headless control plane (`codefy start`) is killed with SIGKILL while a run executes
+on a worker, and started again on the same SQLite file. The run keeps its slot, waits disconnected,
+and continues in the same log once the worker (a raw protocol client here) is back; a worker that
+does not come back within the grace leaves its run interrupted (worker_lost_after_restart)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
+
+from codefy_jupyter._version import __version__
+from codefy_jupyter.core import worker_protocol as wp
+
+from test_headless import SMALL, Servers, all_events, api, free_port, wait_gone, wait_status
+from test_worker_handlers import RawAgent, node_event
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def servers(tmp_path, request) -> Servers:
+    s = Servers(tmp_path)
+    request.addfinalizer(s.kill_leftovers)
+    return s
+
+
+@pytest.fixture(autouse=True)
+def _close_agents():
+    yield
+    while RawAgent.opened:
+        RawAgent.opened.pop().close()
+
+
+async def connect(state) -> RawAgent:
+    """An agent on this machine, with the server's own token, saying hello as `box`."""
+    url = state["url"].replace("http://", "ws://") + "codefy/ws/worker"
+    agent = RawAgent(await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {state['token']}"})))
+    code, nodes = api(state, "GET", "nodes")
+    assert code == 200
+    await agent.send(wp.Hello(name="box", version=__version__, protocol_version=wp.PROTOCOL_VERSION,
+                              catalog_hash=nodes["catalog"]["hash"], node_types=nodes["catalog"]["types"],
+                              devices=[{"device": "cpu"}], capabilities=["ack"]))
+    await agent.expect(wp.Welcome)
+    return agent
+
+
+def kill_hard(servers: Servers, state) -> None:
+    os.kill(state["pid"], signal.SIGKILL)
+    wait_gone(state["pid"])
+
+
+async def start_on_worker(state, agent: RawAgent, events: int) -> str:
+    code, run = api(state, "POST", "runs", {"graph": SMALL, "options": {"target": {"worker": "box"}}})
+    assert code == 201, run
+    assign = await agent.expect(wp.Assign)
+    rid = assign.run_id
+    await agent.run_frame(wp.RunStarted(run_id=rid))
+    for i in range(1, events + 1):
+        await agent.run_frame(wp.Event(run_id=rid, event=node_event(f"n{i}", "done")))
+    return rid
+
+
+async def test_a_run_on_a_worker_is_adopted_after_a_hard_stop_and_finishes_in_the_same_log(servers):
+    port = free_port()
+    state = servers.start(port)
+    agent = await connect(state)
+    rid = await start_on_worker(state, agent, events=3)  # frames 1..4
+    await agent.until_ack(rid, 4)
+    await agent.run_frame(wp.Event(run_id=rid, event=node_event("n4", "done")))  # 5: perhaps recorded, not acked
+    kill_hard(servers, state)
+    await agent.closed()
+
+    state = servers.start(port)
+    run = wait_status(state, rid, {"disconnected"})
+    assert run["worker_id"] == "box"
+    code, listing = api(state, "GET", "workers")
+    assert listing["workers"] == []  # an agent of the server's token: a placeholder, unlisted until it is back
+
+    agent = await connect(state)
+    code, listing = api(state, "GET", "workers")
+    (box,) = listing["workers"]
+    assert box["runs"] == [rid] and box["slots"][0]["slots"]["taken"] == 1  # the adopted run held its slot
+    await agent.send(wp.RunAlive(runs={rid: 6}))
+    await agent.run_frame(wp.Event(run_id=rid, event=node_event("n4", "done")), seq=5)
+    await agent.run_frame(wp.Event(run_id=rid, event=node_event("n5", "done")), seq=6)
+    await agent.run_frame(wp.RunFinished(run_id=rid, status="succeeded", executed=5), seq=7)
+    done = wait_status(state, rid, {"succeeded", "failed", "interrupted"})
+    assert done["status"] == "succeeded"
+    events = all_events(state, rid)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert [e["payload"]["node_id"] for e in events if e["type"] == "node_status"] == ["n1", "n2", "n3", "n4", "n5"]
+    warnings = [e["payload"]["code"] for e in events if e["type"] == "run_warning"]
+    assert warnings == ["worker_adopted", "worker_reconnected"]
+    assert [e["type"] for e in events].count("execution_start") == 1
+    assert events[-1]["type"] == "execution_complete"
+    await agent.until_ack(rid, 7)
+    assert servers.stop().returncode == 0
+
+
+async def test_an_adopted_run_whose_worker_stays_away_ends_interrupted(servers):
+    port = free_port()
+    state = servers.start(port)
+    agent = await connect(state)
+    rid = await start_on_worker(state, agent, events=1)
+    await agent.until_ack(rid, 2)
+    kill_hard(servers, state)
+    agent.close()
+
+    servers.env["CODEFY_WORKER_RESUME_GRACE_S"] = "1"
+    state = servers.start(port)
+    done = wait_status(state, rid, {"interrupted", "succeeded", "failed"})
+    assert done["status"] == "interrupted"
+    assert done["execution_facts"]["error_reason"] == "worker_lost_after_restart"
+    events = all_events(state, rid)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    last = events[-1]
+    assert last["type"] == "execution_stopped" and last["payload"]["reason"]["code"] == "worker_lost_after_restart"
+    assert last["payload"]["reason"]["params"]["reason"]["code"] == "no_reconnect_after_restart"
+    code, listing = api(state, "GET", "workers")
+    assert listing["workers"] == []  # a server-token agent is only a placeholder until it connects
+    assert servers.stop().returncode == 0
