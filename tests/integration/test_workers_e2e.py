@@ -1,0 +1,296 @@
+"""Real `codefy agent start` subprocesses against a real control plane (jupyter-server with the
+extension, real SQLite) on loopback, with a declared device inventory: a run on a worker end to end,
+the socket dropped mid-run, the agent killed with SIGKILL, a one-shot agent, enrollment, agent stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from test_server_runs import all_events, call, wait_status
+
+pytestmark = pytest.mark.slow
+
+INVENTORY = {"devices": [{"key": "cuda:0", "name": "Declared A", "uuid": "GPU-e2e-aaaa", "memory_total_mib": 8192},
+                         {"key": "cuda:1", "name": "Declared B", "uuid": "GPU-e2e-bbbb", "memory_total_mib": 8192}]}
+
+
+def edge(s: str, sp: str, t: str, tp: str) -> dict[str, str]:
+    return {"source": s, "source_port": sp, "target": t, "target_port": tp}
+
+
+def naps(n: int, seconds: float) -> dict[str, Any]:
+    """A chain of `n` Sleep nodes: events keep coming while the run executes."""
+    nodes = [{"id": "k", "type": "Float", "params": {"value": 1}}]
+    nodes += [{"id": f"nap{i}", "type": "Sleep", "params": {"seconds": seconds}} for i in range(n)]
+    edges = [edge("k" if i == 0 else f"nap{i - 1}", "value", f"nap{i}", "value") for i in range(n)]
+    return {"nodes": nodes, "edges": edges}
+
+
+SMALL = {"nodes": [{"id": "k", "type": "Float", "params": {"value": 2}},
+                   {"id": "s", "type": "Scale", "params": {"factor": 3}}],
+         "edges": [edge("k", "value", "s", "x")]}
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, request):
+    codefy = {"data_dir": str(tmp_path / "codefy")}
+    codefy.update(getattr(request, "param", {}))
+    return {"ServerApp": {"jpserver_extensions": {"codefy_jupyter": True}}, "CodefyApp": codefy}
+
+
+def settings(**values: Any):
+    return pytest.mark.parametrize("jp_server_config", [values], indirect=True,
+                                   ids=[",".join(f"{k}={v}" for k, v in values.items())])
+
+
+class AgentProcess:
+    """`codefy agent start` in a subprocess, its output in a log file."""
+
+    def __init__(self, tmp_path: Path, control: str, *args: str, name: str = "box", token: str | None = None) -> None:
+        self.dir = tmp_path / "agent"
+        self.log_path = tmp_path / f"agent-{name}.log"
+        inventory = tmp_path / "inventory.json"
+        inventory.write_text(json.dumps(INVENTORY))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER_TOKEN"))}
+        env.update(CODEFY_DEVICE_INVENTORY=str(inventory), JUPYTER_PLATFORM_DIRS="0",
+                   JUPYTER_DATA_DIR=str(tmp_path / "agent-jupyter"))
+        cmd = [sys.executable, "-m", "codefy_jupyter.cli", "agent", "start", "--control", control, "--name", name,
+               "--data-dir", str(self.dir), *args]
+        if token is not None:
+            cmd += ["--token", token]
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        self.name = name
+        self.seen: set[int] = set()
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def processes(self) -> list[psutil.Process]:
+        """The agent and everything under it (the warm process, run processes)."""
+        try:
+            me = psutil.Process(self.proc.pid)
+            found = [me] + me.children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        self.seen.update(p.pid for p in found)
+        return found
+
+    async def exited(self, timeout: float = 60.0) -> int:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.proc.poll() is None:
+            assert asyncio.get_running_loop().time() < deadline, f"agent still running:\n{self.output()}"
+            await asyncio.sleep(0.05)
+        return self.proc.returncode
+
+    def cleanup(self) -> None:
+        self.processes()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        for pid in self.seen:
+            try:
+                psutil.Process(pid).kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.log.close()
+
+
+@pytest.fixture
+def server_token(jp_serverapp, http_server_client):
+    return jp_serverapp.identity_provider.token
+
+
+@pytest.fixture
+def control(jp_http_port, jp_base_url, server_token):
+    return f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
+
+
+@pytest.fixture
+def agents(tmp_path, control, server_token):
+    made: list[AgentProcess] = []
+
+    def start(*args: str, name: str = "box", token: str | None = "server") -> AgentProcess:
+        agent = AgentProcess(tmp_path, control, *args, name=name, token=server_token if token == "server" else token)
+        made.append(agent)
+        return agent
+
+    yield start
+    for agent in made:
+        agent.cleanup()
+
+
+async def worker_state(jp_fetch, name: str) -> dict[str, Any] | None:
+    code, body = await call(jp_fetch, "api", "workers")
+    assert code == 200
+    return next((w for w in body["workers"] if w["name"] == name), None)
+
+
+async def until_connected(jp_fetch, agent: AgentProcess, timeout: float = 60.0) -> dict[str, Any]:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        worker = await worker_state(jp_fetch, agent.name)
+        if worker is not None and worker["state"] == "connected":
+            return worker
+        assert agent.proc.poll() is None, f"the agent exited:\n{agent.output()}"
+        assert asyncio.get_running_loop().time() < deadline, f"agent never connected:\n{agent.output()}"
+        await asyncio.sleep(0.1)
+
+
+async def until_event(jp_fetch, run_id: str, test, timeout: float = 60.0) -> dict[str, Any]:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        for event in await all_events(jp_fetch, run_id):
+            if test(event):
+                return event
+        assert asyncio.get_running_loop().time() < deadline, "the event never came"
+        await asyncio.sleep(0.05)
+
+
+def assert_gapless_without_duplicates(events: list[dict[str, Any]]) -> None:
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    statuses = [(e["payload"]["node_id"], e["payload"]["status"]) for e in events if e["type"] == "node_status"]
+    assert len(statuses) == len(set(statuses)), "a node status was recorded twice"
+    assert events[0]["type"] == "execution_start"
+    closing = [e for e in events if e["type"] in ("execution_complete", "execution_error", "execution_stopped")]
+    assert closing == [events[-1]]
+
+
+async def submit(jp_fetch, graph: dict[str, Any], target: dict[str, Any]) -> dict[str, Any]:
+    code, run = await call(jp_fetch, "api", "runs", method="POST", body={"graph": graph, "options": {"target": target}})
+    assert code == 201, run
+    return run
+
+
+async def test_a_run_on_the_worker_completes_with_a_gapless_log(jp_fetch, agents):
+    agent = agents()
+    worker = await until_connected(jp_fetch, agent)
+    assert {d["device"] for d in worker["devices"]} == {"cpu", "cuda:0", "cuda:1"}
+    assert worker["same_host"] is True
+    run = await submit(jp_fetch, SMALL, {"worker": "box", "devices": ["cuda:1"]})
+    done = await wait_status(jp_fetch, run["id"], {"succeeded", "failed"}, timeout=60)
+    assert done["status"] == "succeeded", done
+    assert done["worker_id"] == "box" and done["devices"] == ["cuda:1"]
+    events = await all_events(jp_fetch, run["id"])
+    assert_gapless_without_duplicates(events)
+    assert [(e["payload"]["node_id"], e["payload"]["status"]) for e in events if e["type"] == "node_status"] == [
+        ("k", "running"), ("k", "done"), ("s", "running"), ("s", "done")]
+    assert events[-1]["type"] == "execution_complete" and events[-1]["payload"]["executed"] == 2
+    # The run's files live in the agent's folder; its spool is gone once everything was acknowledged.
+    run_dir = agent.dir / "agent-runs" / run["id"]
+    assert (run_dir / "output.log").exists()
+    deadline = asyncio.get_running_loop().time() + 30
+    while (run_dir / "spool.jsonl").exists():
+        assert asyncio.get_running_loop().time() < deadline, "the spool was never acknowledged"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_dropped_socket_loses_and_duplicates_nothing(jp_fetch, agents):
+    agent = agents()
+    await until_connected(jp_fetch, agent)
+    run = await submit(jp_fetch, naps(12, 0.15), {"worker": "box"})
+    await until_event(jp_fetch, run["id"], lambda e: e["type"] == "node_status" and e["payload"]["node_id"] == "nap1")
+    os.kill(agent.proc.pid, signal.SIGUSR1)  # the agent drops its socket as a network failure would
+    done = await wait_status(jp_fetch, run["id"], {"succeeded", "failed", "interrupted"}, timeout=60)
+    assert done["status"] == "succeeded", done
+    events = await all_events(jp_fetch, run["id"])
+    assert_gapless_without_duplicates(events)
+    warnings = [e["payload"]["code"] for e in events if e["type"] == "run_warning"]
+    assert "worker_disconnected" in warnings and "worker_reconnected" in warnings
+    assert "worker_frames_lost" not in warnings
+    for i in range(12):
+        mine = [e["payload"]["status"] for e in events if e["type"] == "node_status"
+                and e["payload"]["node_id"] == f"nap{i}"]
+        assert mine == ["running", "done"], (i, mine)
+    assert "dialling again" in agent.output()
+
+
+@settings(worker_resume_grace_s=2)
+async def test_a_killed_agent_leaves_its_run_interrupted_after_the_grace(jp_fetch, agents):
+    agent = agents()
+    await until_connected(jp_fetch, agent)
+    run = await submit(jp_fetch, naps(1, 60), {"worker": "box"})
+    await until_event(jp_fetch, run["id"], lambda e: e["type"] == "node_status" and e["payload"]["node_id"] == "nap0")
+    family = agent.processes()
+    assert len(family) >= 2  # the agent and at least the run's process
+    os.kill(agent.proc.pid, signal.SIGKILL)
+    done = await wait_status(jp_fetch, run["id"], {"interrupted", "failed", "succeeded"}, timeout=60)
+    assert done["status"] == "interrupted"
+    events = await all_events(jp_fetch, run["id"])
+    assert_gapless_without_duplicates(events)
+    codes = [e["payload"].get("code") for e in events if e["type"] == "run_warning"]
+    assert "worker_disconnected" in codes
+    assert events[-1]["type"] == "execution_stopped" and events[-1]["payload"]["reason"]["code"] == "worker_gone"
+    # Its run process and the warm process notice the agent is gone and end on their own.
+    deadline = asyncio.get_running_loop().time() + 30
+    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in family[1:]):
+        assert asyncio.get_running_loop().time() < deadline, "processes of the killed agent are still running"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_one_shot_agent_takes_exactly_one_run_and_exits(jp_fetch, agents):
+    agent = agents("--one-shot", name="once")
+    worker = await until_connected(jp_fetch, agent)
+    assert worker["one_shot"] is True
+    first = await submit(jp_fetch, naps(1, 0.5), {"worker": "once"})
+    second = await submit(jp_fetch, SMALL, {"worker": "once"})
+    done = await wait_status(jp_fetch, first["id"], {"succeeded", "failed"}, timeout=60)
+    assert done["status"] == "succeeded" and done["worker_id"] == "once"
+    assert await agent.exited() == 0
+    assert "one-shot: the run is done" in agent.output()
+    code, waiting = await call(jp_fetch, "api", "runs", second["id"])
+    assert code == 200 and waiting["status"] == "queued"
+    code, _ = await call(jp_fetch, "api", "runs", second["id"], "cancel", method="POST")
+    assert code == 200
+
+
+async def test_enrolling_stores_the_worker_token_and_reuses_it(jp_fetch, agents, tmp_path):
+    code, issued = await call(jp_fetch, "api", "workers", "enrollments", method="POST", body={})
+    assert code == 201, issued
+    agent = agents(name="enrolled", token=issued["token"])
+    worker = await until_connected(jp_fetch, agent)
+    assert worker["enrolled"] is True
+    stored = tmp_path / "agent" / "credentials" / "enrolled.json"
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+    assert json.loads(stored.read_text())["worker_token"].startswith("cfw_")
+    assert issued["token"] not in stored.read_text()
+    agent.proc.send_signal(signal.SIGTERM)
+    assert await agent.exited() == 0
+    # The same command line again: the one-time token is spent, the stored worker token is used.
+    again = agents(name="enrolled", token=issued["token"])
+    await until_connected(jp_fetch, again)
+    assert "token from stored in" in again.output()
+
+
+async def test_agent_stop_stops_the_runs_and_exits(jp_fetch, agents, tmp_path):
+    agent = agents()
+    await until_connected(jp_fetch, agent)
+    run = await submit(jp_fetch, naps(1, 60), {"worker": "box"})
+    await until_event(jp_fetch, run["id"], lambda e: e["type"] == "node_status" and e["payload"]["node_id"] == "nap0")
+    stopped = subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", "agent", "stop", "--data-dir",
+                              str(agent.dir)], capture_output=True, text=True, timeout=60)
+    assert stopped.returncode == 0, stopped.stderr
+    assert await agent.exited() == 0
+    done = await wait_status(jp_fetch, run["id"], {"cancelled", "failed", "interrupted"}, timeout=30)
+    assert done["status"] == "cancelled"
+    assert not (agent.dir / "agents" / "box.json").exists()
+
+
+async def test_a_second_agent_with_the_same_name_and_folder_is_refused(jp_fetch, agents):
+    first = agents()
+    await until_connected(jp_fetch, first)
+    second = agents()
+    assert await second.exited() == 1
+    assert "already running" in second.output()
