@@ -1,0 +1,85 @@
+"""The WorkerExecutor inside a real RunService over a real SQLite file (no server): the per-run inbox
+bound that pauses reading, and the resume point that commits with the run's events."""
+
+from __future__ import annotations
+
+import asyncio
+
+from codefy_jupyter._version import __version__
+from codefy_jupyter.core.config import Settings
+from codefy_jupyter.core.run_service import RunService
+from codefy_jupyter.core.store import Store
+from codefy_jupyter.core.worker_handshake import Credential
+from codefy_jupyter.core.worker_protocol import PROTOCOL_VERSION, Ack, Assign, Event, Hello, RunFinished, RunStarted
+
+SMALL = {"nodes": [{"id": "k", "type": "Float", "params": {"value": 2}}], "edges": []}
+
+
+class Link:
+    """The socket edge: what the control plane sends, kept in order."""
+
+    peer = "127.0.0.1"
+
+    def __init__(self) -> None:
+        self.frames: list = []
+        self.closed: tuple[int, str] | None = None
+
+    def send(self, frame) -> None:
+        self.frames.append(frame)
+
+    def close(self, code: int, reason: str) -> None:
+        self.closed = (code, reason)
+
+
+async def until(predicate, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+def event(i: int) -> dict:
+    return {"type": "node_status", "payload": {"node_id": f"n{i}", "status": "done"}}
+
+
+async def test_a_full_inbox_pauses_reading_until_its_frames_are_recorded(tmp_path):
+    store = await Store.open(tmp_path / "db.sqlite")
+    service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)
+    await service.start()
+    try:
+        workers = service.workers
+        workers.executor.max_inbox = 5
+        catalog = service.registry.catalog()
+        link = Link()
+        hello = Hello(name="box", version=__version__, protocol_version=PROTOCOL_VERSION,
+                      catalog_hash=catalog["hash"], node_types=catalog["types"], devices=[{"device": "cpu"}])
+        welcome, worker = await workers.hello(hello, Credential("server", "server"), link, loopback=True)
+        assert worker is not None
+        workers.connected(worker)
+        run = await service.submit({"graph": SMALL, "options": {"target": {"worker": "box"}}})
+        rid = run["id"]
+        await until(lambda: any(isinstance(f, Assign) for f in link.frames))
+
+        # Frames arriving faster than they are recorded: past 5 unrecorded, reading pauses.
+        waits = [workers.frame(worker, RunStarted(run_id=rid, seq=1), link)]
+        waits += [workers.frame(worker, Event(run_id=rid, seq=i, event=event(i)), link) for i in range(2, 9)]
+        assert waits[:5] == [None] * 5 and all(w is not None for w in waits[5:])
+        await asyncio.wait_for(asyncio.gather(*waits[5:]), 10)  # resumes once the acker recorded them
+        inbox = workers.executor._runs[rid].inbox
+        assert inbox.unprocessed <= 2 and inbox.persisted_seq == 8
+
+        # The resume point committed with the events it covers, before any ack went out.
+        row = await store.get_run(rid)
+        assert row["execution_facts"]["worker_resume"]["seq"] == 8 and row["last_seq"] == 8
+        assert row["execution_facts"]["worker_resume"]["slots"] == ["box/cpu"]
+        await until(lambda: any(isinstance(f, Ack) for f in link.frames))
+        assert max(f.seq for f in link.frames if isinstance(f, Ack)) <= 8
+
+        workers.frame(worker, RunFinished(run_id=rid, status="succeeded", seq=9), link)
+        await until(lambda: service._known_status(rid) == "succeeded")
+        row = await store.get_run(rid)
+        assert row["status"] == "succeeded" and row["last_seq"] == 9
+        await until(lambda: any(isinstance(f, Ack) and f.seq == 9 for f in link.frames))
+    finally:
+        await service.shutdown()
+        await store.close()
