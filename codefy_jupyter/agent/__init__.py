@@ -1,7 +1,13 @@
 """The worker agent (`codefy agent start`): dials out to a control plane over /codefy/ws/worker and
 runs each assigned run in a subprocess of its own.
 
-The agent process never imports torch, tornado or `codefy_jupyter.server`: it speaks the protocol
-of `codefy_jupyter.core.worker_protocol` and keeps each run's frames in `spool.RunSpool` until the
-control plane acknowledges them. Only the run subprocess (`child.py`) imports the engine's torch nodes.
+The agent process never imports torch or `codefy_jupyter.server` (its WebSocket client is tornado's,
+installed with jupyter-server anyway): it speaks the protocol of `codefy_jupyter.core.worker_protocol`
+and keeps each run's frames in `spool.RunSpool` until the control plane acknowledges them. Only the
+run subprocess (`child.py`, forked from the warm process `warm.py` or spawned) imports torch.
+
+Modules: cli (`codefy agent start/stop`), connection (the socket's life), delivery (spools, replay,
+acks), runner + launch (one process per run), warm (the fork server), child (the run process),
+isolation (pure decisions), frames (pure translations), identity (devices, catalog, machine id),
+tls, credentials (enrollment, the stored worker token), pipe (agent <-> run process messages).
 """
