@@ -31,6 +31,7 @@ class SchemaError(ValueError):
 class Target:
     worker: str | None = None
     devices: tuple[str, ...] = ()
+    pool: str | None = None  # "one-shot": a one-shot worker, and nowhere else
 
 
 @dataclass(frozen=True)
@@ -112,14 +113,17 @@ def parse_submit(body: Any) -> SubmitRequest:
 
 def _parse_target(raw: Any) -> Target:
     _type(raw, (dict,), "options.target", "an object")
-    _keys(raw, {"worker", "devices"}, "options.target")
+    _keys(raw, {"worker", "devices", "pool"}, "options.target")
     worker = raw.get("worker")
     if worker is not None:
         _type(worker, (str,), "options.target.worker", "a worker name")
+    pool = raw.get("pool")
+    if pool is not None and pool != "one-shot":
+        raise SchemaError("options.target.pool", "must be 'one-shot'")
     devices = raw.get("devices", [])
     if devices is None:
         devices = []
     _type(devices, (list,), "options.target.devices", "a list of device names")
     for i, dev in enumerate(devices):
         _type(dev, (str,), f"options.target.devices[{i}]", "a device name")
-    return Target(worker=worker, devices=tuple(devices))
+    return Target(worker=worker, devices=tuple(devices), pool=pool)

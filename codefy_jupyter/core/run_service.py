@@ -256,6 +256,8 @@ class RunService:
         self._waiting_rows[run_id] = row
         view = self._view({**row, "started_at": None, "finished_at": None, "error": None,
                            "fingerprint_digest": None, "last_seq": 0, "execution_facts": None})
+        if pool is not None or self._one_shot(worker):
+            self._time_out_one_shot(run_id)
         deferred = self._deferred.pop(run_id, None)
         if deferred is not None:
             await self._start(deferred)
@@ -266,6 +268,23 @@ class RunService:
             if self._active[run_id].worker is not None:
                 view["worker_id"] = self._active[run_id].worker
         return view
+
+    def _one_shot(self, name: str | None) -> bool:
+        worker = self.workers.registry.get(name) if name else None
+        return worker is not None and worker.hello is not None and worker.hello.one_shot
+
+    def _time_out_one_shot(self, run_id: str) -> None:
+        """A run for a one-shot worker fails if none takes it within the queue timeout."""
+        seconds = self.settings.worker_one_shot_queue_timeout_s
+        loop = asyncio.get_running_loop()
+
+        async def expire() -> None:
+            if self.queue.cancel(run_id):
+                await self.fail_waiting(run_id, "one_shot_queue_timeout",
+                                        f"no one-shot worker took this run within {seconds} s", {"seconds": seconds})
+                await self._reschedule()
+
+        loop.call_later(max(0, seconds), lambda: self.keep(loop.create_task(expire())))
 
     def _degraded(self, name: str) -> bool:
         worker = self.workers.registry.get(name)
@@ -617,6 +636,8 @@ def _options_doc(req: SubmitRequest, resolved: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {"lane": o.lane, "record_outputs": o.record_outputs, "requested_device": resolved.requested}
     if o.target is not None:
         doc["target"] = {"worker": o.target.worker or "local", "devices": list(o.target.devices)}
+        if o.target.pool is not None:
+            doc["target"].update(worker=o.target.worker or "any", pool=o.target.pool)
     return doc
 
 

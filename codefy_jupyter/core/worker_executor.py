@@ -592,7 +592,7 @@ class WorkerExecutor:
                 link = worker.link
                 if link is None:
                     continue
-                self.registry.drop(worker.name, link, self.host.clock(), reason)
+                self.registry.drop(worker.name, link, reason)
                 link.close(4408, "no heartbeat")
                 self.dropped(worker, reason)
 

@@ -46,7 +46,7 @@ class WorkerService:
     def __init__(self, runs: "RunService") -> None:
         self.runs = runs
         settings = runs.settings
-        self.registry = WorkerRegistry(heartbeat_s=float(settings.worker_heartbeat_s))
+        self.registry = WorkerRegistry(heartbeat_s=float(settings.worker_heartbeat_s), clock=runs.clock)
         self.executor = WorkerExecutor(self.registry, runs, resume_grace_s=float(settings.worker_resume_grace_s),
                                        cancel_grace_s=float(settings.worker_cancel_grace_s),
                                        heartbeat_s=float(settings.worker_heartbeat_s))
@@ -144,7 +144,7 @@ class WorkerService:
 
     def closed(self, name: str, link: WorkerLink, reason: dict[str, Any]) -> None:
         self._link_numbers.pop(id(link), None)
-        worker = self.registry.drop(name, link, self.runs.clock(), reason)
+        worker = self.registry.drop(name, link, reason)
         if worker is None:
             return
         log.info("codefy: worker %s disconnected (%s)", name, reason.get("text"))

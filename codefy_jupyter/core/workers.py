@@ -21,8 +21,9 @@ that worker connects.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from .worker_handshake import Accepted, CatalogDiff, Credential
 from .worker_protocol import HEARTBEAT_MISSES, Frame, Heartbeat, Hello
@@ -56,7 +57,8 @@ class Worker:
     seen: bool = False  # connected since this server started
     loopback: bool = False  # its connection comes from a loopback peer
     heartbeat_s: float = 10.0
-    last_frame_at: float | None = None
+    last_frame_at: float | None = None  # monotonic, for the heartbeat watchdog
+    last_seen_at: float | None = None  # wall clock, for people
     connected_at: float | None = None
     disconnected_at: float | None = None
     disconnect_reason: dict[str, Any] | None = None
@@ -98,15 +100,18 @@ class Worker:
             "version": hello.version if hello else self.info.get("version"),
             "platform": hello.platform if hello else self.info.get("platform"),
             "one_shot": bool(hello.one_shot) if hello else False,
-            "runs": sorted(self.runs), "connected_at": self.connected_at, "last_seen_at": self.last_frame_at,
+            "runs": sorted(self.runs), "connected_at": self.connected_at, "last_seen_at": self.last_seen_at,
             "disconnected_at": self.disconnected_at, "disconnect_reason": self.disconnect_reason,
             "peer": self.link.peer if self.link is not None else None,
         }
 
 
 class WorkerRegistry:
-    def __init__(self, *, heartbeat_s: float = 10.0) -> None:
+    """`now` arguments are monotonic seconds (heartbeats); `clock` gives the wall-clock times shown."""
+
+    def __init__(self, *, heartbeat_s: float = 10.0, clock: Callable[[], float] = time.time) -> None:
         self.heartbeat_s = heartbeat_s
+        self.clock = clock
         self._workers: dict[str, Worker] = {}
 
     # -- questions --------------------------------------------------------------------------------
@@ -167,19 +172,20 @@ class WorkerRegistry:
         worker.heartbeat_s = accepted.heartbeat_s
         worker.seen = True
         worker.listed = True
-        worker.connected_at = worker.last_frame_at = now
+        worker.last_frame_at = now
+        worker.connected_at = worker.last_seen_at = self.clock()
         worker.disconnected_at = None
         worker.disconnect_reason = None
         return worker, old
 
-    def drop(self, name: str, link: WorkerLink, now: float, reason: dict[str, Any]) -> Worker | None:
+    def drop(self, name: str, link: WorkerLink, reason: dict[str, Any]) -> Worker | None:
         """`link` closed. The worker, if that link was its current one (a replaced link's close
         changes nothing)."""
         worker = self._workers.get(name)
         if worker is None or worker.link is not link:
             return None
         worker.link = None
-        worker.disconnected_at = now
+        worker.disconnected_at = self.clock()
         worker.disconnect_reason = reason
         return worker
 
@@ -188,12 +194,14 @@ class WorkerRegistry:
         worker = self._workers.get(name)
         if worker is not None:
             worker.last_frame_at = now
+            worker.last_seen_at = self.clock()
 
     def heartbeat(self, name: str, frame: Heartbeat, now: float) -> None:
         worker = self._workers.get(name)
         if worker is None:
             return
         worker.last_frame_at = now
+        worker.last_seen_at = self.clock()
         if frame.devices:
             by_name = {d.get("device"): d for d in frame.devices if isinstance(d, dict)}
             worker.devices = [{**d, **by_name.get(d.get("device"), {})} for d in worker.devices]

@@ -541,3 +541,19 @@ async def test_malformed_and_stray_frames_lose_nothing(jp_fetch, agent_factory):
     assert types == ["execution_start", "run_warning", "node_status", "execution_complete"]
     assert events[1]["payload"]["code"] == "worker_bad_frame"
     assert events[1]["payload"]["params"]["path"] == "event.event"
+
+
+@settings(worker_one_shot_queue_timeout_s=1)
+async def test_a_run_for_the_one_shot_pool_fails_when_none_takes_it_in_time(jp_fetch, agent_factory):
+    await agent_factory("box")  # an ordinary worker: the pool never uses it
+    code, run = await call(jp_fetch, "api", "runs", method="POST",
+                           body={"graph": SMALL, "options": {"target": {"pool": "one-shot"}}})
+    assert code == 201, run
+    assert run["queue_key"] == "pool:one-shot/cpu" and run["options"]["target"]["pool"] == "one-shot"
+    code, waiting = await call(jp_fetch, "api", "runs", run["id"])
+    assert waiting["status"] == "queued" and waiting["queue_reason"]["code"] == "one_shot_pool"
+    failed = await wait_status(jp_fetch, run["id"], {"failed"})
+    assert failed["error"]["code"] == "one_shot_queue_timeout"
+    code, body = await call(jp_fetch, "api", "runs", method="POST",
+                            body={"graph": SMALL, "options": {"target": {"pool": "two-shot"}}})
+    assert code == 422 and body["error"]["params"]["field"] == "options.target.pool"

@@ -156,10 +156,10 @@ def test_registry_states_heartbeats_and_replacement():
     assert reg.silent(now=55.0) == [] and reg.silent(now=55.1) == [worker]  # three missed heartbeats
     _, old = reg.register(_accepted(), _hello(), Credential("worker", "w:box"), second, now=60.0)
     assert old is first
-    assert reg.drop("box", first, now=61.0, reason={}) is None  # the replaced link's close changes nothing
+    assert reg.drop("box", first, reason={}) is None  # the replaced link's close changes nothing
     reg.set_draining("box", True)
     assert worker.state == DRAINING
-    assert reg.drop("box", second, now=62.0, reason={"code": "connection_closed"}) is worker
+    assert reg.drop("box", second, reason={"code": "connection_closed"}) is worker
     assert worker.state == DISCONNECTED and worker.view()["disconnect_reason"] == {"code": "connection_closed"}
     hidden = reg.placeholder("ghost")
     assert reg.get("ghost") is hidden and [w.name for w in reg.workers()] == ["box"]
