@@ -557,3 +557,16 @@ async def test_a_run_for_the_one_shot_pool_fails_when_none_takes_it_in_time(jp_f
     code, body = await call(jp_fetch, "api", "runs", method="POST",
                             body={"graph": SMALL, "options": {"target": {"pool": "two-shot"}}})
     assert code == 422 and body["error"]["params"]["field"] == "options.target.pool"
+
+
+async def test_any_places_a_run_on_a_connected_worker_before_this_server(jp_fetch, agent_factory):
+    agent = await agent_factory("box")
+    run = await submit_to(jp_fetch, "any")
+    assert run["queue_key"] == "any/cpu"
+    assign = await agent.expect(wp.Assign)
+    assert assign.run_id == run["id"]
+    await agent.run_frame(wp.RunStarted(run_id=run["id"]))
+    started = await wait_status(jp_fetch, run["id"], {"running"})
+    assert started["worker_id"] == "box" and started["queue_key"] == "box/cpu"
+    await agent.run_frame(wp.RunFinished(run_id=run["id"], status="succeeded"))
+    await wait_status(jp_fetch, run["id"], {"succeeded"})

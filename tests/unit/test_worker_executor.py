@@ -10,7 +10,9 @@ from codefy_jupyter.core.config import Settings
 from codefy_jupyter.core.run_service import RunService
 from codefy_jupyter.core.store import Store
 from codefy_jupyter.core.worker_handshake import Credential
-from codefy_jupyter.core.worker_protocol import PROTOCOL_VERSION, Ack, Assign, Event, Hello, RunFinished, RunStarted
+from codefy_jupyter.core.worker_protocol import (
+    PROTOCOL_VERSION, Ack, Assign, Cancel, Event, Hello, RunFinished, RunStarted,
+)
 
 SMALL = {"nodes": [{"id": "k", "type": "Float", "params": {"value": 2}}], "edges": []}
 
@@ -82,4 +84,39 @@ async def test_a_full_inbox_pauses_reading_until_its_frames_are_recorded(tmp_pat
         await until(lambda: any(isinstance(f, Ack) and f.seq == 9 for f in link.frames))
     finally:
         await service.shutdown()
+        await store.close()
+
+
+async def test_a_graceful_shutdown_stops_worker_runs_and_closes_their_connections(tmp_path):
+    store = await Store.open(tmp_path / "db.sqlite")
+    service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)
+    await service.start()
+    workers = service.workers
+    catalog = service.registry.catalog()
+    link = Link()
+    hello = Hello(name="box", version=__version__, protocol_version=PROTOCOL_VERSION,
+                  catalog_hash=catalog["hash"], node_types=catalog["types"], devices=[{"device": "cpu"}])
+    _, worker = await workers.hello(hello, Credential("server", "server"), link, loopback=True)
+    workers.connected(worker)
+    run = await service.submit({"graph": SMALL, "options": {"target": {"worker": "box"}}})
+    rid = run["id"]
+    await until(lambda: any(isinstance(f, Assign) for f in link.frames))
+    workers.frame(worker, RunStarted(run_id=rid, seq=1), link)
+
+    async def agent() -> None:  # the agent stops the run when asked, as a real one does
+        await until(lambda: any(isinstance(f, Cancel) for f in link.frames))
+        workers.frame(worker, RunFinished(run_id=rid, status="cancelled", seq=2), link)
+
+    answering = asyncio.get_running_loop().create_task(agent())
+    try:
+        await service.shutdown()
+        await answering
+        (cancel,) = [f for f in link.frames if isinstance(f, Cancel)]
+        assert cancel.grace_s == 5 and cancel.run_id == rid
+        assert link.closed == (1001, "the control plane is shutting down")
+        row = await store.get_run(rid)
+        assert row["status"] == "interrupted"
+        last = await store.last_event(rid)
+        assert last.type == "execution_stopped" and last.payload["reason"]["code"] == "server_shutdown"
+    finally:
         await store.close()
