@@ -177,7 +177,9 @@ class Agent:
     def request_stop(self) -> None:
         """SIGTERM/SIGINT or `codefy agent stop`: no new runs, each run asked to stop (terminated
         after STOP_GRACE_S), their last frames sent, then exit."""
-        if self.stopping:
+        if self.stopping:  # asked twice (a second Ctrl+C): no more grace
+            log.warning("stopping now: terminating %d run(s)", len(self.runner.runs))
+            self.runner.cancel_all(0.0, "the worker agent is stopping now")
             return
         log.info("stopping: asking %d run(s) to stop (grace %g s)", len(self.runner.runs), STOP_GRACE_S)
         self.stopping = True
@@ -252,6 +254,9 @@ class Agent:
             raise Fatal(str(err)) from None
         except (OSError, HTTPClientError, StreamClosedError, asyncio.TimeoutError, ssl.SSLError) as err:
             log.warning("cannot reach %s: %s", self.url, err)
+            return
+        if self.exit_code is not None:  # the agent finished while dialling
+            ws.close(1000, "the agent is exiting")
             return
         self.ws = ws
         heartbeat: asyncio.Task[None] | None = None

@@ -210,7 +210,10 @@ class RunProcess:
             self._after(grace_s, self._terminate)
 
     def _terminate(self) -> None:
-        if self.launched is None or self.launched.exited.done() or self.report is not None:
+        if self.launched is None:  # still starting: try again once it has a process
+            self._after(0.1, self._terminate)
+            return
+        if self.launched.exited.done() or self.report is not None:
             return
         self.killed = True
         self.runner.kill_policy.signal(self.launched.pid, signal.SIGTERM, self.run_id)

@@ -244,8 +244,8 @@ async def test_a_one_shot_agent_takes_exactly_one_run_and_exits(jp_fetch, agents
     agent = agents("--one-shot", name="once")
     worker = await until_connected(jp_fetch, agent)
     assert worker["one_shot"] is True
-    first = await submit(jp_fetch, naps(1, 0.5), {"worker": "once"})
-    second = await submit(jp_fetch, SMALL, {"worker": "once"})
+    first = await submit(jp_fetch, naps(1, 0.5), {"pool": "one-shot"})
+    second = await submit(jp_fetch, SMALL, {"pool": "one-shot"})
     done = await wait_status(jp_fetch, first["id"], {"succeeded", "failed"}, timeout=60)
     assert done["status"] == "succeeded" and done["worker_id"] == "once"
     assert await agent.exited() == 0
