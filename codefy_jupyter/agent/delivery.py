@@ -117,9 +117,9 @@ class Deliveries:
             log.warning("run %s: dropped a %s frame after its run_finished", run_id, frame.type)
             return
         try:
-            numbered = delivery.spool.add(frame)
+            ((numbered, text),) = delivery.spool.add_many_encoded([frame])
         except ProtocolError as err:  # too large for one frame: say so instead
-            numbered = delivery.spool.add(too_large_warning(run_id, frame, str(err)))
+            ((numbered, text),) = delivery.spool.add_many_encoded([too_large_warning(run_id, frame, str(err))])
         except (ValueError, TypeError) as err:
             log.error("run %s: dropped a %s frame that cannot be encoded: %s", run_id, frame.type, err)
             return
@@ -127,7 +127,7 @@ class Deliveries:
             delivery.finished_seq = numbered.seq
         if self._send is not None and not self._replaying and delivery.sent_seq == numbered.seq - 1:
             delivery.sent_seq = numbered.seq
-            self._send(encode(numbered))
+            self._send(text)
 
     def ack(self, run_id: str, seq: int) -> None:
         delivery = self.runs.get(run_id)

@@ -99,6 +99,10 @@ class RunSpool:
         return self.add_many([frame])[0]
 
     def add_many(self, frames: Iterable[RunFrame]) -> list[RunFrame]:
+        return [frame for frame, _ in self.add_many_encoded(frames)]
+
+    def add_many_encoded(self, frames: Iterable[RunFrame]) -> list[tuple[RunFrame, str]]:
+        """Like `add_many`, with each frame's encoded text (what to send: it is encoded only once)."""
         out: list[RunFrame] = []
         lines: list[str] = []
         for frame in frames:
@@ -113,7 +117,7 @@ class RunSpool:
             lines.append(line + "\n")
         if lines:
             self._write("".join(lines))
-        return out
+        return [(frame, line[:-1]) for frame, line in zip(out, lines)]
 
     def ack(self, seq: int) -> int:
         """Drop frames up to `seq` (ProtocolError `ack_ahead` past the last sent one)."""
