@@ -29,6 +29,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/queue.py
+	$(PY) benchmarks/workers.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
