@@ -79,6 +79,7 @@ class _WorkerRun:
     state: str = rs.RUNNING  # running | disconnected
     assigned: bool = False
     started: bool = False  # execution_start is in the log
+    heard: bool = False  # the worker sent a frame of this run: it has it
     finished: bool = False  # `done` is resolved: nothing more goes into the log
     adopted: bool = False
     reconnected: bool = False
@@ -197,7 +198,8 @@ class WorkerExecutor:
         seq = int(resume.get("seq") or 0)
         run = _WorkerRun(run_id=row["id"], worker=resume["worker"], spec=None, done=loop.create_future(),
                          inbox=RunInbox(row["id"], clock=loop.time, last_seq=seq), facts=facts,
-                         state=rs.DISCONNECTED, assigned=True, started=True, adopted=True,
+                         state=rs.DISCONNECTED, assigned=True, started=bool(facts.get("started_at")), heard=True,
+                         adopted=True,
                          recorded_seq=seq, facts_seq=seq, started_at=row.get("started_at") or self.host.clock())
         self._track(run)
         self.host.events.emit(run.run_id, ev.run_warning(
@@ -258,12 +260,16 @@ class WorkerExecutor:
                 continue  # never reached it: it still waits for the worker to connect
             run.state = rs.DISCONNECTED
             self.host.worker_run_status(run_id, rs.DISCONNECTED)
+            self._ensure_started(run)  # the log reads start ... end whatever happens in between
             self.host.events.emit(run_id, ev.run_warning(
                 run_id, "worker_disconnected", f"lost the connection to worker {worker.name} "
                 f"({reason.get('text', 'connection closed')}); the run waits up to {self.resume_grace_s:g} s "
                 "for it to reconnect", {"worker": worker.name, "reason": reason, "seconds": self.resume_grace_s}))
             run.wake.set()
             self._arm_grace(run)
+
+    def link_closed(self, link_id: int) -> None:
+        self._stray_cancelled = {key for key in self._stray_cancelled if key[0] != link_id}
 
     def _arm_grace(self, run: _WorkerRun) -> None:
         if run.grace is not None:
@@ -298,11 +304,17 @@ class WorkerExecutor:
                 self._resume(run, worker)
         for run_id in sorted(worker.runs):
             run = self._runs.get(run_id)
-            if run is not None and not run.finished and run.state == rs.DISCONNECTED and run_id not in frame.runs:
-                self._end_here(run, rs.INTERRUPTED, "worker_gone",
-                               f"worker {worker.name} reconnected without this run",
-                               {"worker": worker.name, "reason": {"code": "not_alive", "params": {},
-                                                                  "text": "the worker no longer has this run"}})
+            if run is None or run.finished or run.state != rs.DISCONNECTED or run_id in frame.runs:
+                continue
+            if not run.heard and run.spec is not None:
+                # The assign was lost with the connection (the worker would list a run it has): again.
+                self._resume(run, worker)
+                run.assigned = False
+                self._spawn(self._assign(run, worker))
+                continue
+            self._end_here(run, rs.INTERRUPTED, "worker_gone", f"worker {worker.name} reconnected without this run",
+                           {"worker": worker.name, "reason": {"code": "not_alive", "params": {},
+                                                              "text": "the worker no longer has this run"}})
 
     def _resume(self, run: _WorkerRun, worker: Worker) -> None:
         if run.grace is not None:
@@ -336,6 +348,7 @@ class WorkerExecutor:
             return None
         if run.state == rs.DISCONNECTED:  # frames before run_alive: it is back all the same
             self._resume(run, worker)
+        run.heard = True
         got = run.inbox.accept(frame)
         if not got.new:
             run.wake.set()  # a replay of something acked may need the ack again
@@ -344,13 +357,14 @@ class WorkerExecutor:
             run.recorded_seq = frame.seq
             run.wake.set()
             return None
+        run.recorded_seq = frame.seq
         if got.gap is not None:
             first, last = got.gap
             run.facts.setdefault("gaps", []).append([first, last])
+            self._ensure_started(run)
             self.host.events.emit(run.run_id, ev.run_warning(
                 run.run_id, "worker_frames_lost", f"frames {first} to {last} of this run never arrived from "
                 f"worker {worker.name}", {"worker": worker.name, "first": first, "last": last}))
-        run.recorded_seq = frame.seq
         try:
             self._apply(run, frame)
         except Exception:  # one bad frame must not take the connection down
@@ -362,15 +376,25 @@ class WorkerExecutor:
             run.drained.clear()
         return run.drained.wait() if run.paused else None
 
-    def _ensure_started(self, run: _WorkerRun, facts: dict[str, Any] | None = None) -> None:
+    def _ensure_started(self, run: _WorkerRun) -> None:
         if run.started:
             return
         run.started = True
+        now = self.host.clock()
+        # Persisted with the event (the facts travel with each batch): an adopted run knows its log
+        # already has its execution_start.
+        run.facts["started_at"] = now
         spec = run.spec
-        assert spec is not None
-        self.host.events.emit(run.run_id, ev.execution_start(
-            run.run_id, name=spec.name, device=spec.device, devices=list(spec.devices or (spec.device,)),
-            seed=spec.seed, deterministic=spec.deterministic, queue_key=spec.queue_key, started_at=self.host.clock()))
+        if spec is None:  # adopted before the worker said it started: the row has what we need
+            resume = run.facts.get(RESUME) or {}
+            event = ev.execution_start(run.run_id, name=None, device=resume.get("device", ""),
+                                       devices=list(resume.get("devices") or ()), seed=None, deterministic=False,
+                                       queue_key=resume.get("queue_key", ""), started_at=now)
+        else:
+            event = ev.execution_start(
+                run.run_id, name=spec.name, device=spec.device, devices=list(spec.devices or (spec.device,)),
+                seed=spec.seed, deterministic=spec.deterministic, queue_key=spec.queue_key, started_at=now)
+        self.host.events.emit(run.run_id, event)
 
     def _apply(self, run: _WorkerRun, frame: RunFrame) -> None:
         run_id = run.run_id
@@ -412,6 +436,7 @@ class WorkerExecutor:
         """A run_warning in the log of a run of `worker` that is still executing (else nothing)."""
         run = self._runs.get(run_id)
         if run is not None and run.worker == worker.name and not run.finished:
+            self._ensure_started(run)
             self.host.events.emit(run_id, ev.run_warning(run_id, code, message, params))
 
     def _record_artifact(self, run_id: str, payload: dict[str, Any]) -> None:
@@ -460,10 +485,10 @@ class WorkerExecutor:
         if run.grace is not None:
             run.grace.cancel()
             run.grace = None
-        outcome.facts = self._facts_doc(run)
-        if not run.started and run.spec is not None and run.assigned:
+        if not run.started and run.assigned:
             # It held its slots since the placement: its log still reads start ... end.
             self._ensure_started(run)
+        outcome.facts = self._facts_doc(run)
         if not run.done.done():
             run.done.set_result(outcome)
 

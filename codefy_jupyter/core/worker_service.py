@@ -143,7 +143,9 @@ class WorkerService:
         return None
 
     def closed(self, name: str, link: WorkerLink, reason: dict[str, Any]) -> None:
-        self._link_numbers.pop(id(link), None)
+        number = self._link_numbers.pop(id(link), None)
+        if number is not None:
+            self.executor.link_closed(number)
         worker = self.registry.drop(name, link, reason)
         if worker is None:
             return

@@ -570,3 +570,20 @@ async def test_any_places_a_run_on_a_connected_worker_before_this_server(jp_fetc
     assert started["worker_id"] == "box" and started["queue_key"] == "box/cpu"
     await agent.run_frame(wp.RunFinished(run_id=run["id"], status="succeeded"))
     await wait_status(jp_fetch, run["id"], {"succeeded"})
+
+
+async def test_an_assign_lost_with_the_connection_is_sent_again(jp_fetch, agent_factory):
+    agent = await agent_factory("box")
+    run = await submit_to(jp_fetch, "box")
+    await agent.expect(wp.Assign)
+    agent.close()  # gone before it started the run
+    await wait_status(jp_fetch, run["id"], {"disconnected"})
+    back = await agent_factory("box")
+    await back.send(wp.RunAlive(runs={}))  # it has no such run
+    again = await back.expect(wp.Assign)
+    assert again.run_id == run["id"]
+    await back.run_frame(wp.RunStarted(run_id=run["id"]))
+    await back.run_frame(wp.RunFinished(run_id=run["id"], status="succeeded"))
+    await wait_status(jp_fetch, run["id"], {"succeeded"})
+    events = await all_events(jp_fetch, run["id"])
+    assert [e["type"] for e in events] == ["execution_start", "run_warning", "run_warning", "execution_complete"]
