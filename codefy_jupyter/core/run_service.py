@@ -8,6 +8,13 @@ are written in one transaction.
 
 Everything here runs on the server's event loop; engine events arrive from run threads and hop
 onto it with `call_soon_threadsafe`.
+
+Worker runs (`options.target`: a worker's name, `any`, or the one-shot pool) are checked and placed
+by the same scheduler; a placement on a worker starts through the WorkerExecutor
+(`self.workers`, core/worker_service.py), which writes the run's events itself and ends with an
+`ExecutionOutcome` filed here like an in-process result. A run without a target, or with worker
+`local`, never reaches that code. At start, a worker run the previous process left running is
+adopted (`_adopt`) instead of retired, when its row has a resume point.
 """
 
 from __future__ import annotations
