@@ -36,7 +36,7 @@ from tornado.websocket import WebSocketClientConnection, WebSocketClosedError, w
 
 from .._version import __version__
 from ..core.worker_protocol import (
-    MAX_FRAME_BYTES, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Ack, Assign, Cancel, Drain, Frame, Heartbeat,
+    DEFAULT_GRACE_S, MAX_FRAME_BYTES, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Ack, Assign, Cancel, Drain, Frame, Heartbeat,
     Hello, ProtocolError, Reject, RunAlive, Welcome, decode, encode,
 )
 from . import tls
@@ -374,7 +374,12 @@ class Agent:
         elif isinstance(frame, Assign):
             self._assign(frame)
         elif isinstance(frame, Cancel):
-            grace = frame.grace_s if frame.grace_s is not None else (self.welcome.grace_s if self.welcome else 30.0)
+            grace = frame.grace_s
+            if grace is None:
+                proc = self.runner.runs.get(frame.run_id)
+                grace = proc.request.grace_s if proc is not None and proc.request.grace_s is not None else None
+            if grace is None:
+                grace = self.welcome.grace_s if self.welcome else DEFAULT_GRACE_S
             if not self.runner.cancel(frame.run_id, grace, frame.reason or "cancel requested"):
                 log.info("cancel for run %s, which is not running here", frame.run_id)
         elif isinstance(frame, Drain):
@@ -410,7 +415,7 @@ class Agent:
             deterministic=options.get("deterministic") is True,
             max_parallel_nodes=parallel if isinstance(parallel, int) and parallel >= 1 else 4,
             payload_cap_bytes=cap if isinstance(cap, int) else 131072,
-            facts="run_facts" in (self.welcome.capabilities if self.welcome else ()))
+            facts="run_facts" in (self.welcome.capabilities if self.welcome else ()), grace_s=frame.grace_s)
         self.one_shot_used = True
         self.deliveries.open(run_id)
         log.info("run %s: starting on %s", run_id, ", ".join(frame.devices) or frame.device)

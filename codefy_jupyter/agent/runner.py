@@ -68,6 +68,7 @@ class RunRequest:
     max_parallel_nodes: int = 4
     payload_cap_bytes: int = 131072
     facts: bool = False
+    grace_s: float | None = None  # the assign's cancel grace, for a cancel that names none
 
 
 OnStarted = Callable[[str, int, Visibility], None]

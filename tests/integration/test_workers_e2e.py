@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
+from agent_helpers import install_pack, pythonpath
 from test_server_runs import all_events, call, wait_status
 
 pytestmark = pytest.mark.slow
@@ -57,20 +58,21 @@ def settings(**values: Any):
 class AgentProcess:
     """`codefy agent start` in a subprocess, its output in a log file."""
 
-    def __init__(self, tmp_path: Path, control: str, *args: str, name: str = "box", token: str | None = None) -> None:
+    def __init__(self, tmp_path: Path, control: str, *args: str, name: str = "box", token: str | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.dir = tmp_path / "agent"
         self.log_path = tmp_path / f"agent-{name}.log"
         inventory = tmp_path / "inventory.json"
         inventory.write_text(json.dumps(INVENTORY))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER_TOKEN"))}
-        env.update(CODEFY_DEVICE_INVENTORY=str(inventory), JUPYTER_PLATFORM_DIRS="0",
-                   JUPYTER_DATA_DIR=str(tmp_path / "agent-jupyter"))
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER_TOKEN"))}
+        base.update(CODEFY_DEVICE_INVENTORY=str(inventory), JUPYTER_PLATFORM_DIRS="0",
+                   JUPYTER_DATA_DIR=str(tmp_path / "agent-jupyter"), **(env or {}))
         cmd = [sys.executable, "-m", "codefy_jupyter.cli", "agent", "start", "--control", control, "--name", name,
                "--data-dir", str(self.dir), *args]
         if token is not None:
             cmd += ["--token", token]
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(cmd, env=base, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         self.name = name
         self.seen: set[int] = set()
@@ -122,8 +124,10 @@ def control(jp_http_port, jp_base_url, server_token):
 def agents(tmp_path, control, server_token):
     made: list[AgentProcess] = []
 
-    def start(*args: str, name: str = "box", token: str | None = "server") -> AgentProcess:
-        agent = AgentProcess(tmp_path, control, *args, name=name, token=server_token if token == "server" else token)
+    def start(*args: str, name: str = "box", token: str | None = "server",
+              env: dict[str, str] | None = None) -> AgentProcess:
+        agent = AgentProcess(tmp_path, control, *args, name=name, token=server_token if token == "server" else token,
+                             env=env)
         made.append(agent)
         return agent
 
@@ -256,6 +260,18 @@ async def test_a_one_shot_agent_takes_exactly_one_run_and_exits(jp_fetch, agents
     assert code == 200
 
 
+async def test_a_one_shot_agent_started_for_a_run_takes_that_run_out_of_turn(jp_fetch, agents):
+    ahead = await submit(jp_fetch, SMALL, {"pool": "one-shot"})
+    mine = await submit(jp_fetch, naps(1, 0.2), {"pool": "one-shot"})
+    agent = agents("--one-shot", "--run-id", mine["id"], name="job", token="server")
+    done = await wait_status(jp_fetch, mine["id"], {"succeeded", "failed"}, timeout=60)
+    assert done["status"] == "succeeded" and done["worker_id"] == "job"
+    assert await agent.exited() == 0
+    code, waiting = await call(jp_fetch, "api", "runs", ahead["id"])
+    assert code == 200 and waiting["status"] == "queued"
+    await call(jp_fetch, "api", "runs", ahead["id"], "cancel", method="POST")
+
+
 async def test_enrolling_stores_the_worker_token_and_reuses_it(jp_fetch, agents, tmp_path):
     code, issued = await call(jp_fetch, "api", "workers", "enrollments", method="POST", body={})
     assert code == 201, issued
@@ -294,3 +310,72 @@ async def test_a_second_agent_with_the_same_name_and_folder_is_refused(jp_fetch,
     second = agents()
     assert await second.exited() == 1
     assert "already running" in second.output()
+
+
+# -- with the test node pack (tests/unit/agent_nodes.py) in the agent's run processes and the server --
+
+@pytest.fixture
+def pack_env(tmp_path):
+    """The agent's environment with the test node pack installed; the same nodes registered in this
+    process's registry (the control plane checks graphs against it), removed again afterwards."""
+    import importlib
+
+    from codefy_jupyter.engine import default_registry
+
+    registry = default_registry()
+    before = dict(registry._defs)
+    import agent_nodes
+
+    importlib.reload(agent_nodes)
+    site = install_pack(tmp_path / "site")
+    yield {"PYTHONPATH": pythonpath(site), "CODEFY_TOKEN": "agent-secret-token", "JUPYTER_TOKEN": "jt",
+           "CODEFY_DB_PATH": "/srv/db.sqlite"}
+    registry._defs.clear()
+    registry._defs.update(before)
+
+
+@settings(worker_cancel_grace_s=1)
+async def test_stop_reaches_the_worker_and_a_run_that_ignores_it_is_terminated(jp_fetch, agents, pack_env):
+    agent = agents(env=pack_env)
+    await until_connected(jp_fetch, agent)
+    run = await submit(jp_fetch, {"nodes": [{"id": "s", "type": "Stubborn", "params": {"seconds": 60}}], "edges": []},
+                       {"worker": "box"})
+    await until_event(jp_fetch, run["id"], lambda e: e["type"] == "node_status" and e["payload"]["status"] == "running")
+    code, _ = await call(jp_fetch, "api", "runs", run["id"], "cancel", method="POST")
+    assert code == 200
+    done = await wait_status(jp_fetch, run["id"], {"cancelled", "failed", "succeeded"}, timeout=60)
+    assert done["status"] == "cancelled"
+    events = await all_events(jp_fetch, run["id"])
+    assert_gapless_without_duplicates(events)
+    assert events[-1]["type"] == "execution_stopped" and events[-1]["payload"]["status"] == "cancelled"
+    assert "sending SIGTERM" in agent.output()
+
+
+async def test_a_segfault_fails_only_its_run_with_the_output_tail(jp_fetch, agents, pack_env):
+    agent = agents(env=pack_env)
+    await until_connected(jp_fetch, agent)
+    crash = await submit(jp_fetch, {"nodes": [{"id": "boom", "type": "Segfault"}], "edges": []}, {"worker": "box"})
+    other = await submit(jp_fetch, naps(3, 0.3), {"worker": "box"})
+    crashed = await wait_status(jp_fetch, crash["id"], {"failed", "succeeded"}, timeout=60)
+    fine = await wait_status(jp_fetch, other["id"], {"failed", "succeeded"}, timeout=60)
+    assert crashed["status"] == "failed" and fine["status"] == "succeeded"
+    error = crashed["error"]
+    assert error["code"] == "run_process_died" and error["signal"] == signal.SIGSEGV
+    assert "about to crash" in error["output_tail"]
+    assert agent.proc.poll() is None  # the agent lives on
+
+
+async def test_the_run_sees_its_cards_renumbered_and_no_secrets(jp_fetch, agents, pack_env):
+    agent = agents(env=pack_env)
+    await until_connected(jp_fetch, agent)
+    run = await submit(jp_fetch, {"nodes": [{"id": "e", "type": "Environ"}], "edges": []},
+                       {"worker": "box", "devices": ["cuda:1", "cuda:0"]})
+    done = await wait_status(jp_fetch, run["id"], {"failed", "succeeded"}, timeout=60)
+    assert done["status"] == "succeeded", done
+    events = await all_events(jp_fetch, run["id"])
+    seen = next(e["payload"]["params"] for e in events if e["type"] == "run_warning"
+                and e["payload"]["code"] == "environ")
+    assert seen["CUDA_VISIBLE_DEVICES"] == "1,0" and seen["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert seen["CODEFY_TOKEN"] is None and seen["JUPYTER_TOKEN"] is None and seen["CODEFY_DB_PATH"] is None
+    assert seen["raw_has_token"] is False
+
