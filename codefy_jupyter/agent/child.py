@@ -175,16 +175,29 @@ def _read_cancels(link: Link, token: Any) -> None:
             token.cancel(str(body.get("reason") or "cancel requested"))
 
 
+_FINGERPRINT: dict[str, Any] | None = None
+
+
+def environment_facts() -> dict[str, Any]:
+    """This process's environment fingerprint (document and digest). Computed once per interpreter:
+    the warm process computes it while preloading, so forked runs inherit it instead of listing every
+    installed package again."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        from ..core.fingerprint import digest, environment_document
+        from ..engine import default_registry
+
+        document = environment_document(default_registry().catalog())
+        _FINGERPRINT = {"document": document, "digest": digest(document)}
+    return _FINGERPRINT
+
+
 def _start_facts(link: Link, spec: dict[str, Any]) -> threading.Thread:
-    """Gather this process's own environment fingerprint beside the run (seed: run_facts)."""
+    """Send this process's own environment fingerprint beside the run (seed: run_facts)."""
 
     def gather() -> None:
         try:
-            from ..core.fingerprint import digest, environment_document
-            from ..engine import default_registry
-
-            document = environment_document(default_registry().catalog())
-            link.send("facts", {"kind": "fingerprint", "facts": {"document": document, "digest": digest(document)}})
+            link.send("facts", {"kind": "fingerprint", "facts": environment_facts()})
         except Exception as err:  # a fingerprint is a record, never a reason to fail the run
             print(f"codefy run process: no fingerprint: {err}", file=sys.stderr, flush=True)
 

@@ -122,8 +122,8 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return EXIT_USAGE
     try:
         with _state_file(agent_dir, registered, control) as state:
-            if args.token and not _token_is_for_enrollment(args.token):
-                tls.warn_if_plaintext(control, "the token")
+            if args.token and _token_is_for_enrollment(args.token):
+                tls.warn_if_plaintext(control, "the enrollment token")
             if pin is not None and args.token and _token_is_for_enrollment(args.token):
                 ssl_context = asyncio.run(_pinned(control, pin))
             token, source = resolve_token(control, name, args.token, CredentialStore(agent_dir), ssl_context)

@@ -56,6 +56,10 @@ def preload() -> list[str]:
 
     default_registry()  # every installed node pack, imported once for all runs
     loaded.append("node packs")
+    from .child import environment_facts
+
+    environment_facts()  # the same for every run forked from here
+    loaded.append("fingerprint")
     return loaded
 
 
