@@ -379,3 +379,50 @@ async def test_the_run_sees_its_cards_renumbered_and_no_secrets(jp_fetch, agents
     assert seen["CODEFY_TOKEN"] is None and seen["JUPYTER_TOKEN"] is None and seen["CODEFY_DB_PATH"] is None
     assert seen["raw_has_token"] is False
 
+
+
+# -- a hard stop of the control plane ---------------------------------------------------------------
+
+async def test_a_hard_stopped_control_plane_adopts_the_run_and_it_finishes_in_the_same_log(tmp_path, request):
+    import test_headless as headless
+
+    servers = headless.Servers(tmp_path)
+    request.addfinalizer(servers.kill_leftovers)
+    port = headless.free_port()
+    state = servers.start(port)
+    code, issued = headless.api(state, "POST", "workers/enrollments", {})
+    assert code == 201, issued
+    # An enrolled worker token outlives the restart (the server's own token is generated anew).
+    agent = AgentProcess(tmp_path, state["url"], name="box", token=issued["token"])
+    request.addfinalizer(agent.cleanup)
+
+    def worker() -> dict[str, Any] | None:
+        code, listing = headless.api(state, "GET", "workers")
+        return next((w for w in listing["workers"] if w["name"] == "box" and w["state"] == "connected"), None)
+
+    deadline = asyncio.get_running_loop().time() + 60
+    while worker() is None:
+        assert agent.proc.poll() is None and asyncio.get_running_loop().time() < deadline, agent.output()
+        await asyncio.sleep(0.1)
+    run = headless.submit(state, naps(10, 0.4), options={"target": {"worker": "box"}})
+    while not any(e["type"] == "node_status" and e["payload"]["node_id"] == "nap1"
+                  for e in headless.all_events(state, run["id"])):
+        assert asyncio.get_running_loop().time() < deadline, agent.output()
+        await asyncio.sleep(0.05)
+    os.kill(state["pid"], signal.SIGKILL)
+    headless.wait_gone(state["pid"])
+
+    state = servers.start(port)  # same data dir and port: the agent dials it again by itself
+    done = headless.wait_status(state, run["id"], {"succeeded", "failed", "interrupted"}, timeout=90)
+    assert done["status"] == "succeeded", (done, agent.output())
+    events = headless.all_events(state, run["id"])
+    assert_gapless_without_duplicates(events)
+    assert [e["type"] for e in events].count("execution_start") == 1
+    codes = [e["payload"].get("code") for e in events if e["type"] == "run_warning"]
+    assert "worker_adopted" in codes and "worker_reconnected" in codes
+    for i in range(10):
+        mine = [e["payload"]["status"] for e in events if e["type"] == "node_status"
+                and e["payload"]["node_id"] == f"nap{i}"]
+        assert mine == ["running", "done"], (i, mine)
+    assert agent.proc.poll() is None
+    assert servers.stop().returncode == 0
