@@ -279,7 +279,10 @@ class Agent:
                 message = await ws.read_message()
                 if message is None:
                     break
-                self._handle(message)
+                try:
+                    self._handle(message)
+                except Exception:  # a bug of ours on one frame must not take the connection down
+                    log.exception("could not handle a frame from the control plane")
         finally:
             self.deliveries.disconnected()
             self.ws = None
