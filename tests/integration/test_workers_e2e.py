@@ -66,7 +66,8 @@ class AgentProcess:
         inventory.write_text(json.dumps(INVENTORY))
         base = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER_TOKEN"))}
         base.update(CODEFY_DEVICE_INVENTORY=str(inventory), JUPYTER_PLATFORM_DIRS="0",
-                   JUPYTER_DATA_DIR=str(tmp_path / "agent-jupyter"), **(env or {}))
+                   JUPYTER_DATA_DIR=str(tmp_path / "agent-jupyter"))
+        base.update(env or {})  # a test's own inventory, node packs...
         cmd = [sys.executable, "-m", "codefy_jupyter.cli", "agent", "start", "--control", control, "--name", name,
                "--data-dir", str(self.dir), *args]
         if token is not None:

@@ -1,0 +1,232 @@
+"""Placement on real worker agents: real `codefy agent start` subprocesses on loopback against a real
+control plane, each with a declared device inventory (cuda cards with NVML UUIDs), as the server
+itself may have one. A named worker, `any` (workers first in name order, this server last, never a
+renumbered CUDA set here), device sets, queue keys, every waiting reason with its code and params,
+the immediate refusals, and cards that this server and a worker on the same machine share."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test_server_runs import SMALL, all_events, call, sleepy, wait_status
+from test_workers_e2e import (  # noqa: F401  (fixtures)
+    AgentProcess, agents, control, naps, pack_env, server_token, until_connected, worker_state,
+)
+
+pytestmark = pytest.mark.slow
+
+BOX_CARDS = [{"key": "cuda:0", "name": "Box A", "uuid": "GPU-box-aaaa", "memory_total_mib": 8192},
+             {"key": "cuda:1", "name": "Box B", "uuid": "GPU-box-bbbb", "memory_total_mib": 8192}]
+SERVER_CARDS = [{"key": "cuda:0", "name": "Server A", "uuid": "GPU-srv-0000"},
+                {"key": "cuda:1", "name": "Server B", "uuid": "GPU-srv-1111"}]
+
+
+def write_inventory(path: Path, cards: list[dict[str, Any]]) -> Path:
+    path.write_text(json.dumps({"devices": cards}))
+    return path
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, request, monkeypatch):
+    """`server_cards`: this server's declared inventory; `machine_id`: a digest this server reports
+    as its machine's (the agents report the real one: a loopback peer on another machine, as through
+    an SSH tunnel); any other key is a CodefyApp setting."""
+    codefy: dict[str, Any] = {"data_dir": str(tmp_path / "codefy")}
+    values = dict(getattr(request, "param", {}))
+    cards = values.pop("server_cards", None)
+    if cards is not None:
+        codefy["device_inventory"] = str(write_inventory(tmp_path / "server-inventory.json", cards))
+    machine_id = values.pop("machine_id", None)
+    if machine_id is not None:
+        # The machine's identity is the edge here: this process plays a server on another machine.
+        monkeypatch.setattr("codefy_jupyter.server.app.machine_id_digest", lambda: machine_id)
+    codefy.update(values)
+    return {"ServerApp": {"jpserver_extensions": {"codefy_jupyter": True}}, "CodefyApp": codefy}
+
+
+def server(**values: Any):
+    return pytest.mark.parametrize("jp_server_config", [values], indirect=True,
+                                   ids=[",".join(sorted(values)) or "plain"])
+
+
+def start_agent(agents, tmp_path: Path, name: str, cards: list[dict[str, Any]],
+                env: dict[str, str] | None = None) -> AgentProcess:
+    inventory = write_inventory(tmp_path / f"inventory-{name}-{len(cards)}.json", cards)
+    return agents(name=name, env={**(env or {}), "CODEFY_DEVICE_INVENTORY": str(inventory)})
+
+
+async def post_run(jp_fetch, graph: dict[str, Any], **options: Any) -> tuple[int, dict[str, Any]]:
+    return await call(jp_fetch, "api", "runs", method="POST", body={"graph": graph, "options": options})
+
+
+async def queued(jp_fetch, graph: dict[str, Any], **options: Any) -> dict[str, Any]:
+    code, run = await post_run(jp_fetch, graph, **options)
+    assert code == 201, run
+    return run
+
+
+async def reason_of(jp_fetch, run_id: str) -> dict[str, Any] | None:
+    code, row = await call(jp_fetch, "api", "runs", run_id)
+    assert code == 200 and row["status"] == "queued", row
+    return row["queue_reason"]
+
+
+async def until_reason(jp_fetch, run_id: str, code: str, timeout: float = 30.0) -> dict[str, Any]:
+    """A worker's change reaches the queue a moment after the route answers: await the reason."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        reason = await reason_of(jp_fetch, run_id)
+        if reason is not None and reason["code"] == code:
+            return reason
+        assert asyncio.get_running_loop().time() < deadline, f"reason stayed {reason}"
+        await asyncio.sleep(0.05)
+
+
+async def until_state(jp_fetch, name: str, state: str, timeout: float = 30.0) -> dict[str, Any]:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        worker = await worker_state(jp_fetch, name)
+        if worker is not None and worker["state"] == state:
+            return worker
+        assert asyncio.get_running_loop().time() < deadline, f"worker {name} stayed {worker and worker['state']}"
+        await asyncio.sleep(0.05)
+
+
+async def refused(jp_fetch, graph: dict[str, Any], **options: Any) -> dict[str, Any]:
+    code, body = await post_run(jp_fetch, graph, **options)
+    assert code == 400, body
+    return body["error"]
+
+
+async def succeeded(jp_fetch, run_id: str) -> dict[str, Any]:
+    done = await wait_status(jp_fetch, run_id, {"succeeded", "failed", "cancelled", "interrupted"}, timeout=60)
+    assert done["status"] == "succeeded", done
+    return done
+
+
+def slot(worker_or_listing: dict[str, Any], name: str) -> dict[str, Any]:
+    rows = worker_or_listing["slots"] if "slots" in worker_or_listing else worker_or_listing["local"]
+    return next(s for s in rows if s["slot"] == name)
+
+
+# -- a named worker, `any`, device sets, queue keys, draining ----------------------------------------
+
+@server(server_cards=SERVER_CARDS)
+async def test_named_worker_any_and_device_sets_with_their_queue_keys(jp_fetch, agents, pack_env, tmp_path):
+    # No worker yet: a worker that never showed up is refused, and so is an `any` run that only this
+    # server could take by renumbering its cards (a worker's run sees its cards from cuda:0; this
+    # server's process does not).
+    err = await refused(jp_fetch, SMALL, target={"worker": "box"})
+    assert err["code"] == "worker_unknown" and err["params"] == {"field": "options.target.worker", "worker": "box"}
+    err = await refused(jp_fetch, SMALL, device="cuda:1", target={"worker": "any"})
+    assert err["code"] == "device_not_offered" and "only as [cuda:0]" in err["message"]
+    assert err["params"] == {"field": "options.device", "worker": "any", "devices": ["cuda:1"]}
+    err = await refused(jp_fetch, SMALL, target={"worker": "any", "devices": ["cuda:0", "cuda:1"]})
+    assert err["code"] == "device_not_offered" and err["params"]["field"] == "options.target.devices"
+
+    box = start_agent(agents, tmp_path, "box", BOX_CARDS, pack_env)
+    worker = await until_connected(jp_fetch, box)
+    assert worker["status"] == "online" and worker["same_host"] is True
+    assert [(d["device"], d.get("uuid")) for d in worker["devices"]] == [
+        ("cpu", None), ("cuda:0", "GPU-box-aaaa"), ("cuda:1", "GPU-box-bbbb")]
+
+    # Refused at once: a device the worker does not offer, the interactive lane.
+    err = await refused(jp_fetch, SMALL, device="cuda:2", target={"worker": "box"})
+    assert err["code"] == "device_not_offered" and "worker box does not offer cuda:2" in err["message"]
+    assert err["params"] == {"field": "options.device", "worker": "box", "devices": ["cuda:2"],
+                             "offered": ["cpu", "cuda:0", "cuda:1"]}
+    err = await refused(jp_fetch, SMALL, lane="interactive", session="s1", target={"worker": "box"})
+    assert err["code"] == "worker_interactive" and err["params"]["field"] == "options.lane"
+    err = await refused(jp_fetch, SMALL, lane="interactive", session="s1", target={"worker": "any"})
+    assert err["code"] == "worker_interactive"
+
+    # A device set on the named worker: its queue is its first device's, the run's process sees the
+    # cards in the order asked for.
+    environ = {"nodes": [{"id": "e", "type": "Environ"}], "edges": []}
+    pair = await queued(jp_fetch, environ, target={"worker": "box", "devices": ["cuda:1", "cuda:0"]})
+    assert pair["queue_key"] == "box/cuda:1" and pair["devices"] == ["cuda:1", "cuda:0"]
+    done = await succeeded(jp_fetch, pair["id"])
+    assert done["worker_id"] == "box" and done["devices"] == ["cuda:1", "cuda:0"]
+    seen = next(e["payload"]["params"] for e in await all_events(jp_fetch, pair["id"])
+                if e["type"] == "run_warning" and e["payload"]["code"] == "environ")
+    assert seen["CUDA_VISIBLE_DEVICES"] == "1,0" and seen["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+    # `any`: a connected worker before this server; its queue is `any/<device>`.
+    anywhere = await queued(jp_fetch, SMALL, target={"worker": "any"})
+    assert anywhere["queue_key"] == "any/cpu"
+    done = await succeeded(jp_fetch, anywhere["id"])
+    assert done["worker_id"] == "box" and done["queue_key"] == "box/cpu"  # where it went
+    card = await queued(jp_fetch, SMALL, device="cuda:1", target={"worker": "any"})
+    assert card["queue_key"] == "any/cuda:1"
+    done = await succeeded(jp_fetch, card["id"])
+    assert done["worker_id"] == "box" and done["devices"] == ["cuda:1"]
+    events = await all_events(jp_fetch, card["id"])
+    assert events[0]["type"] == "execution_start" and events[0]["payload"]["queue_key"] == "box/cuda:1"
+
+    # Draining: the named worker's runs wait with its reason; `any` skips it and this server takes
+    # what it may (cuda:0), never a card it would renumber (cuda:1).
+    code, view = await call(jp_fetch, "api", "workers", "box", "drain", method="POST")
+    assert code == 200 and view["state"] == "draining" and view["draining"] is True
+    named = await queued(jp_fetch, SMALL, target={"worker": "box"})
+    assert named["queue_key"] == "box/cpu"
+    reason = await until_reason(jp_fetch, named["id"], "worker_draining")
+    assert reason == {"code": "worker_draining", "message": "worker box is draining", "params": {"worker": "box"}}
+    renumbered = await queued(jp_fetch, SMALL, device="cuda:1", target={"worker": "any"})
+    reason = await until_reason(jp_fetch, renumbered["id"], "waiting_for_offer")
+    assert reason == {"code": "waiting_for_offer", "message": "waiting for a worker that offers cuda:1: box is draining",
+                      "params": {"devices": ["cuda:1"], "worker": "any", "draining": ["box"]}}
+    here = await queued(jp_fetch, SMALL, device="cuda:0", target={"worker": "any"})
+    done = await succeeded(jp_fetch, here["id"])
+    assert done["worker_id"] is None and done["devices"] == ["cuda:0"]  # this server, last in line
+    events = await all_events(jp_fetch, here["id"])
+    assert events[0]["payload"]["queue_key"] == "any/cuda:0"
+
+    code, view = await call(jp_fetch, "api", "workers", "box", "undrain", method="POST")
+    assert code == 200 and view["state"] == "connected"
+    assert (await succeeded(jp_fetch, named["id"]))["worker_id"] == "box"
+    done = await succeeded(jp_fetch, renumbered["id"])
+    assert done["worker_id"] == "box" and done["devices"] == ["cuda:1"]
+
+
+async def test_runs_wait_for_a_stopped_worker_and_for_the_devices_it_offers(jp_fetch, agents, tmp_path):
+    box = start_agent(agents, tmp_path, "box", BOX_CARDS)
+    await until_connected(jp_fetch, box)
+    box.proc.send_signal(signal.SIGTERM)  # `codefy agent stop` does the same
+    assert await box.exited() == 0
+    worker = await until_state(jp_fetch, "box", "disconnected")
+    assert worker["disconnect_reason"]["code"] == "connection_closed"
+
+    # A known worker that is away: its runs wait for it, a device only it offers waits for an offer.
+    plain = await queued(jp_fetch, SMALL, target={"worker": "box"})
+    card = await queued(jp_fetch, SMALL, device="cuda:1", target={"worker": "box"})
+    anywhere = await queued(jp_fetch, SMALL, device="cuda:1", target={"worker": "any"})
+    for run in (plain, card):
+        assert await reason_of(jp_fetch, run["id"]) == {
+            "code": "worker_disconnected", "message": "waiting for worker box to reconnect", "params": {"worker": "box"}}
+    assert await reason_of(jp_fetch, anywhere["id"]) == {
+        "code": "waiting_for_offer", "message": "waiting for a worker that offers cuda:1",
+        "params": {"devices": ["cuda:1"], "worker": "any"}}
+    # Still refused at once: what its last report lacks.
+    err = await refused(jp_fetch, SMALL, device="cuda:7", target={"worker": "box"})
+    assert err["code"] == "device_not_offered" and err["params"]["offered"] == ["cpu", "cuda:0", "cuda:1"]
+
+    # Back with one card only: the cpu run goes, the cuda:1 runs wait for an offer.
+    again = start_agent(agents, tmp_path, "box", BOX_CARDS[:1])
+    await until_connected(jp_fetch, again)
+    assert (await succeeded(jp_fetch, plain["id"]))["worker_id"] == "box"
+    assert await until_reason(jp_fetch, card["id"], "waiting_for_offer") == {
+        "code": "waiting_for_offer", "message": "waiting for worker box to offer cuda:1",
+        "params": {"devices": ["cuda:1"], "worker": "box"}}
+    assert await reason_of(jp_fetch, anywhere["id"]) == {
+        "code": "waiting_for_offer", "message": "waiting for a worker that offers cuda:1",
+        "params": {"devices": ["cuda:1"], "worker": "any"}}
+    for run in (card, anywhere):
+        code, _ = await call(jp_fetch, "api", "runs", run["id"], "cancel", method="POST")
+        assert code == 200
+        assert (await wait_status(jp_fetch, run["id"], {"cancelled"}))["status"] == "cancelled"
