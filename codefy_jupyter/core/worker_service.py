@@ -142,6 +142,13 @@ class WorkerService:
             log.warning("codefy: worker %s sent a second hello; ignored", worker.name)
         return None
 
+    def frames(self, worker: Worker, frames: list[RunFrame], link: WorkerLink) -> Awaitable[None] | None:
+        """Per-run frames that came in one message (a batch): as `frame` for each, in order."""
+        if worker.link is not link:
+            return None
+        self.registry.alive(worker.name, asyncio.get_running_loop().time())
+        return self.executor.frames(worker, frames, self.link_number(link))
+
     def closed(self, name: str, link: WorkerLink, reason: dict[str, Any]) -> None:
         number = self._link_numbers.pop(id(link), None)
         if number is not None:
@@ -168,6 +175,13 @@ class WorkerService:
             view = worker.view()
             view["same_host"] = self.runs.queue.same_machine(worker.name)
             view["slots"] = by_provider.get(worker.name, [])
+            # Each reported device carries its slot's figures too (as the listing is documented:
+            # devices with their slots, same_card and shared_with).
+            by_device = {s["device"]: s for s in view["slots"]}
+            for device in view["devices"]:
+                row = by_device.get(device.get("device"))
+                if row is not None:
+                    device.update({k: v for k, v in row.items() if k in ("slots", "same_card", "shared_with")})
             workers.append(view)
         return {"workers": workers, "local": by_provider.get("local", [])}
 

@@ -230,3 +230,115 @@ async def test_runs_wait_for_a_stopped_worker_and_for_the_devices_it_offers(jp_f
         code, _ = await call(jp_fetch, "api", "runs", run["id"], "cancel", method="POST")
         assert code == 200
         assert (await wait_status(jp_fetch, run["id"], {"cancelled"}))["status"] == "cancelled"
+
+
+async def test_any_takes_the_first_worker_by_name_with_room(jp_fetch, agents, tmp_path):
+    # Started in the other order: the order is by name, not by connection.
+    beta = start_agent(agents, tmp_path, "beta", BOX_CARDS[:1])
+    alpha = start_agent(agents, tmp_path, "alpha", [{**BOX_CARDS[0], "uuid": "GPU-alpha-0"}])
+    await until_connected(jp_fetch, beta)
+    await until_connected(jp_fetch, alpha)
+    first = await queued(jp_fetch, naps(1, 60), device="cuda:0", target={"worker": "any"})
+    second = await queued(jp_fetch, naps(1, 60), device="cuda:0", target={"worker": "any"})
+    third = await queued(jp_fetch, SMALL, device="cuda:0", target={"worker": "any"})
+    assert (await wait_status(jp_fetch, first["id"], {"running"}))["worker_id"] == "alpha"
+    assert (await wait_status(jp_fetch, second["id"], {"running"}))["worker_id"] == "beta"
+    # Both cards taken (and this server has none): waiting its turn, no other reason.
+    code, row = await call(jp_fetch, "api", "runs", third["id"])
+    assert row["status"] == "queued" and row["queue_reason"] is None and row["queue_position"] == 1
+    await call(jp_fetch, "api", "runs", second["id"], "cancel", method="POST")
+    assert (await succeeded(jp_fetch, third["id"]))["worker_id"] == "beta"
+    await call(jp_fetch, "api", "runs", first["id"], "cancel", method="POST")
+    assert (await wait_status(jp_fetch, first["id"], {"cancelled"}))["status"] == "cancelled"
+
+
+# -- one physical card, two providers ------------------------------------------------------------------
+
+SHARED = "GPU-shared-0001"
+
+
+@server(server_cards=[{"key": "cuda:0", "name": "The card", "uuid": SHARED}],
+        run_queue_max_concurrent="cuda:0=2,box/cuda:1=1")
+async def test_a_card_this_server_shares_with_a_worker_on_its_machine_takes_one_run(jp_fetch, agents, tmp_path):
+    # The agent numbers the shared card cuda:1; it also has a card of its own.
+    box = start_agent(agents, tmp_path, "box", [{"key": "cuda:0", "uuid": "GPU-box-own"},
+                                                {"key": "cuda:1", "uuid": SHARED}])
+    worker = await until_connected(jp_fetch, box)
+    assert worker["same_host"] is True  # a loopback peer with this machine's id
+    code, listing = await call(jp_fetch, "api", "workers")
+    (worker,) = listing["workers"]
+    # The smallest limit of the card's providers applies (box/cuda:1=1 under cuda:0=2).
+    assert slot(listing, "cuda:0") == {"slot": "cuda:0", "device": "cuda:0", "uuid": SHARED,
+                                       "slots": {"limit": 1, "taken": 0, "limited_by": "box/cuda:1"},
+                                       "same_card": ["box/cuda:1"]}
+    assert slot(worker, "box/cuda:1") == {"slot": "box/cuda:1", "device": "cuda:1", "uuid": SHARED,
+                                          "slots": {"limit": 1, "taken": 0, "limited_by": "box/cuda:1"},
+                                          "same_card": ["cuda:0"], "shared_with": "local"}
+    assert slot(worker, "box/cuda:0") == {"slot": "box/cuda:0", "device": "cuda:0", "uuid": "GPU-box-own",
+                                          "slots": {"limit": 1, "taken": 0, "limited_by": "box/cuda:0"},
+                                          "same_card": []}
+    # The same machine's CPU is this server's CPU.
+    cpu = slot(worker, "box/cpu")
+    assert cpu["same_card"] == ["cpu"] and cpu["shared_with"] == "local" and cpu["slots"]["limited_by"] == "cpu"
+    # Each reported device carries its slot's figures.
+    shared = next(d for d in worker["devices"] if d["device"] == "cuda:1")
+    assert shared["uuid"] == SHARED and shared["shared_with"] == "local" and shared["same_card"] == ["cuda:0"]
+    assert shared["slots"] == {"limit": 1, "taken": 0, "limited_by": "box/cuda:1"}
+
+    # A run here holds the card: the worker's run for the same card waits its turn.
+    here = await queued(jp_fetch, sleepy(60), device="cuda:0")
+    await wait_status(jp_fetch, here["id"], {"running"})
+    there = await queued(jp_fetch, SMALL, target={"worker": "box", "devices": ["cuda:1"]})
+    assert there["queue_key"] == "box/cuda:1"
+    code, row = await call(jp_fetch, "api", "runs", there["id"])
+    assert row["status"] == "queued" and row["queue_position"] == 1 and row["queue_reason"] is None
+    code, listing = await call(jp_fetch, "api", "workers")
+    assert slot(listing["workers"][0], "box/cuda:1")["slots"]["taken"] == 1
+    own = await queued(jp_fetch, SMALL, target={"worker": "box", "devices": ["cuda:0"]})  # its other card is free
+    assert (await succeeded(jp_fetch, own["id"]))["devices"] == ["cuda:0"]
+    code, row = await call(jp_fetch, "api", "runs", there["id"])
+    assert row["status"] == "queued"
+    await call(jp_fetch, "api", "runs", here["id"], "cancel", method="POST")
+    stopped = await wait_status(jp_fetch, here["id"], {"cancelled"})
+    done = await succeeded(jp_fetch, there["id"])
+    assert done["worker_id"] == "box" and done["started_at"] >= stopped["finished_at"] - 0.05
+
+    # And the other way round: a worker run on the card holds it against a run here.
+    there = await queued(jp_fetch, naps(1, 60), target={"worker": "box", "devices": ["cuda:1"]})
+    await wait_status(jp_fetch, there["id"], {"running"})
+    here = await queued(jp_fetch, SMALL, device="cuda:0")
+    code, row = await call(jp_fetch, "api", "runs", here["id"])
+    assert row["status"] == "queued" and row["queue_position"] == 1
+    code, listing = await call(jp_fetch, "api", "workers")
+    assert slot(listing, "cuda:0")["slots"]["taken"] == 1
+    await call(jp_fetch, "api", "runs", there["id"], "cancel", method="POST")
+    stopped = await wait_status(jp_fetch, there["id"], {"cancelled", "failed", "interrupted"}, timeout=60)
+    assert stopped["status"] == "cancelled"
+    done = await succeeded(jp_fetch, here["id"])
+    assert done["worker_id"] is None and done["started_at"] >= stopped["finished_at"] - 0.05
+
+
+@server(server_cards=[{"key": "cuda:0", "name": "The card", "uuid": SHARED}], machine_id="0" * 64)
+async def test_a_loopback_agent_reporting_another_machine_is_not_on_this_machine(jp_fetch, agents, tmp_path):
+    # As through an SSH reverse tunnel: a loopback peer, another machine id.
+    box = start_agent(agents, tmp_path, "box", [{"key": "cuda:0", "uuid": SHARED}])
+    worker = await until_connected(jp_fetch, box)
+    assert worker["same_host"] is False
+    cpu = slot(worker, "box/cpu")
+    assert cpu["same_card"] == [] and "shared_with" not in cpu and cpu["slots"]["limited_by"] == "box/cpu"
+    # A card is known by its UUID wherever it is reported: still one card.
+    card = slot(worker, "box/cuda:0")
+    assert card["same_card"] == ["cuda:0"] and card["slots"]["limit"] == 1
+    here = await queued(jp_fetch, sleepy(60), device="cuda:0")
+    await wait_status(jp_fetch, here["id"], {"running"})
+    there = await queued(jp_fetch, SMALL, target={"worker": "box", "devices": ["cuda:0"]})
+    code, row = await call(jp_fetch, "api", "runs", there["id"])
+    assert row["status"] == "queued" and row["queue_position"] == 1
+    # Its CPU is its own: a CPU run there does not count against this server's CPU.
+    cpu_runs = [await queued(jp_fetch, sleepy(60)) for _ in range(2)]
+    for run in cpu_runs:
+        await wait_status(jp_fetch, run["id"], {"running"})
+    on_box = await queued(jp_fetch, SMALL, target={"worker": "box"})
+    assert (await succeeded(jp_fetch, on_box["id"]))["worker_id"] == "box"
+    for run in (*cpu_runs, here, there):
+        await call(jp_fetch, "api", "runs", run["id"], "cancel", method="POST")
