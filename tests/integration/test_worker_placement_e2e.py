@@ -342,3 +342,88 @@ async def test_a_loopback_agent_reporting_another_machine_is_not_on_this_machine
     assert (await succeeded(jp_fetch, on_box["id"]))["worker_id"] == "box"
     for run in (*cpu_runs, here, there):
         await call(jp_fetch, "api", "runs", run["id"], "cancel", method="POST")
+
+
+# -- a worker whose node catalog differs ---------------------------------------------------------------
+
+AGENT_ONLY_PACK = '''
+from codefy_jupyter.engine import node
+
+
+@node("OnlyOnAgent", outputs={"ok": "bool"}, cacheable=False)
+def only_on_agent(ctx):
+    return {"ok": True}
+'''
+
+
+@pytest.fixture
+def degraded_env(tmp_path):
+    """This server gets the test node pack (tests/unit/agent_nodes.py) that the agent lacks; the agent
+    gets a pack of its own, installed as a third-party pack would be, that this server lacks."""
+    import importlib
+
+    from codefy_jupyter.engine import default_registry
+
+    registry = default_registry()
+    before = dict(registry._defs)
+    import agent_nodes
+
+    importlib.reload(agent_nodes)
+    site = tmp_path / "agent-site"
+    info = site / "codefy_agent_only_nodes-0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: codefy-agent-only-nodes\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text("[codefy_jupyter.nodes]\nagent_only = agent_only_nodes\n")
+    (site / "agent_only_nodes.py").write_text(AGENT_ONLY_PACK)
+    yield {"PYTHONPATH": str(site)}
+    registry._defs.clear()
+    registry._defs.update(before)
+
+
+async def test_a_degraded_worker_is_listed_refuses_graphs_it_cannot_run_and_any_skips_it(
+        jp_fetch, agents, degraded_env, tmp_path, monkeypatch):
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    (presets / "talker.json").write_text(json.dumps({
+        "nodes": [{"id": "s", "type": "Say", "params": {"text": "from a preset"}}], "edges": [],
+        "inputs": {}, "outputs": {"value": {"node": "s", "port": "value"}}}))
+    monkeypatch.setenv("CODEFY_PRESETS_DIR", str(presets))
+
+    box = start_agent(agents, tmp_path, "box", BOX_CARDS, degraded_env)
+    worker = await until_connected(jp_fetch, box)
+    assert worker["status"] == "degraded"
+    assert worker["missing_types"] == ["Environ", "IgnoreTerm", "Say", "Segfault", "Stubborn"]
+    assert worker["extra_types"] == ["OnlyOnAgent"]
+    assert "missing node types: Environ, IgnoreTerm, Say, Segfault, Stubborn" in box.output()
+
+    # A graph with a type the worker lacks is refused at once, naming the types, wherever they hide.
+    say = {"id": "say", "type": "Say", "params": {"text": "hi"}}
+    inner = {"nodes": [say], "edges": [], "inputs": {}, "outputs": {"value": {"node": "say", "port": "value"}}}
+    graphs = {
+        "top level": {"nodes": [say, {"id": "e", "type": "Environ"}], "edges": []},
+        "subgraph": {"nodes": [{"id": "block", "type": "Subgraph", "params": {"graph": inner}}], "edges": []},
+        "preset": {"nodes": [{"id": "p", "type": "Preset", "params": {"preset": "talker"}}], "edges": []},
+    }
+    for where, graph in graphs.items():
+        err = await refused(jp_fetch, graph, target={"worker": "box"})
+        missing = ["Environ", "Say"] if where == "top level" else ["Say"]
+        assert err["code"] == "worker_missing_node_types", where
+        assert err["params"] == {"field": "options.target.worker", "worker": "box", "missing_types": missing}, where
+        assert err["message"] == ("options.target.worker: worker box lacks node types this graph uses: "
+                                  + ", ".join(missing)), where
+    # A type only the worker has is unknown here: the graph itself is refused.
+    code, body = await post_run(jp_fetch, {"nodes": [{"id": "o", "type": "OnlyOnAgent"}], "edges": []},
+                                target={"worker": "box"})
+    assert code == 400 and body["error"]["code"] == "invalid_graph" and "OnlyOnAgent" in body["error"]["message"]
+
+    # What it can run, it runs when named.
+    named = await queued(jp_fetch, SMALL, target={"worker": "box"})
+    assert (await succeeded(jp_fetch, named["id"]))["worker_id"] == "box"
+    # `any` never picks a degraded worker: this server takes it (the worker is free).
+    anywhere = await queued(jp_fetch, SMALL, target={"worker": "any"})
+    done = await succeeded(jp_fetch, anywhere["id"])
+    assert done["worker_id"] is None
+    # A card only the degraded worker offers: `any` waits for a worker that offers it.
+    card = await queued(jp_fetch, SMALL, device="cuda:1", target={"worker": "any"})
+    assert (await reason_of(jp_fetch, card["id"]))["code"] == "waiting_for_offer"
+    await call(jp_fetch, "api", "runs", card["id"], "cancel", method="POST")
