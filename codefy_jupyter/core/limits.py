@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 
 from codefy_jupyter.core.device_sets import Notice, device_kind
 from codefy_jupyter.core.devices import DeviceError, canonical_device
+from codefy_jupyter.core.worker_names import RESERVED_WORKER_NAMES
 
 # Worker names as the worker registry accepts them (`<name>` or `<name>.<instance>`).
 _WORKER = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}(?:\.[a-z0-9][a-z0-9-]{0,62})?$")
-_RESERVED_WORKERS = ("any", "local", "pool")
+_RESERVED_WORKERS = RESERVED_WORKER_NAMES
 
 
 def slot_device(slot: str) -> str:

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping, Protocol
 
 from ..engine.graph import MAX_NESTING
 from ..engine.presets import PresetError, PresetLibrary
+from .worker_names import RESERVED_WORKER_NAMES
 from .worker_protocol import (
     DEFAULT_GRACE_S, DEFAULT_HEARTBEAT_S, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Hello, Reject, Welcome,
     negotiate,
@@ -29,9 +30,8 @@ from .worker_protocol import (
 
 WORKER_NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,62}"
 _NAME = re.compile(WORKER_NAME_PATTERN)
-# `local` is this server, `any` the first free worker, `pool` the one-shot pools' queue keys
-# (`pool:one-shot/<device>`): a worker with one of these names would make a target ambiguous.
-RESERVED_NAMES: frozenset[str] = frozenset({"local", "any", "pool"})
+# Targets (`local`, `any`, `pool`) and REST paths (`enroll`, `enrollments`): see core/worker_names.py.
+RESERVED_NAMES: frozenset[str] = RESERVED_WORKER_NAMES
 
 
 def name_problem(name: Any, *, what: str = "worker name") -> str | None:
