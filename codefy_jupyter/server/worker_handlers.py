@@ -71,6 +71,21 @@ class WorkerSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHan
     def max_message_size(self) -> int:  # type: ignore[override]
         return MAX_FRAME_BYTES
 
+    def get_websocket_protocol(self) -> Any:
+        protocol = super().get_websocket_protocol()
+        if protocol is not None:
+            # Tornado closes the connection itself on a frame over max_message_size (1009) and tells
+            # the handler nothing: note the code it sends, so the worker's runs can say why.
+            close = protocol.close
+
+            def close_noting(code: int | None = None, reason: str | None = None) -> None:
+                if self._protocol_close is None:
+                    self._protocol_close = code
+                close(code, reason)
+
+            protocol.close = close_noting  # type: ignore[method-assign]
+        return protocol
+
     def _token(self) -> str | None:
         auth = self.request.headers.get("Authorization", "")
         scheme, _, value = auth.partition(" ")
@@ -81,6 +96,7 @@ class WorkerSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHan
     async def get(self, *args: Any, **kwargs: Any) -> None:
         self._refusal: tuple[int, str] | None = None
         self._credential: Credential | None = None
+        self._protocol_close: int | None = None
         self._worker: Any = None
         self.peer = self.request.remote_ip or ""
         self.loopback = is_loopback(self.peer)
@@ -183,10 +199,17 @@ class WorkerSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHan
         if timer is not None:
             timer.cancel()
         worker = getattr(self, "_worker", None)
-        if worker is not None:
-            self.service.workers.closed(worker.name, self, {
-                "code": "connection_closed", "params": {"close_code": self.close_code},
-                "text": "connection closed" + (f" ({self.close_code})" if self.close_code else "")})
+        if worker is None:
+            return
+        if getattr(self, "_protocol_close", None) == 1009:
+            log.warning("codefy: worker %s sent a frame over %d bytes; closed its connection", worker.name,
+                        MAX_FRAME_BYTES)
+            reason = {"code": "frame_too_large", "params": {"close_code": 1009, "limit_bytes": MAX_FRAME_BYTES},
+                      "text": f"it sent a frame over the limit of {MAX_FRAME_BYTES} bytes"}
+        else:
+            reason = {"code": "connection_closed", "params": {"close_code": self.close_code},
+                      "text": "connection closed" + (f" ({self.close_code})" if self.close_code else "")}
+        self.service.workers.closed(worker.name, self, reason)
 
 
 def _run_id_of(message: str | bytes) -> str | None:
