@@ -646,7 +646,22 @@ def _outcome(frame: RunFinished, run: _WorkerRun) -> ExecutionOutcome:
                 error.setdefault(key, value)
     if frame.peak_memory is not None:
         run.facts["peak_memory"] = frame.peak_memory
+    message, params = None, {}
+    if frame.status == rs.CANCELLED:
+        message = "cancel requested"
+        if frame.signal is not None:  # it did not stop by itself: say how it was ended
+            message += f"; the run's process did not stop in time and was ended with {_signal_name(frame.signal)}"
+            params = {"signal": frame.signal}
     return ExecutionOutcome(frame.status, error=error if frame.status == rs.FAILED else None,
                             executed=frame.executed, cached=frame.cached, metrics=dict(frame.metrics),
                             duration_s=frame.duration_s, code="cancelled" if frame.status == rs.CANCELLED else None,
-                            message="cancel requested" if frame.status == rs.CANCELLED else None)
+                            message=message, params=params)
+
+
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
