@@ -1,9 +1,11 @@
 """The Workers table's rows from `GET …/codefy/api/workers`, pure.
 
-The listing is {"workers": [...], "local": {...}} (a bare list is taken too): each worker with a
-name, a state (connecting, online, draining, disconnected, offline), its devices each with its
-slots {limit, taken}, and the runs it is running. Fields this view does not know are ignored, and
-missing ones read "-", so a newer server's listing still renders.
+The listing is {"workers": [...], "local": [...]} (a bare list of workers, or `local` as
+{"devices": [...]}, are taken too): each worker with a name, a state (connected, draining,
+disconnected, offline), its devices each with its slots {limit, taken} (and shared_with "local"
+for one of this server's devices), and the ids of the runs it executes; `local` lists this server's
+devices the same way. Fields this view does not know are ignored, and missing ones read "-", so a
+newer server's listing still renders.
 """
 
 from __future__ import annotations
