@@ -427,3 +427,57 @@ async def test_a_degraded_worker_is_listed_refuses_graphs_it_cannot_run_and_any_
     card = await queued(jp_fetch, SMALL, device="cuda:1", target={"worker": "any"})
     assert (await reason_of(jp_fetch, card["id"]))["code"] == "waiting_for_offer"
     await call(jp_fetch, "api", "runs", card["id"], "cancel", method="POST")
+
+
+# -- reservations on a worker's cards, one-shot workers -------------------------------------------------
+
+async def test_a_device_set_on_a_worker_reserves_its_cards_and_says_what_it_waits_for(jp_fetch, agents, tmp_path):
+    box = start_agent(agents, tmp_path, "box", [*BOX_CARDS, {"key": "cuda:2", "uuid": "GPU-box-cccc"}])
+    await until_connected(jp_fetch, box)
+    busy = await queued(jp_fetch, naps(1, 60), target={"worker": "box", "devices": ["cuda:1"]})
+    await wait_status(jp_fetch, busy["id"], {"running"})
+    pair = await queued(jp_fetch, SMALL, target={"worker": "box", "devices": ["cuda:0", "cuda:1"]})
+    assert pair["queue_key"] == "box/cuda:0"
+    assert await reason_of(jp_fetch, pair["id"]) == {
+        "code": "waiting_for_set_devices", "params": {"devices": ["box/cuda:1"]},
+        "message": "waiting for box/cuda:1: a device-set run starts when every device is free"}
+    # box/cuda:0 is free but held for the set run that waits ahead (a run behind it in its own queue,
+    # box/cuda:0, would simply wait its turn).
+    later = await queued(jp_fetch, SMALL, target={"worker": "box", "devices": ["cuda:2", "cuda:0"]})
+    assert await reason_of(jp_fetch, later["id"]) == {
+        "code": "device_reserved", "params": {"device": "box/cuda:0", "run_id": pair["id"]},
+        "message": f"box/cuda:0 is reserved for run {pair['id']}, which waits ahead of this run"}
+    await call(jp_fetch, "api", "runs", busy["id"], "cancel", method="POST")
+    stopped = await wait_status(jp_fetch, busy["id"], {"cancelled"}, timeout=60)
+    done_pair = await succeeded(jp_fetch, pair["id"])
+    done_later = await succeeded(jp_fetch, later["id"])
+    assert done_pair["started_at"] >= stopped["finished_at"] - 0.05
+    assert done_later["started_at"] >= done_pair["finished_at"] - 0.05
+
+
+async def test_one_shot_workers_say_why_a_run_naming_them_waits(jp_fetch, agents, tmp_path):
+    mine = await queued(jp_fetch, naps(1, 60), target={"pool": "one-shot"})
+    assert mine["queue_key"] == "pool:one-shot/cpu"
+    assert (await reason_of(jp_fetch, mine["id"]))["code"] == "one_shot_pool"
+    job = agents("--one-shot", "--run-id", mine["id"], name="job")
+    await wait_status(jp_fetch, mine["id"], {"running"}, timeout=60)
+    other = await queued(jp_fetch, SMALL, target={"worker": "job"})
+    assert await reason_of(jp_fetch, other["id"]) == {
+        "code": "one_shot_run_id", "params": {"worker": "job", "run_id": mine["id"]},
+        "message": f"one-shot worker job was started for run {mine['id']}"}
+
+    solo = agents("--one-shot", name="solo")
+    await until_connected(jp_fetch, solo)
+    taken = await queued(jp_fetch, naps(1, 60), target={"pool": "one-shot"})
+    assert (await wait_status(jp_fetch, taken["id"], {"running"}, timeout=60))["worker_id"] == "solo"
+    second = await queued(jp_fetch, SMALL, target={"worker": "solo"})
+    assert await reason_of(jp_fetch, second["id"]) == {
+        "code": "one_shot_taken", "params": {"worker": "solo"},
+        "message": "one-shot worker solo has already taken its run"}
+
+    # Its run over, the one-shot agent leaves: a run naming it waits for it to come back.
+    await call(jp_fetch, "api", "runs", mine["id"], "cancel", method="POST")
+    assert await job.exited() == 0
+    assert (await until_reason(jp_fetch, other["id"], "worker_disconnected"))["params"] == {"worker": "job"}
+    for run in (taken, other, second):
+        await call(jp_fetch, "api", "runs", run["id"], "cancel", method="POST")
