@@ -481,3 +481,23 @@ async def test_one_shot_workers_say_why_a_run_naming_them_waits(jp_fetch, agents
     assert (await until_reason(jp_fetch, other["id"], "worker_disconnected"))["params"] == {"worker": "job"}
     for run in (taken, other, second):
         await call(jp_fetch, "api", "runs", run["id"], "cancel", method="POST")
+
+
+async def test_a_queued_run_fails_naming_the_types_when_its_worker_comes_back_without_them(
+        jp_fetch, agents, pack_env, tmp_path):
+    box = start_agent(agents, tmp_path, "box", BOX_CARDS, pack_env)
+    assert (await until_connected(jp_fetch, box))["status"] == "online"
+    box.proc.send_signal(signal.SIGTERM)
+    assert await box.exited() == 0
+    await until_state(jp_fetch, "box", "disconnected")
+    # Accepted: the worker had the pack when it was last seen.
+    run = await queued(jp_fetch, {"nodes": [{"id": "say", "type": "Say"}], "edges": []}, target={"worker": "box"})
+    assert (await reason_of(jp_fetch, run["id"]))["code"] == "worker_disconnected"
+    again = start_agent(agents, tmp_path, "box", BOX_CARDS)  # without the pack now
+    assert (await until_connected(jp_fetch, again))["status"] == "degraded"
+    done = await wait_status(jp_fetch, run["id"], {"failed", "succeeded"}, timeout=60)
+    assert done["status"] == "failed"
+    assert done["error"]["code"] == "worker_missing_node_types" and done["error"]["params"]["missing_types"] == ["Say"]
+    events = await all_events(jp_fetch, run["id"])
+    assert events[-1]["type"] == "execution_error"
+    assert events[-1]["payload"]["error"]["message"] == "worker box lacks node types this graph uses: Say"
