@@ -132,6 +132,7 @@ class Wire:
         self.conn: Any = None
         self.reader: asyncio.Task[None] | None = None
         self.last_write: Any = None
+        self.batch = False
 
     async def connect(self, catalog: dict[str, Any]) -> None:
         url = f"ws://127.0.0.1:{self.state['port']}{self.state['base_url']}codefy/ws/worker"
@@ -142,6 +143,8 @@ class Wire:
             node_types=catalog["types"], devices=[{"device": "cpu"}], capabilities=sorted(wp.SUPPORTED_CAPABILITIES))))
         welcome = wp.decode(await self.conn.read_message(), sender="server")
         assert isinstance(welcome, wp.Welcome), welcome
+        # As the agent does: several frames per message when both sides list `batch`.
+        self.batch = "batch" in welcome.capabilities
         self.conn.write_message(wp.encode(wp.RunAlive(runs=self.deliveries.alive())))
         self.reader = asyncio.ensure_future(self._read())
 
@@ -212,7 +215,7 @@ async def frames(state: dict[str, Any], tmp: Path, args: argparse.Namespace) -> 
     deliveries = Deliveries(tmp / "bench-runs", "bench")
     wire = Wire(state, deliveries)
     await wire.connect(nodes["catalog"])
-    await deliveries.connected(wire.send, wire.drain)
+    await deliveries.connected(wire.send, wire.drain, batch=wire.batch)
 
     async def assigned() -> str:
         code, run = await http.request("POST", "runs", {"graph": TINY, "options": {"target": {"worker": "bench"}}})
@@ -258,7 +261,7 @@ async def frames(state: dict[str, Any], tmp: Path, args: argparse.Namespace) -> 
     began = time.perf_counter()
     wire = Wire(state, deliveries)
     await wire.connect(nodes["catalog"])
-    replayed = await deliveries.connected(wire.send, wire.drain)
+    replayed = await deliveries.connected(wire.send, wire.drain, batch=wire.batch)
     await acked(deliveries, run_id, args.timeout)
     seconds = time.perf_counter() - began
     cpu1 = cpu()

@@ -273,7 +273,8 @@ class Agent:
             log.info("connected to %s as %s (%s)%s", self.options.control, welcome.name or self.options.registered_name,
                      welcome.status, extra)
             self._send_frame(RunAlive(runs=self.deliveries.alive()))
-            replay = asyncio.ensure_future(self.deliveries.connected(self._send_text, self._drain))
+            replay = asyncio.ensure_future(self.deliveries.connected(
+                self._send_text, self._drain, batch="batch" in welcome.capabilities))
             heartbeat = asyncio.ensure_future(self._heartbeats(welcome.heartbeat_s))
             while True:
                 message = await ws.read_message()

@@ -8,6 +8,11 @@ order. After a reconnect every unacked frame is sent again from the spool (the c
 duplicates by seq). A run whose `run_finished` is acked is done: its spool file goes, its folder
 (output.log, data/) stays.
 
+Batches: when the connection negotiated `batch`, live frames added in one turn of the event loop go
+out together, as one `batch` message (or alone when there is one) at the end of that turn, and a
+replay sends the spooled texts in batches; a frame is still spooled before it is queued. Without
+`batch` every frame is its own message, as any control plane reads them.
+
 Spools survive the agent: `reload` finds this agent's spooled runs (`owner` file = registered name)
 after a restart. A run reloaded without a `run_finished` had its process end with the old agent, so
 one is added (failed, `agent_restarted`) for the control plane to close it with.
@@ -21,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from ..core.worker_protocol import ProtocolError, RunFinished, RunFrame, encode
+from ..core.worker_protocol import (
+    BATCH_MAX_BYTES, BATCH_MAX_FRAMES, ProtocolError, RunFinished, RunFrame, encode_batch,
+)
 from .frames import too_large_warning
 from .spool import RunSpool, SpoolError, run_dir, spooled_runs
 
@@ -52,6 +59,11 @@ class Deliveries:
         self.runs: dict[str, Delivery] = {}
         self._send: Callable[[str], object] | None = None
         self._replaying = False
+        self._batching = False
+        self._queued: list[str] = []  # live frames of this loop turn, sent as one batch at its end
+        self._queued_chars = 0
+        self._flush_handle: asyncio.Handle | None = None
+        self._unwritten: dict[str, RunSpool] = {}  # spools holding lines of queued frames
         self.changed = asyncio.Event()  # a run became done (one-shot and stop wait on it)
 
     # -- runs ---------------------------------------------------------------------------------------
@@ -116,18 +128,62 @@ class Deliveries:
         if delivery.finished_seq is not None:
             log.warning("run %s: dropped a %s frame after its run_finished", run_id, frame.type)
             return
+        spool = delivery.spool
+        live = self._send is not None and not self._replaying and delivery.sent_seq == spool.last_seq
+        # A frame that joins this turn's batch is written to the spool with the batch, just before
+        # it is sent (one write for many frames); any other frame is written now.
+        defer = live and self._batching
         try:
-            ((numbered, text),) = delivery.spool.add_many_encoded([frame])
+            ((numbered, text),) = spool.add_many_encoded([frame], defer=defer)
         except ProtocolError as err:  # too large for one frame: say so instead
-            ((numbered, text),) = delivery.spool.add_many_encoded([too_large_warning(run_id, frame, str(err))])
+            ((numbered, text),) = spool.add_many_encoded([too_large_warning(run_id, frame, str(err))], defer=defer)
         except (ValueError, TypeError) as err:
             log.error("run %s: dropped a %s frame that cannot be encoded: %s", run_id, frame.type, err)
             return
         if isinstance(numbered, RunFinished):
             delivery.finished_seq = numbered.seq
-        if self._send is not None and not self._replaying and delivery.sent_seq == numbered.seq - 1:
+        if live:
             delivery.sent_seq = numbered.seq
-            self._send(text)
+            if defer:
+                self._unwritten[run_id] = spool
+                self._queue(text)
+            else:
+                self._send(text)  # type: ignore[misc]
+
+    def _queue(self, text: str) -> None:
+        # Characters stand in for bytes (a character is 1 to 4 UTF-8 bytes): a batch stays far
+        # under MAX_FRAME_BYTES either way.
+        if self._queued and (len(self._queued) >= BATCH_MAX_FRAMES
+                             or self._queued_chars + len(text) > BATCH_MAX_BYTES):
+            self._flush()
+        self._queued.append(text)
+        self._queued_chars += len(text)
+        if self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Send the frames queued in this loop turn (one message)."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        self._write_spools()
+        texts, self._queued, self._queued_chars = self._queued, [], 0
+        if texts and self._send is not None:
+            self._send(texts[0] if len(texts) == 1 else encode_batch(texts))
+
+    def _write_spools(self) -> None:
+        spools, self._unwritten = self._unwritten, {}
+        for spool in spools.values():
+            spool.write_deferred()
+
+    def _drop_queued(self) -> None:
+        # Spooled all the same; their runs' sent_seq is reset at the next connection, so they are
+        # replayed from the spool.
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        self._write_spools()
+        self._queued, self._queued_chars = [], 0
 
     def ack(self, run_id: str, seq: int) -> None:
         delivery = self.runs.get(run_id)
@@ -153,11 +209,16 @@ class Deliveries:
     # -- the connection -----------------------------------------------------------------------------
     def disconnected(self) -> None:
         self._send = None
+        self._drop_queued()
 
-    async def connected(self, send: Callable[[str], object], drain: Callable[[], Awaitable[None]]) -> int:
+    async def connected(self, send: Callable[[str], object], drain: Callable[[], Awaitable[None]], *,
+                        batch: bool = False) -> int:
         """A new connection: send every unacked frame of every run, in seq order per run, then go live.
-        Returns how many frames were replayed."""
+        `batch`: the connection negotiated the `batch` capability. Returns how many frames were
+        replayed."""
+        self._drop_queued()
         self._send = send
+        self._batching = batch
         self._replaying = True
         replayed = 0
         try:
@@ -169,21 +230,44 @@ class Deliveries:
                 if not pending:
                     break
                 for run_id, delivery in pending:
-                    frames = [f for f in delivery.spool.unacked() if f.seq > delivery.sent_seq]
-                    for i, frame in enumerate(frames):
+                    # The texts as spooled, sent in chunks; frames added meanwhile are picked up by
+                    # the next pass of the outer loop.
+                    items = delivery.spool.encoded_after(delivery.sent_seq)
+                    for chunk in _chunks(items, REPLAY_CHUNK if not batch else BATCH_MAX_FRAMES):
                         if self._send is not send:
                             return replayed  # the connection dropped mid-replay
-                        send(encode(frame))
-                        delivery.sent_seq = frame.seq
-                        replayed += 1
-                        if i % REPLAY_CHUNK == REPLAY_CHUNK - 1:
-                            await drain()
-                await drain()
+                        if batch and len(chunk) > 1:
+                            send(encode_batch([text for _, text in chunk]))
+                        else:
+                            for _, text in chunk:
+                                send(text)
+                        delivery.sent_seq = chunk[-1][0]
+                        replayed += len(chunk)
+                        await drain()
         finally:
             if self._send is send:
                 self._replaying = False
         return replayed
 
     def close(self) -> None:
+        self._drop_queued()
         for delivery in self.runs.values():
             delivery.spool.close()
+
+
+def _chunks(items: list[tuple[int, str]], most: int) -> list[list[tuple[int, str]]]:
+    """Consecutive chunks of at most `most` items and about BATCH_MAX_BYTES characters (a longer
+    item goes alone)."""
+    chunks: list[list[tuple[int, str]]] = []
+    chunk: list[tuple[int, str]] = []
+    chars = 0
+    for item in items:
+        size = len(item[1])
+        if chunk and (len(chunk) >= most or chars + size > BATCH_MAX_BYTES):
+            chunks.append(chunk)
+            chunk, chars = [], 0
+        chunk.append(item)
+        chars += size
+    if chunk:
+        chunks.append(chunk)
+    return chunks

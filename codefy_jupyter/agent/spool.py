@@ -9,6 +9,9 @@ marker `{"_acked": N}` (frames up to seq N are acked). Acks only append a marker
 (compacted to a marker plus the unacked frames, through a temporary file and an atomic rename) once
 enough acked frames pile up, so the cost of rewriting stays proportional to what was appended.
 
+Each unacked frame's line is also kept in memory, so a replay sends the very text that was spooled
+(`encoded_after`) instead of encoding every frame again, and compaction writes it back as is.
+
 Crash safety: a line is complete only with its newline. After a crash mid-write, reloading ignores the
 torn last line and cuts it off the file so the next append starts on a fresh line. By default lines are
 flushed to the OS (surviving the agent process dying) but not fsynced per frame (that would cap
@@ -17,15 +20,15 @@ throughput at the disk's sync rate); `durable=True` fsyncs each write for machin
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
 import shutil
+from collections import deque
 from pathlib import Path
 from typing import Iterable
 
-from ..core.worker_protocol import Outbox, ProtocolError, RunFrame, decode, encode
+from ..core.worker_protocol import Outbox, ProtocolError, RunFrame, decode, encode, numbered
 
 SPOOL_FILE = "spool.jsonl"
 # Compact once this many acked frames sit in the file (and they outnumber the unacked ones).
@@ -59,6 +62,7 @@ class RunSpool:
     add_many(frames) -> numbered frames (one flush for the batch)
     ack(seq) -> how many frames the ack dropped
     unacked() -> frames to replay after a reconnect, in seq order
+    encoded_after(seq) -> (seq, text) of the unacked frames after `seq`, the text as spooled
     """
 
     def __init__(self, directory: Path, run_id: str, *, compact_after: int = COMPACT_AFTER,
@@ -69,9 +73,12 @@ class RunSpool:
         self.compact_after = compact_after
         self.durable = durable
         directory.mkdir(parents=True, exist_ok=True)
-        frames, acked, last_seq, acked_lines = self._load()
+        frames, texts, acked, last_seq, acked_lines = self._load()
         self._outbox = Outbox(run_id, last_seq=last_seq, acked_seq=acked, unacked=frames)
+        # (seq, line without its newline) of each unacked frame, in step with the outbox's frames.
+        self._texts: deque[tuple[int, str]] = deque((f.seq, t) for f, t in zip(frames, texts))
         self._acked_lines = acked_lines  # acked frames still in the file
+        self._deferred: list[str] = []  # lines added with defer=True, not written yet
         self._file = open(self.path, "a", encoding="utf-8")
 
     @classmethod
@@ -93,6 +100,16 @@ class RunSpool:
     def unacked(self) -> list[RunFrame]:
         return self._outbox.unacked()
 
+    def encoded_after(self, seq: int) -> list[tuple[int, str]]:
+        """(seq, text) of the unacked frames numbered above `seq`, in order: what to send again,
+        exactly as it was spooled."""
+        texts = self._texts
+        if not texts or texts[-1][0] <= seq:
+            return []
+        if texts[0][0] > seq:
+            return list(texts)
+        return [item for item in texts if item[0] > seq]
+
     # -- writing ----------------------------------------------------------------------------------------
     def add(self, frame: RunFrame) -> RunFrame:
         """Number the frame, write it and flush; the caller sends what this returns."""
@@ -101,28 +118,41 @@ class RunSpool:
     def add_many(self, frames: Iterable[RunFrame]) -> list[RunFrame]:
         return [frame for frame, _ in self.add_many_encoded(frames)]
 
-    def add_many_encoded(self, frames: Iterable[RunFrame]) -> list[tuple[RunFrame, str]]:
-        """Like `add_many`, with each frame's encoded text (what to send: it is encoded only once)."""
-        out: list[RunFrame] = []
-        lines: list[str] = []
-        for frame in frames:
-            try:
+    def add_many_encoded(self, frames: Iterable[RunFrame], *, defer: bool = False) -> list[tuple[RunFrame, str]]:
+        """Like `add_many`, with each frame's encoded text (what to send: it is encoded only once).
+        `defer`: keep the lines in memory until `write_deferred` (or any other write) instead of
+        writing now; the caller must call it before sending them (several adds, one write)."""
+        out: list[tuple[RunFrame, str]] = []
+        outbox, texts = self._outbox, self._texts
+        try:
+            for frame in frames:
                 # Encode first: a frame that cannot be written must not take a seq (seqs stay gapless).
-                line = encode(dataclasses.replace(frame, seq=self._outbox.last_seq + 1))
-                out.append(self._outbox.add(frame))
-            except Exception:
-                if lines:  # the frames before it were numbered: they must reach the file
-                    self._write("".join(lines))
-                raise
-            lines.append(line + "\n")
-        if lines:
-            self._write("".join(lines))
-        return [(frame, line[:-1]) for frame, line in zip(out, lines)]
+                copy = numbered(frame, outbox.last_seq + 1)
+                line = encode(copy)
+                outbox.add_numbered(copy)
+                texts.append((copy.seq, line))
+                out.append((copy, line))
+        finally:
+            if out:  # the frames numbered (before one that failed, too) must reach the file
+                lines = "\n".join(line for _, line in out) + "\n"
+                if defer:
+                    self._deferred.append(lines)
+                else:
+                    self._write(lines)
+        return out
+
+    def write_deferred(self) -> None:
+        """Write and flush the lines `add_many_encoded(..., defer=True)` kept back."""
+        if self._deferred:
+            self._write("")
 
     def ack(self, seq: int) -> int:
         """Drop frames up to `seq` (ProtocolError `ack_ahead` past the last sent one)."""
         dropped = self._outbox.ack(seq)
         if dropped:
+            texts = self._texts
+            for _ in range(dropped):
+                texts.popleft()
             self._acked_lines += dropped
             self._write(json.dumps({"_acked": self._outbox.acked_seq}) + "\n")
             if self._acked_lines >= self.compact_after and self._acked_lines >= len(self._outbox):
@@ -134,9 +164,10 @@ class RunSpool:
         tmp = self.path.with_name(SPOOL_FILE + ".tmp")
         with open(tmp, "w", encoding="utf-8") as out:
             out.write(json.dumps({"_acked": self._outbox.acked_seq}) + "\n")
-            out.writelines(encode(f) + "\n" for f in self._outbox.unacked())
+            out.writelines(text + "\n" for _, text in self._texts)
             out.flush()
             os.fsync(out.fileno())  # the new file must be whole before it replaces the old one
+        self._deferred.clear()  # they are among the texts just written
         self._file.close()
         os.replace(tmp, self.path)
         self._fsync_dir()
@@ -145,6 +176,7 @@ class RunSpool:
 
     def close(self) -> None:
         if not self._file.closed:
+            self.write_deferred()
             self._file.close()
 
     def remove(self) -> None:
@@ -160,6 +192,9 @@ class RunSpool:
 
     # -- internals --------------------------------------------------------------------------------------
     def _write(self, text: str) -> None:
+        if self._deferred:  # lines kept back go first: the file stays in seq order
+            text = "".join(self._deferred) + text
+            self._deferred.clear()
         self._file.write(text)
         self._file.flush()
         if self.durable:
@@ -175,13 +210,14 @@ class RunSpool:
         finally:
             os.close(fd)
 
-    def _load(self) -> tuple[list[RunFrame], int, int, int]:
-        """(frames, acked seq, last seq, acked frames in the file) from an existing spool; cuts a torn
-        last line off the file."""
+    def _load(self) -> tuple[list[RunFrame], list[str], int, int, int]:
+        """(unacked frames, their lines, acked seq, last seq, acked frames in the file) from an
+        existing spool; cuts a torn last line off the file."""
         frames: list[RunFrame] = []
+        lines: list[str] = []
         acked = last = 0
         if not self.path.exists():
-            return frames, acked, last, 0
+            return frames, lines, acked, last, 0
         with open(self.path, "rb") as f:
             data = f.read()
         complete = data.rfind(b"\n") + 1
@@ -201,6 +237,8 @@ class RunSpool:
             if not isinstance(frame, RunFrame) or frame.run_id != self.run_id:
                 raise SpoolError(f"{self.path} line {number} is not a frame of run {self.run_id}")
             frames.append(frame)
+            lines.append(raw.decode("utf-8"))
             last = max(last, frame.seq)
         acked_lines = sum(1 for f in frames if f.seq <= acked)
-        return [f for f in frames if f.seq > acked], acked, max(last, acked), acked_lines
+        kept = [(f, t) for f, t in zip(frames, lines) if f.seq > acked]
+        return [f for f, _ in kept], [t for _, t in kept], acked, max(last, acked), acked_lines

@@ -13,10 +13,11 @@ closing event, `execution_complete` (succeeded), `execution_error` (failed) or
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
+
+from .compact_json import dumps_strict
 
 EXECUTION_START = "execution_start"
 EXECUTION_COMPLETE = "execution_complete"
@@ -79,8 +80,9 @@ def jsonable(value: Any, _depth: int = 0) -> Any:
 
 
 def encode(payload: dict[str, Any]) -> str:
-    """The stored form of a payload: compact JSON."""
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """The stored form of a payload: compact JSON (json.dumps with separators=(",", ":"),
+    ensure_ascii=False, allow_nan=False; see compact_json for why not json.dumps itself)."""
+    return dumps_strict(payload)
 
 
 def cap_payload(payload: dict[str, Any], cap_bytes: int) -> dict[str, Any]:

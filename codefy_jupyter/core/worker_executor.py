@@ -342,6 +342,24 @@ class WorkerExecutor:
     def frame(self, worker: Worker, frame: RunFrame, link_id: int) -> Awaitable[None] | None:
         """Record one per-run frame. Returns something to await before reading the socket again
         when the run's inbox is over its bound (TCP then paces the agent), else None."""
+        run = self._record(worker, frame, link_id)
+        return run.drained.wait() if run is not None else None
+
+    def frames(self, worker: Worker, frames: list[RunFrame], link_id: int) -> Awaitable[None] | None:
+        """Record the per-run frames of one message (a batch), in order, as `frame` would one by one;
+        what to await covers every run the batch filled past its bound."""
+        paused: dict[str, _WorkerRun] = {}
+        record = self._record
+        for frame in frames:
+            run = record(worker, frame, link_id)
+            if run is not None:
+                paused[run.run_id] = run
+        if not paused:
+            return None
+        return _all_drained(list(paused.values()))
+
+    def _record(self, worker: Worker, frame: RunFrame, link_id: int) -> _WorkerRun | None:
+        """`frame`'s work; returns the run when its inbox is over its bound (reading must pause)."""
         run = self._runs.get(frame.run_id)
         if run is None or run.worker != worker.name:
             self._stray(worker, frame, link_id)
@@ -374,7 +392,7 @@ class WorkerExecutor:
         if not run.paused and should_pause_reading(run.inbox.unprocessed, paused=False, limit=self.max_inbox):
             run.paused = True
             run.drained.clear()
-        return run.drained.wait() if run.paused else None
+        return run if run.paused else None
 
     def _ensure_started(self, run: _WorkerRun) -> None:
         if run.started:
@@ -623,6 +641,11 @@ class WorkerExecutor:
 
     def graceful_shutdown(self) -> None:
         self.closing = True
+
+
+async def _all_drained(runs: list[_WorkerRun]) -> None:
+    for run in runs:
+        await run.drained.wait()
 
 
 def _event_of(run_id: str, raw: dict[str, Any]) -> ev.RunEvent | None:

@@ -19,6 +19,14 @@ features are negotiated through `capabilities` (the agent offers in `hello`, the
 answers the intersection in `welcome`, see `negotiate`); `PROTOCOL_VERSION` changes only for a
 change the other side would misread.
 
+Batches (capability `batch`, ours, not the seed's): once both sides list it, the agent may send
+several per-run frames in one WebSocket message, `{"type": "batch", "frames": [frame, ...]}`, each
+item exactly the object it would send alone (`encode_batch` joins already encoded frames, so nothing
+is encoded twice). The control plane reads them in order as if they had come one by one (`unpack`);
+one malformed item is refused alone, with its index in the path (`batch.frames[3].seq`). A peer
+without the capability never sees a batch, so it still works frame by frame. Why: one message per
+frame costs both ends more (WebSocket framing, a callback and a task per message) than the frame.
+
 Errors: `ProtocolError` is "the peer sent something wrong" (a malformed frame), with a `code` and
 the `path` of the offending field, e.g. `ProtocolError("bad_field", ..., path="hello.devices[1]")`.
 Mistakes of our own side (encoding a frame with a wrong field type, acking past what was sent to us)
@@ -34,7 +42,9 @@ import types
 import typing
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterable, Union
+from typing import Any, Callable, ClassVar, Iterable, Sequence, Union
+
+from . import compact_json
 
 # 3: as the seed (ack came with 2, mount fields with 3). Bump only for a change the other side
 # would misread; new optional features are capabilities instead.
@@ -62,11 +72,16 @@ KILL_AFTER_TERMINATE_S = 5.0
 # Every capability the seed names. A capability is used only when both sides list it.
 KNOWN_CAPABILITIES: frozenset[str] = frozenset({
     "ack", "mounts", "transfer", "memory_budget", "one_shot", "s3", "record_outputs", "instances",
-    "run_facts",
+    "run_facts", "batch",
 })
 # What this version of the code implements (storage, recorded outputs, memory sharing and ddp come
 # later and add themselves here).
-SUPPORTED_CAPABILITIES: frozenset[str] = frozenset({"ack", "one_shot", "instances", "run_facts"})
+SUPPORTED_CAPABILITIES: frozenset[str] = frozenset({"ack", "one_shot", "instances", "run_facts", "batch"})
+
+# A batch's bounds (the sender's; the receiver takes any batch under MAX_FRAME_BYTES). Small enough
+# that one batch never gets near the inbox bound (INBOX_MAX_FRAMES) nor holds the loop for long.
+BATCH_MAX_FRAMES = 512
+BATCH_MAX_BYTES = 1024 * 1024
 
 
 def negotiate(offered: Iterable[str], supported: Iterable[str] = SUPPORTED_CAPABILITIES) -> list[str]:
@@ -315,10 +330,22 @@ class Ack(Frame):
     seq: int
 
 
+@dataclass(frozen=True, kw_only=True)
+class Batch(Frame):
+    """Several per-run frames in one message (capability `batch`; see the module's docstring). Each
+    item is a frame object as it would be sent alone; `unpack` validates them one by one."""
+
+    type: ClassVar[str] = "batch"
+    sender: ClassVar[str] = "agent"
+    frames: list[Any]
+
+
 AGENT_FRAMES: tuple[type[Frame], ...] = (Hello, Heartbeat, RunAlive, RunStarted, Event, Metrics, Artifact,
                                          RunWarning, RunFacts, RunFinished)
 SERVER_FRAMES: tuple[type[Frame], ...] = (Welcome, Reject, Assign, Cancel, Drain, Ack)
-FRAME_TYPES: dict[str, type[Frame]] = {cls.type: cls for cls in AGENT_FRAMES + SERVER_FRAMES}
+# Frames of negotiated capabilities (not in the seed's table).
+CAPABILITY_FRAMES: tuple[type[Frame], ...] = (Batch,)
+FRAME_TYPES: dict[str, type[Frame]] = {cls.type: cls for cls in AGENT_FRAMES + SERVER_FRAMES + CAPABILITY_FRAMES}
 RUN_FINISHED_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 
 
@@ -450,6 +477,8 @@ def _check_values(frame: Frame) -> None:
             raise ProtocolError("bad_value", f"must be a finite number >= 0, got {value}", path=f"{t}.{name}")
     if isinstance(frame, Welcome) and frame.heartbeat_s <= 0:
         raise ProtocolError("bad_value", "must be above 0", path="welcome.heartbeat_s")
+    if isinstance(frame, Batch) and not frame.frames:
+        raise ProtocolError("bad_value", "must hold at least one frame", path="batch.frames")
 
 
 def check_frame_size(data: str | bytes) -> None:
@@ -479,9 +508,53 @@ def decode(data: str | bytes, *, sender: str | None = None) -> Frame:
     return from_dict(raw, sender=sender)
 
 
+def _built(cls: type[Frame], values: dict[str, Any]) -> Any:
+    """`cls(**values)` for values that were checked and name every field: a frozen dataclass's
+    __init__ sets each field through object.__setattr__, which costs more than the checks."""
+    frame = object.__new__(cls)
+    frame.__dict__.update(values)
+    return frame
+
+
+def numbered(frame: RunFrame, seq: int) -> RunFrame:
+    """A copy of a per-run frame with `seq` (`dataclasses.replace(frame, seq=seq)` without its
+    per-call cost: frames have plain fields and no __post_init__)."""
+    copy = object.__new__(type(frame))
+    fields = copy.__dict__
+    fields.update(frame.__dict__)
+    fields["seq"] = seq
+    return copy
+
+
+def _fast_event(raw: dict[str, Any]) -> Frame | None:
+    # The frame of nearly every message: the generic checks below, spelled out. Anything they would
+    # refuse (or just not a plain case) returns None and goes the generic way, for its error.
+    run_id, seq, event = raw.get("run_id"), raw.get("seq"), raw.get("event")
+    if type(run_id) is str and run_id and type(seq) is int and seq >= 1 and type(event) is dict:
+        return _built(Event, {"run_id": run_id, "seq": seq, "event": event})
+    return None
+
+
+def _fast_metrics(raw: dict[str, Any]) -> Frame | None:
+    run_id, seq, points = raw.get("run_id"), raw.get("seq"), raw.get("points")
+    if (type(run_id) is str and run_id and type(seq) is int and seq >= 1 and type(points) is list
+            and all(type(p) is dict for p in points)):
+        return _built(Metrics, {"run_id": run_id, "seq": seq, "points": points})
+    return None
+
+
+_FAST_AGENT_FRAMES: dict[str, Callable[[dict[str, Any]], Frame | None]] = {
+    "event": _fast_event, "metrics": _fast_metrics}
+
+
 def from_dict(raw: dict[str, Any], *, sender: str | None = None) -> Frame:
     """Validate an already-parsed frame object (see `decode`)."""
     t = raw.get("type")
+    fast = _FAST_AGENT_FRAMES.get(t) if sender != "server" else None  # type: ignore[arg-type]
+    if fast is not None:
+        frame = fast(raw)
+        if frame is not None:
+            return frame
     if t is None:
         raise ProtocolError("missing_type", "frame has no type", path="type")
     if type(t) is not str:
@@ -515,10 +588,20 @@ def to_dict(frame: Frame) -> dict[str, Any]:
     return out
 
 
+# json.dumps(obj, separators=(",", ":"), ensure_ascii=False), without building an encoder per call.
+_dumps = compact_json.dumps
+
+
 def encode(frame: Frame) -> str:
     """One frame as a single-line JSON text (safe to append to a JSONL spool). Checks the frame the
     way `decode` will (a wrong field type is our bug: ValueError) and its size (ProtocolError
     `frame_too_large`, so an oversized event can be turned into a warning by the caller)."""
+    if type(frame) is Event:  # the hot frame: the generic checks spelled out, the same text
+        run_id, seq, event = frame.run_id, frame.seq, frame.event
+        if type(run_id) is str and run_id and type(seq) is int and seq >= 1 and type(event) is dict:
+            text = _dumps({"type": "event", "run_id": run_id, "seq": seq, "event": event})
+            check_frame_size(text)
+            return text
     if not isinstance(frame, Frame) or not frame.type:
         raise TypeError(f"not a frame: {frame!r}")
     obj = to_dict(frame)
@@ -529,9 +612,51 @@ def encode(frame: Frame) -> str:
         _check_values(frame)
     except ProtocolError as err:
         raise ValueError(f"cannot encode {frame.type}: {err}") from None
-    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    text = _dumps(obj)
     check_frame_size(text)
     return text
+
+
+def encode_batch(texts: Sequence[str]) -> str:
+    """A `batch` message of frames already encoded with `encode` (joined, not encoded again). The
+    caller keeps it within BATCH_MAX_FRAMES / BATCH_MAX_BYTES."""
+    if not texts:
+        raise ValueError("a batch holds at least one frame")
+    return '{"type":"batch","frames":[' + ",".join(texts) + "]}"
+
+
+def unpack(batch: Batch) -> list[Frame | ProtocolError]:
+    """A batch's frames in order, each validated as if it had come alone (sender: the agent), or
+    the ProtocolError that refuses it, its path inside the batch (`batch.frames[3].seq`). A batch
+    holds per-run frames only."""
+    out: list[Frame | ProtocolError] = []
+    for i, raw in enumerate(batch.frames):
+        try:
+            if type(raw) is not dict:
+                raise ProtocolError("bad_field", f"expected an object, got {_kind(raw)}", path="")
+            frame = from_dict(raw, sender="agent")
+            if not isinstance(frame, RunFrame):
+                raise ProtocolError("bad_value", f"a batch holds per-run frames only, not {frame.type!r}",
+                                    path="type")
+            out.append(frame)
+        except ProtocolError as err:
+            out.append(_within_batch(err, i))
+    return out
+
+
+def _within_batch(err: ProtocolError, index: int) -> ProtocolError:
+    # An item's own path starts with its type (`event.seq`) or is `type`; inside a batch it is named
+    # by its index instead: `batch.frames[3].seq`, `batch.frames[3].type`, `batch.frames[3]`.
+    prefix = f"batch.frames[{index}]"
+    path = err.path
+    if path in (None, ""):
+        where = prefix
+    elif path == "type":
+        where = f"{prefix}.type"
+    else:
+        head, dot, rest = path.partition(".")
+        where = f"{prefix}.{rest}" if dot else f"{prefix}{path[len(head):]}"
+    return ProtocolError(err.code, err.reason, path=where)
 
 
 # -- reliable delivery: the agent's side ------------------------------------------------------------
@@ -565,9 +690,20 @@ class Outbox:
         if frame.run_id != self.run_id:
             raise ValueError(f"frame for run {frame.run_id!r} added to the outbox of run {self.run_id!r}")
         self.last_seq += 1
-        numbered = dataclasses.replace(frame, seq=self.last_seq)
-        self._frames.append(numbered)
-        return numbered
+        copy = numbered(frame, self.last_seq)
+        self._frames.append(copy)
+        return copy
+
+    def add_numbered(self, frame: RunFrame) -> RunFrame:
+        """Keep a frame the caller already numbered with this run's next seq (`last_seq + 1`), e.g.
+        to encode it before it takes the seq."""
+        if frame.run_id != self.run_id:
+            raise ValueError(f"frame for run {frame.run_id!r} added to the outbox of run {self.run_id!r}")
+        if frame.seq != self.last_seq + 1:
+            raise ValueError(f"run {self.run_id}: frame numbered {frame.seq}, the next seq is {self.last_seq + 1}")
+        self.last_seq = frame.seq
+        self._frames.append(frame)
+        return frame
 
     def ack(self, seq: int) -> int:
         """Drop every frame up to `seq`; returns how many were dropped. A stale ack (at or below an

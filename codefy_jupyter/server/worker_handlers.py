@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from typing import Any
+from typing import Any, Awaitable
 
 from jupyter_server.auth.decorator import allow_unauthenticated, authorized
 from jupyter_server.base.handlers import JupyterHandler
@@ -30,7 +30,7 @@ from ..core.errors import NotFound, ServiceError
 from ..core.run_service import RunService
 from ..core.worker_handshake import Credential
 from ..core.worker_protocol import (
-    HELLO_TIMEOUT_S, MAX_FRAME_BYTES, Frame, Hello, ProtocolError, Reject, decode, encode,
+    HELLO_TIMEOUT_S, MAX_FRAME_BYTES, Batch, Frame, Hello, ProtocolError, Reject, RunFrame, decode, encode, unpack,
 )
 from ..core.worker_service import (
     CLOSE_CREDENTIALS, CLOSE_HELLO_TIMEOUT, CLOSE_HOST_ORIGIN, CLOSE_REJECTED,
@@ -146,9 +146,12 @@ class WorkerSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHan
         self.send(Reject(code=code, message=message, params=params))
         self.close(close_code, message[:120])
 
-    async def on_message(self, message: str | bytes) -> None:
+    def on_message(self, message: str | bytes) -> Awaitable[None] | None:
+        """Not a coroutine: tornado reads the next message at once when this returns None, and only
+        awaits what it returns (the hello's judgement, or a full inbox draining: TCP then paces the
+        agent). A task per message would cost more than most frames."""
         if self._refusal is not None:
-            return
+            return None
         try:
             frame = decode(message, sender="agent")
         except ProtocolError as err:
@@ -156,13 +159,31 @@ class WorkerSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHan
                 self._reject(err.code, str(err), {"path": err.path})
             else:
                 self._bad_frame(err, message)
-            return
+            return None
         if self._worker is None:
-            await self._hello(frame)
-            return
-        wait = self.service.workers.frame(self._worker, frame, self)
-        if wait is not None:
-            await wait  # the run's inbox is full: stop reading until it drains (TCP paces the agent)
+            return self._hello(frame)
+        if type(frame) is Batch:
+            return self._batch(frame)
+        return self.service.workers.frame(self._worker, frame, self)
+
+    def _batch(self, batch: Batch) -> Awaitable[None] | None:
+        """A batch's frames, in order, as if they had come one by one; a malformed one is dropped alone."""
+        frames: list[RunFrame] = []
+        waits: list[Awaitable[None]] = []
+        for item, raw in zip(unpack(batch), batch.frames):
+            if isinstance(item, ProtocolError):
+                if frames:  # what came before it is recorded before its warning
+                    waits.append(self.service.workers.frames(self._worker, frames, self))
+                    frames = []
+                self._bad_frame(item, raw)
+            else:
+                frames.append(item)  # type: ignore[arg-type]
+        if frames:
+            waits.append(self.service.workers.frames(self._worker, frames, self))
+        waits = [w for w in waits if w is not None]
+        if not waits:
+            return None
+        return waits[0] if len(waits) == 1 else asyncio.gather(*waits)
 
     async def _hello(self, frame: Frame) -> None:
         if not isinstance(frame, Hello):
@@ -183,7 +204,7 @@ class WorkerSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHan
         self.send(reply)
         self.service.workers.connected(worker)
 
-    def _bad_frame(self, err: ProtocolError, message: str | bytes) -> None:
+    def _bad_frame(self, err: ProtocolError, message: str | bytes | Any) -> None:
         """A malformed frame after the hello: dropped (the agent keeps it spooled), and said so in
         the server log and, when it names a run of this worker, in that run's log."""
         log.warning("codefy: worker %s sent a malformed frame (%s): %s", self._worker.name, err.code, err)
@@ -212,13 +233,17 @@ class WorkerSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHan
         self.service.workers.closed(worker.name, self, reason)
 
 
-def _run_id_of(message: str | bytes) -> str | None:
+def _run_id_of(message: str | bytes | Any) -> str | None:
+    """The run a malformed frame names, if any (`message`: its text, or a batch item as parsed)."""
     import json
 
-    try:
-        raw = json.loads(message)
-    except (ValueError, UnicodeDecodeError):
-        return None
+    if isinstance(message, (str, bytes)):
+        try:
+            raw = json.loads(message)
+        except (ValueError, UnicodeDecodeError):
+            return None
+    else:
+        raw = message
     run_id = raw.get("run_id") if isinstance(raw, dict) else None
     return run_id if isinstance(run_id, str) else None
 

@@ -543,6 +543,40 @@ async def test_malformed_and_stray_frames_lose_nothing(jp_fetch, agent_factory):
     assert events[1]["payload"]["params"]["path"] == "event.event"
 
 
+async def test_a_batch_is_recorded_as_its_frames_one_by_one_and_a_bad_item_alone_is_dropped(jp_fetch, agent_factory):
+    agent = await agent_factory("box", capabilities=["ack", "batch"])
+    run = await submit_to(jp_fetch, "box")
+    rid = run["id"]
+    await agent.expect(wp.Assign)
+
+    def numbered(frame: wp.RunFrame, seq: int) -> str:
+        return wp.encode(wp.numbered(frame, seq))
+
+    await agent.send_raw(wp.encode_batch([
+        numbered(wp.RunStarted(run_id=rid, pid=7), 1),
+        numbered(wp.Event(run_id=rid, event=node_event("a", "done")), 2),
+        json.dumps({"type": "event", "run_id": rid, "seq": 3}),  # no event field
+        numbered(wp.Event(run_id="not-a-run", event=node_event("x", "done")), 1),
+        numbered(wp.Metrics(run_id=rid, points=[{"name": "loss", "value": 0.5, "step": 1}]), 3),
+    ]))
+    stray = await agent.expect(wp.Cancel)
+    assert stray.run_id == "not-a-run"
+    await agent.until_ack(rid, 3)
+    # A peer may send single frames and batches on one connection; a batch of one is fine too.
+    await agent.send_raw(wp.encode_batch([numbered(wp.Event(run_id=rid, event=node_event("b", "done")), 4)]))
+    await agent.run_frame(wp.RunFinished(run_id=rid, status="succeeded"), seq=5)
+    await wait_status(jp_fetch, rid, {"succeeded"})
+    events = await all_events(jp_fetch, rid)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert [e["type"] for e in events] == ["execution_start", "node_status", "run_warning", "metric", "node_status",
+                                           "execution_complete"]
+    assert events[2]["payload"]["code"] == "worker_bad_frame"
+    assert events[2]["payload"]["params"]["path"] == "batch.frames[2].event"
+    await agent.until_ack(rid, 5)
+    code, listing = await call(jp_fetch, "api", "workers")
+    assert "batch" in listing["workers"][0]["capabilities"]
+
+
 @settings(worker_one_shot_queue_timeout_s=1)
 async def test_a_run_for_the_one_shot_pool_fails_when_none_takes_it_in_time(jp_fetch, agent_factory):
     await agent_factory("box")  # an ordinary worker: the pool never uses it

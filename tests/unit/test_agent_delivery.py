@@ -7,7 +7,9 @@ import asyncio
 import json
 
 from codefy_jupyter.agent.delivery import Deliveries
-from codefy_jupyter.core.worker_protocol import MAX_FRAME_BYTES, Event, RunFinished, RunStarted, decode
+from codefy_jupyter.core.worker_protocol import (
+    BATCH_MAX_BYTES, BATCH_MAX_FRAMES, MAX_FRAME_BYTES, Batch, Event, RunFinished, RunStarted, decode, unpack,
+)
 
 
 def event(run_id: str, n: int) -> Event:
@@ -131,5 +133,89 @@ def test_a_frame_too_large_to_send_becomes_a_warning(tmp_path):
         assert frame.type == "warning" and frame.code == "worker_frame_too_large" and frame.seq == 1
         line = (tmp_path / "r1" / "spool.jsonl").read_text().splitlines()[0]
         assert json.loads(line)["type"] == "warning"
+
+    run(scenario())
+
+
+class BatchWire(Wire):
+    """A connection that negotiated `batch`: records each message and unpacks batches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def send(self, text: str) -> None:
+        self.messages.append(text)
+        frame = decode(text, sender="agent")
+        self.sent.extend(unpack(frame) if isinstance(frame, Batch) else [frame])
+
+
+def test_with_batch_the_frames_of_one_loop_turn_go_as_one_message_after_they_are_spooled(tmp_path):
+    async def scenario() -> None:
+        d = deliveries(tmp_path, "box")
+        wire = BatchWire()
+        assert await d.connected(wire.send, wire.drain, batch=True) == 0
+        d.add("r1", RunStarted(run_id="r1", pid=1))
+        for n in range(3):
+            d.add("r1", event("r1", n))
+        d.add("r2", event("r2", 0))
+        assert wire.sent == []  # at the end of this turn
+        await asyncio.sleep(0)
+        assert len(wire.messages) == 1 and json.loads(wire.messages[0])["type"] == "batch"
+        assert wire.seqs("r1") == [1, 2, 3, 4] and wire.seqs("r2") == [1]
+        # Everything sent was on disk first.
+        spooled = [decode(line) for line in (tmp_path / "r1" / "spool.jsonl").read_text().splitlines()]
+        assert spooled == [f for f in wire.sent if f.run_id == "r1"]
+        d.add("r1", event("r1", 3))  # alone in its turn: an ordinary frame
+        await asyncio.sleep(0)
+        assert decode(wire.messages[-1]).type == "event" and wire.seqs("r1")[-1] == 5
+
+    run(scenario())
+
+
+def test_with_batch_a_batch_is_bounded_and_a_replay_goes_in_batches(tmp_path):
+    async def scenario() -> None:
+        d = deliveries(tmp_path, "box")
+        for n in range(BATCH_MAX_FRAMES + 10):
+            d.add("r1", event("r1", n))
+        wire = BatchWire()
+        assert await d.connected(wire.send, wire.drain, batch=True) == BATCH_MAX_FRAMES + 10
+        assert [len(unpack(decode(m))) for m in wire.messages] == [BATCH_MAX_FRAMES, 10]
+        assert wire.seqs("r1") == list(range(1, BATCH_MAX_FRAMES + 11))
+        wire.messages.clear()
+        for n in range(BATCH_MAX_FRAMES + 1):  # live, in one turn: a full batch goes at once
+            d.add("r2", event("r2", n))
+        assert [len(unpack(decode(m))) for m in wire.messages] == [BATCH_MAX_FRAMES]
+        await asyncio.sleep(0)
+        assert decode(wire.messages[-1]).seq == BATCH_MAX_FRAMES + 1
+        big = "x" * (BATCH_MAX_BYTES // 2)
+        d.add("r3", Event(run_id="r3", event={"type": "progress", "payload": {"blob": big}}))
+        d.add("r3", Event(run_id="r3", event={"type": "progress", "payload": {"blob": big}}))
+        d.add("r3", event("r3", 2))
+        await asyncio.sleep(0)
+        assert [decode(m).type for m in wire.messages[-2:]] == ["event", "batch"]  # bytes bound the batch too
+        assert wire.seqs("r3") == [1, 2, 3]
+
+    run(scenario())
+
+
+def test_with_batch_frames_queued_when_the_connection_drops_are_spooled_and_replayed(tmp_path):
+    async def scenario() -> None:
+        d = deliveries(tmp_path, "box")
+        first = BatchWire()
+        await d.connected(first.send, first.drain, batch=True)
+        d.add("r1", event("r1", 0))
+        d.add("r1", event("r1", 1))
+        d.disconnected()  # before the end of the turn: nothing was sent, all is on disk
+        await asyncio.sleep(0)
+        assert first.sent == []
+        assert len((tmp_path / "r1" / "spool.jsonl").read_text().splitlines()) == 2
+        second = BatchWire()
+        assert await d.connected(second.send, second.drain, batch=True) == 2
+        assert second.seqs("r1") == [1, 2]
+        d.ack("r1", 2)
+        d.add("r1", RunFinished(run_id="r1", status="succeeded"))
+        d.close()  # closing writes what a batch still held
+        assert decode((tmp_path / "r1" / "spool.jsonl").read_text().splitlines()[-1]).seq == 3
 
     run(scenario())

@@ -199,6 +199,42 @@ def test_restart_mid_stream_replays_exactly_the_unacked_frames(tmp_path):
     spool.close()
 
 
+def test_a_replay_sends_the_spooled_text_and_compaction_keeps_it(tmp_path):
+    spool = RunSpool.open(tmp_path, "r1", compact_after=3)
+    spool.add_many([ev(i) for i in range(6)])
+    on_disk = lines(spool)
+    assert spool.encoded_after(0) == list(enumerate(on_disk, start=1))
+    assert spool.encoded_after(4) == [(5, on_disk[4]), (6, on_disk[5])] and spool.encoded_after(6) == []
+    spool.ack(3)  # 3 acked >= 3 unacked: compacted, the texts written back as they were
+    assert lines(spool)[1:] == on_disk[3:] and spool.encoded_after(0) == [(4, on_disk[3]), (5, on_disk[4]),
+                                                                            (6, on_disk[5])]
+    spool.close()
+    again = RunSpool.open(tmp_path, "r1")
+    assert again.encoded_after(0) == [(4, on_disk[3]), (5, on_disk[4]), (6, on_disk[5])]
+    again.close()
+
+
+def test_deferred_lines_are_written_before_anything_after_them(tmp_path):
+    spool = RunSpool.open(tmp_path, "r1")
+    spool.add(ev(0))
+    ((second, text),) = spool.add_many_encoded([ev(1)], defer=True)
+    spool.add_many_encoded([ev(2)], defer=True)
+    assert second.seq == 2 and text == encode(second) and len(lines(spool)) == 1  # not on disk yet
+    spool.write_deferred()
+    assert [decode(line).seq for line in lines(spool)] == [1, 2, 3]
+    spool.add_many_encoded([ev(3)], defer=True)
+    spool.ack(2)  # an ack marker goes after the frame kept back, never before it
+    assert [json.loads(line).get("seq", "ack") for line in lines(spool)] == [1, 2, 3, 4, "ack"]
+    spool.add_many_encoded([ev(4)], defer=True)
+    spool.close()  # closing writes what was kept back
+    again = RunSpool.open(tmp_path, "r1")
+    assert [f.seq for f in again.unacked()] == [3, 4, 5]
+    again.add_many_encoded([ev(5)], defer=True)
+    again.compact()  # compaction writes every unacked frame, the deferred one once
+    again.close()
+    assert [json.loads(line).get("seq", "ack") for line in lines(again)] == ["ack", 3, 4, 5, 6]
+
+
 def test_the_agent_side_imports_neither_torch_nor_the_server():
     import subprocess
     import sys

@@ -87,6 +87,46 @@ async def test_a_full_inbox_pauses_reading_until_its_frames_are_recorded(tmp_pat
         await store.close()
 
 
+async def test_a_batch_is_recorded_in_order_and_pauses_reading_once_past_the_bound(tmp_path):
+    store = await Store.open(tmp_path / "db.sqlite")
+    service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)
+    await service.start()
+    try:
+        workers = service.workers
+        workers.executor.max_inbox = 5
+        catalog = service.registry.catalog()
+        link = Link()
+        hello = Hello(name="box", version=__version__, protocol_version=PROTOCOL_VERSION,
+                      catalog_hash=catalog["hash"], node_types=catalog["types"], devices=[{"device": "cpu"}],
+                      capabilities=["ack", "batch"])
+        _, worker = await workers.hello(hello, Credential("server", "server"), link, loopback=True)
+        workers.connected(worker)
+        run = await service.submit({"graph": SMALL, "options": {"target": {"worker": "box"}}})
+        rid = run["id"]
+        await until(lambda: any(isinstance(f, Assign) for f in link.frames))
+
+        assert workers.frames(worker, [RunStarted(run_id=rid, seq=1), Event(run_id=rid, seq=2, event=event(2))],
+                              link) is None  # under the bound: read on
+        # 2 again (a duplicate), a stray run's frame, then enough to pass the bound: one wait for it all.
+        batch = [Event(run_id=rid, seq=2, event=event(2)), Event(run_id="gone", seq=1, event=event(0))]
+        batch += [Event(run_id=rid, seq=i, event=event(i)) for i in range(3, 12)]
+        wait = workers.frames(worker, batch, link)
+        assert wait is not None
+        await asyncio.wait_for(wait, 10)
+        inbox = workers.executor._runs[rid].inbox
+        assert inbox.persisted_seq == 11 and inbox.duplicates == 1
+        assert any(isinstance(f, Cancel) and f.run_id == "gone" for f in link.frames)
+        workers.frame(worker, RunFinished(run_id=rid, status="succeeded", seq=12), link)
+        await until(lambda: service._known_status(rid) == "succeeded")
+        events, _, more = await store.read_events(rid)
+        assert not more
+        nodes = [e.payload["node_id"] for e in events if e.type == "node_status"]
+        assert nodes == [f"n{i}" for i in range(2, 12)]  # in order, nothing twice
+    finally:
+        await service.shutdown()
+        await store.close()
+
+
 async def test_a_graceful_shutdown_stops_worker_runs_and_closes_their_connections(tmp_path):
     store = await Store.open(tmp_path / "db.sqlite")
     service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)

@@ -490,3 +490,84 @@ def test_frames_are_immutable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         frame.worker_id = "w2"  # type: ignore[misc]
     assert RunAlive().runs == {}
+
+
+# -- batches (capability `batch`) ---------------------------------------------------------------------
+
+def test_batch_is_a_negotiated_capability_outside_the_seeds_table():
+    assert "batch" in wp.SUPPORTED_CAPABILITIES and "batch" in wp.KNOWN_CAPABILITIES
+    assert wp.negotiate(["ack"]) == ["ack"]  # an agent that does not offer it never gets batches
+    assert wp.Batch not in wp.AGENT_FRAMES and wp.FRAME_TYPES["batch"] is wp.Batch
+
+
+def test_a_batch_joins_encoded_frames_and_unpacks_to_the_same_frames_in_order():
+    frames_ = [Event(run_id="r1", seq=i, event={"type": "progress", "payload": {"value": i, "é": "\n"}})
+               for i in range(1, 4)] + [RunFinished(run_id="r2", seq=1, status="succeeded")]
+    text = wp.encode_batch([wp.encode(f) for f in frames_])
+    batch = wp.decode(text, sender="agent")
+    assert isinstance(batch, wp.Batch)
+    assert wp.unpack(batch) == frames_
+    assert json.loads(text)["frames"][0] == json.loads(wp.encode(frames_[0]))
+    with pytest.raises(ValueError):
+        wp.encode_batch([])
+    _refused({"type": "batch", "frames": []}, "bad_value", "batch.frames")
+    _refused({"type": "batch", "frames": {}}, "bad_field", "batch.frames")
+    _refused({"type": "batch"}, "missing_field", "batch.frames")
+    _refused({"type": "batch", "frames": [{"type": "ack", "run_id": "r", "seq": 1}]}, "wrong_direction", "type",
+             sender="server")
+
+
+def test_a_malformed_item_is_refused_alone_with_its_index_in_the_path():
+    good = json.loads(wp.encode(Event(run_id="r1", seq=1, event={})))
+    items = [good, {"type": "event", "run_id": "r1", "seq": 2}, 7, {"run_id": "r1"},
+             {"type": "heartbeat"}, {"type": "batch", "frames": [good]}, {"type": "ack", "run_id": "r", "seq": 1},
+             {"type": "metrics", "run_id": "r1", "seq": 3, "points": [{"name": "loss"}, 2.0]},
+             {"type": "event", "run_id": "r1", "seq": 0, "event": {}}, good | {"seq": 4}]
+    out = wp.unpack(wp.Batch(frames=items))
+    assert out[0] == Event(run_id="r1", seq=1, event={}) and out[-1] == Event(run_id="r1", seq=4, event={})
+    refused = [(e.code, e.path) for e in out[1:-1]]
+    assert refused == [
+        ("missing_field", "batch.frames[1].event"), ("bad_field", "batch.frames[2]"),
+        ("missing_type", "batch.frames[3].type"), ("bad_value", "batch.frames[4].type"),
+        ("bad_value", "batch.frames[5].type"), ("wrong_direction", "batch.frames[6].type"),
+        ("bad_field", "batch.frames[7].points[1]"), ("bad_value", "batch.frames[8].seq")]
+    assert all(isinstance(e, ProtocolError) and e.path in str(e) for e in out[1:-1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(run_id=_text, seq=st.integers(min_value=-2, max_value=2**53), event=_json, points=_json)
+def test_the_fast_paths_decide_as_the_generic_checks(run_id, seq, event, points):
+    # Event and metrics frames skip the generic field loop; what they accept and refuse must not change.
+    for raw in ({"type": "event", "run_id": run_id, "seq": seq, "event": event},
+                {"type": "metrics", "run_id": run_id, "seq": seq, "points": points},
+                {"type": "metrics", "run_id": run_id, "seq": seq, "points": [event]}):
+        fast = generic = None
+        try:
+            fast = wp.from_dict(raw, sender="agent")
+        except ProtocolError as err:
+            fast = (err.code, err.path)
+        try:
+            cls = wp.FRAME_TYPES[raw["type"]]
+            values = {s.name: s.check(raw[s.name], f"{cls.type}.{s.name}") for s in wp._specs(cls) if s.name in raw}
+            frame = cls(**values)
+            wp._check_values(frame)
+            generic = frame
+        except ProtocolError as err:
+            generic = (err.code, err.path)
+        assert fast == generic
+        if isinstance(fast, wp.Frame):
+            assert wp.decode(wp.encode(fast)) == fast
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                fast.seq = 1  # type: ignore[misc]
+
+
+def test_numbered_is_replace_with_a_seq_and_the_outbox_takes_numbered_frames():
+    frame = RunFinished(run_id="r1", status="failed", error={"code": "x"}, metrics={"loss": 1.0})
+    assert wp.numbered(frame, 7) == dataclasses.replace(frame, seq=7) and frame.seq == 0
+    box = Outbox("r1", last_seq=4)
+    assert box.add_numbered(wp.numbered(frame, 5)).seq == 5 and box.last_seq == 5
+    with pytest.raises(ValueError, match="next seq is 6"):
+        box.add_numbered(wp.numbered(frame, 7))
+    with pytest.raises(ValueError):
+        box.add_numbered(wp.numbered(RunFinished(run_id="r2", status="failed"), 6))
+    assert [f.seq for f in box.unacked()] == [5]
