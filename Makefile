@@ -19,7 +19,8 @@ $(STAMP): $(VENV)/bin/python pyproject.toml
 
 venv: $(STAMP)
 
-# A headless control plane, `codefy run examples/train_mlp.json` streamed to its end, then stopped.
+# A headless control plane and a local agent; examples/train_mlp.json run on each (`codefy run`, then
+# `codefy run --target any`), streamed to its end; both stopped.
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" examples/demo.sh
 
