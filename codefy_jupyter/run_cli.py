@@ -465,7 +465,8 @@ class RunWatcher:
         if kind == "execution_start":
             self._close_view()
             seeded = f", seed {payload['seed']}" if payload.get("seed") is not None else ""
-            _out(f"  ▸ started on {payload.get('device')}{seeded}")
+            where = f" (worker {payload['worker']})" if payload.get("worker") else ""
+            _out(f"  ▸ started on {payload.get('device')}{where}{seeded}")
             return
         if self.view is None:
             return

@@ -62,14 +62,15 @@ async def _ls(client: Any, args: argparse.Namespace) -> int:
             return None
 
     losses = await asyncio.gather(*(loss(r) for r in page["runs"]))
-    header = ("ID", "NAME", "STATUS", "DEVICE", "QUEUE", "STARTED", "DURATION", "LOSS")
+    header = ("ID", "NAME", "STATUS", "WHERE", "DEVICE", "QUEUE", "STARTED", "DURATION", "LOSS")
     rows = []
     for run, final in zip(page["runs"], losses):
         name = run.get("name") or "-"
         name = name if len(name) <= 32 else name[:31] + "…"
         queue = f"#{run['queue_position']}" if run.get("queue_position") else "-"
         device = ",".join(run.get("devices") or []) if len(run.get("devices") or []) > 1 else run.get("device")
-        rows.append((run["id"], name, run["status"], device or "-", queue, _time(run.get("started_at")),
+        where = run.get("worker_id") or ((run.get("options") or {}).get("target") or {}).get("worker") or "local"
+        rows.append((run["id"], name, run["status"], where, device or "-", queue, _time(run.get("started_at")),
                      _duration(run), _fmt(final) if final is not None else "-"))
     if rows:
         widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]

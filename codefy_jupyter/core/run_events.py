@@ -116,11 +116,16 @@ def cap_payload(payload: dict[str, Any], cap_bytes: int) -> dict[str, Any]:
 
 
 def execution_start(run_id: str, *, name: str | None, device: str, devices: list[str], seed: int | None,
-                    deterministic: bool, queue_key: str, started_at: float) -> RunEvent:
-    return RunEvent(EXECUTION_START, {
+                    deterministic: bool, queue_key: str, started_at: float, worker: str | None = None) -> RunEvent:
+    """`worker` names the worker a run executes on; a run on this server has no such key, so its
+    log is byte for byte what it was before workers existed."""
+    payload = {
         "run_id": run_id, "name": name, "device": device, "devices": list(devices), "seed": seed,
         "deterministic": deterministic, "queue_key": queue_key, "started_at": started_at,
-    })
+    }
+    if worker is not None:
+        payload["worker"] = worker
+    return RunEvent(EXECUTION_START, payload)
 
 
 def from_engine(run_id: str, event: dict[str, Any]) -> RunEvent | None:

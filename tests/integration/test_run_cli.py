@@ -322,7 +322,7 @@ def test_runs_ls_table_filter_paging_and_json(cli, finished):
     proc = cli("runs", "ls", "--limit", "2")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].split() == ["ID", "NAME", "STATUS", "DEVICE", "QUEUE", "STARTED", "DURATION", "LOSS"]
+    assert lines[0].split() == ["ID", "NAME", "STATUS", "WHERE", "DEVICE", "QUEUE", "STARTED", "DURATION", "LOSS"]
     code, page = api(cli.state, "GET", "runs?limit=1")
     assert re.fullmatch(rf"2 of {page['total']}", lines[-1])
     assert len(lines) == 4

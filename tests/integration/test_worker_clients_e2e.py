@@ -58,7 +58,12 @@ async def test_codefy_run_targets_a_worker_by_name_or_any(jp_fetch, agents, cont
     # The live view names where the run went.
     code, out, err = await codefy(control, server_token, "run", str(graph), "--target", "box")
     assert code == 0, err
-    assert "box" in out
+    assert "▸ started on cpu (worker box)" in out
+
+    code, out, err = await codefy(control, server_token, "runs", "ls", "--limit", "1")
+    assert code == 0, err
+    header, row = out.splitlines()[:2]
+    assert row.split()[header.split().index("WHERE")] == "box"
 
     code, out, err = await codefy(control, server_token, "run", str(graph), "--target", "nobody")
     assert code == 1
