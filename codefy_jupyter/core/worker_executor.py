@@ -407,11 +407,12 @@ class WorkerExecutor:
             resume = run.facts.get(RESUME) or {}
             event = ev.execution_start(run.run_id, name=None, device=resume.get("device", ""),
                                        devices=list(resume.get("devices") or ()), seed=None, deterministic=False,
-                                       queue_key=resume.get("queue_key", ""), started_at=now)
+                                       queue_key=resume.get("queue_key", ""), started_at=now, worker=run.worker)
         else:
             event = ev.execution_start(
                 run.run_id, name=spec.name, device=spec.device, devices=list(spec.devices or (spec.device,)),
-                seed=spec.seed, deterministic=spec.deterministic, queue_key=spec.queue_key, started_at=now)
+                seed=spec.seed, deterministic=spec.deterministic, queue_key=spec.queue_key, started_at=now,
+                worker=run.worker)
         self.host.events.emit(run.run_id, event)
 
     def _apply(self, run: _WorkerRun, frame: RunFrame) -> None:
