@@ -656,7 +656,10 @@ def _event_of(run_id: str, raw: dict[str, Any]) -> ev.RunEvent | None:
     if isinstance(raw.get("type"), str) and isinstance(raw.get("payload"), dict):
         if raw["type"] in _CONTROL_PLANE_TYPES:
             return None
-        return ev.RunEvent(raw["type"], {**raw["payload"], "run_id": run_id})
+        payload = raw["payload"]
+        if payload.get("run_id") != run_id:  # the child's builders name the run already: no copy then
+            payload = {**payload, "run_id": run_id}
+        return ev.RunEvent(raw["type"], payload)
     return ev.from_engine(run_id, raw)
 
 

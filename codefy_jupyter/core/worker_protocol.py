@@ -738,6 +738,11 @@ class Received:
     gap: tuple[int, int] | None = None
 
 
+# The usual answers, shared (Received is frozen): one allocation less per frame.
+_NEW = Received(True)
+_DUPLICATE = Received(False)
+
+
 class RunInbox:
     """The control plane's receiving state of one run (pure; the clock is injected).
 
@@ -783,13 +788,13 @@ class RunInbox:
             self._count += 1
             if seq <= self.acked_seq:  # the agent replays what we acked: it missed that ack
                 self._reack = True
-            return Received(False)
+            return _DUPLICATE
         gap = (self.last_seq + 1, seq - 1) if seq > self.last_seq + 1 else None
         if gap is not None:
             self.gaps.append(gap)
         self.last_seq = seq
         self._pending.append(seq)
-        return Received(True, gap)
+        return _NEW if gap is None else Received(True, gap)
 
     def persisted(self, seq: int) -> None:
         """Frames up to `seq` are durably recorded (monotonic; a lower seq is a no-op)."""
