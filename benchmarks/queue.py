@@ -6,7 +6,8 @@ free port in a temporary data dir, cpu limit raised (CODEFY_RUN_QUEUE_MAX_CONCUR
 Every run is the no-op graph Float -> Scale -> Scale on cpu (8 events: execution_start, six
 node_status, execution_complete), so what is measured is control-plane overhead.
 
-  1. `--subscribers` WebSockets on /codefy/ws/execution send {"type":"subscribe","all":true};
+  1. `--subscribers` WebSockets on /codefy/ws/execution send {"type":"subscribe","all":true}
+     (with `--batch`, also "batch":true: the events frames ready at once come in one message);
      `--warmup` uncounted runs then prove each one live (and warm the server).
   2. submit latency: `--runs` POSTs to /codefy/api/runs from `--concurrency` clients, each on its
      own keep-alive HTTP/1.1 connection (a minimal client on asyncio streams: tornado's
@@ -17,9 +18,10 @@ node_status, execution_complete), so what is measured is control-plane overhead.
      event, over (first submit -> that moment); total: all of them over (first submit -> the last
      subscriber done). Each run's log must arrive whole and gapless (seq 1, 2, ..., no duplicate).
   6. server RSS (psutil, the pid in server.json) after the warm-up and after the last run, peak
-     sampled every 0.25 s; server and client CPU seconds show who was busy.
+     sampled every 0.25 s; server and client CPU seconds show who was busy (and the server's
+     main thread alone: its event loop serves every request, socket and run).
 
-    python benchmarks/queue.py [--runs 2000] [--subscribers 10] [--concurrency 8] [--out FILE]
+    python benchmarks/queue.py [--runs 2000] [--subscribers 10] [--concurrency 8] [--batch] [--out FILE]
 """
 
 from __future__ import annotations
@@ -123,35 +125,43 @@ class Http:
 class Subscriber:
     """Follows every run; per run: events received, last seq, gaps, duplicates, when it closed."""
 
-    def __init__(self) -> None:
+    def __init__(self, batch: bool = False) -> None:
+        self.batch = batch
         self.runs: dict[str, list[int]] = {}  # run -> [events, last seq, gaps, dups, frames]
         self.closed: dict[str, float] = {}
         self.errors: list[Any] = []
+        self.messages = 0
 
     async def follow(self, state: dict[str, Any]) -> None:
         url = f"ws://127.0.0.1:{state['port']}{state['base_url']}codefy/ws/execution"
         ws = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {state['token']}"}))
-        await ws.write_message(json.dumps({"type": "subscribe", "all": True}))
+        subscribe = {"type": "subscribe", "all": True, **({"batch": True} if self.batch else {})}
+        await ws.write_message(json.dumps(subscribe))
         try:
             while (message := await ws.read_message()) is not None:
+                self.messages += 1
                 frame = json.loads(message)
-                if frame.get("type") != "events":
-                    self.errors.append(frame)
-                    continue
-                run = self.runs.setdefault(frame["run_id"], [0, 0, 0, 0, 0])
-                run[4] += 1
-                for event in frame["events"]:
-                    run[0] += 1
-                    seq = event["seq"]
-                    if seq <= run[1]:
-                        run[3] += 1
-                    else:
-                        run[2] += seq != run[1] + 1
-                        run[1] = seq
-                    if event["type"] in CLOSING:
-                        self.closed[frame["run_id"]] = time.perf_counter()
+                for f in frame["frames"] if frame.get("type") == "batch" else [frame]:
+                    self.take(f)
         finally:
             ws.close()
+
+    def take(self, frame: dict[str, Any]) -> None:
+        if frame.get("type") != "events":
+            self.errors.append(frame)
+            return
+        run = self.runs.setdefault(frame["run_id"], [0, 0, 0, 0, 0])
+        run[4] += 1
+        for event in frame["events"]:
+            run[0] += 1
+            seq = event["seq"]
+            if seq <= run[1]:
+                run[3] += 1
+            else:
+                run[2] += seq != run[1] + 1
+                run[1] = seq
+            if event["type"] in CLOSING:
+                self.closed[frame["run_id"]] = time.perf_counter()
 
 
 async def wait_until(check: Any, timeout: float, what: str) -> None:
@@ -169,6 +179,11 @@ def pct(values: list[float], p: float) -> float:
     return s[max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))]
 
 
+def loop_cpu(server: psutil.Process) -> float:
+    """CPU seconds of the server's main thread (its event loop: HTTP, WebSockets, the run service)."""
+    return next((t.user_time + t.system_time for t in server.threads() if t.id == server.pid), 0.0)
+
+
 def spread(values: list[float], scale: float = 1.0) -> dict[str, float]:
     return {"p50": round(pct(values, 50) * scale, 3), "p99": round(pct(values, 99) * scale, 3),
             "max": round(max(values) * scale, 3), "mean": round(sum(values) / len(values) * scale, 3)}
@@ -182,7 +197,7 @@ async def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, An
         status, page = await control.request("GET", "runs?status=queued,running&limit=1")
         return status == 200 and page["total"] == 0
 
-    subs = [Subscriber() for _ in range(args.subscribers)]
+    subs = [Subscriber(args.batch) for _ in range(args.subscribers)]
     followers = [asyncio.create_task(s.follow(state)) for s in subs]
     await asyncio.sleep(0.5)  # let the server take the subscribe frames
 
@@ -222,6 +237,7 @@ async def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, An
     await wait_until(idle, args.timeout, "the warm-up runs to finish")
 
     rss_before, cpu_before, client_cpu = server.memory_info().rss, server.cpu_times(), time.process_time()
+    loop_before = loop_cpu(server)
     peak = rss_before
 
     async def sample_rss() -> None:
@@ -240,7 +256,7 @@ async def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, An
     await wait_until(lambda: followed(measured), args.timeout, "the subscribers to see every run close")
     await wait_until(idle, args.timeout, "every run to finish")
     sampler.cancel()
-    rss_after, cpu_after = server.memory_info().rss, server.cpu_times()
+    rss_after, cpu_after, loop_after = server.memory_info().rss, server.cpu_times(), loop_cpu(server)
     client_cpu = time.process_time() - client_cpu
     for f in followers:
         f.cancel()
@@ -253,14 +269,14 @@ async def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, An
     mine = [rows[i] for i in ids if i in rows]
     e2e_s = max(r["finished_at"] for r in mine) - wall0
 
-    fanout: dict[str, Any] = {"subscribers": len(subs)}
+    fanout: dict[str, Any] = {"subscribers": len(subs), "batch_frames": args.batch}
     if subs:
         runs = [[s.runs.get(i, [0] * 5) for i in ids] for s in subs]
         sums = [sum(r[k] for rs in runs for r in rs) for k in range(5)]
         done = [max(s.closed[i] for i in ids) - t0 for s in subs]
         per_sub = [sum(r[0] for r in rs) / d for rs, d in zip(runs, done)]
         incomplete = sum(r[0] != r[1] for rs in runs for r in rs)  # gapless from seq 1: events == last seq
-        fanout.update(events=sums[0], frames=sums[4], events_per_run=round(sums[0] / len(subs) / len(ids), 2),
+        fanout.update(events=sums[0], frames=sums[4], messages=sum(s.messages for s in subs), events_per_run=round(sums[0] / len(subs) / len(ids), 2),
                       events_per_s_per_subscriber={"min": round(min(per_sub)), "max": round(max(per_sub))},
                       events_per_s_total=round(sums[0] / max(done)), lag_s=round(max(done) - e2e_s, 3),
                       gaps=sums[2], duplicates=sums[3], incomplete_runs=incomplete,
@@ -276,7 +292,8 @@ async def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, An
         "server": {"pid": state["pid"], "rss_before_mb": round(rss_before / MB, 1),
                    "rss_after_mb": round(rss_after / MB, 1), "rss_peak_mb": round(peak / MB, 1),
                    "rss_growth_mb": round((rss_after - rss_before) / MB, 1),
-                   "cpu_s": round(sum(cpu_after[:2]) - sum(cpu_before[:2]), 2)},
+                   "cpu_s": round(sum(cpu_after[:2]) - sum(cpu_before[:2]), 2),
+                   "loop_thread_cpu_s": round(loop_after - loop_before, 2)},
         "client_cpu_s": round(client_cpu, 2),
     }
 
@@ -307,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-limit", type=int, default=8, help="the cpu queue's concurrent runs (default 8)")
     ap.add_argument("--warmup", type=int, default=10, help="uncounted runs before measuring (default 10)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each phase (default 600)")
+    ap.add_argument("--batch", action="store_true",
+                    help='subscribers ask for batch frames ({"subscribe", "all": true, "batch": true}: the events '
+                         'frames ready at once arrive together) instead of one message per events frame')
     ap.add_argument("--out", help="also write the JSON to this file")
     args = ap.parse_args(argv)
     if args.runs < 1 or args.subscribers < 0 or args.concurrency < 1 or args.cpu_limit < 1 or args.warmup < 1:
@@ -319,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         "parameters": {"runs": args.runs, "subscribers": args.subscribers, "concurrency": args.concurrency,
                        "cpu_limit": args.cpu_limit, "warmup": args.warmup, "graph": "Float -> Scale -> Scale (cpu)",
                        "http_client": "keep-alive HTTP/1.1 on asyncio streams, one connection per client",
-                       "ws_client": "tornado websocket_connect"},
+                       "ws_client": "tornado websocket_connect",
+                       "ws_frames": "batch" if args.batch else "one message per events frame"},
         "targets": TARGETS,
         "met": verdict(results),
         "results": results,

@@ -1,10 +1,14 @@
 """The sink every run's events go through: seq in memory, payload cap, batched writes, wake-ups.
 
 `emit` is synchronous and cheap (it runs on the server's loop for every engine event): it gives
-the event the run's next seq, caps and encodes its payload, and queues it. One flusher task
-writes everything queued in one go (the store folds concurrent writes into one transaction), then
-wakes the readers. Readers never get events from memory: they read the log from their cursor, so
-a reader that replays and then follows live sees every event exactly once, with no gap.
+the event the run's next seq, caps and encodes its payload (once), and queues it. One flusher
+task writes everything queued in one go (the store folds concurrent writes into one
+transaction), then wakes the readers. Readers only ever see durable events, read from their
+cursor: from the in-memory tail of each run's newest durable events when it holds them all
+(`tail_page`), else from the store. So a reader that replays and then follows live sees every
+event exactly once, with no gap. The tail takes events in commit order (as each write settles),
+so a run's closing event, written by the run service, never lands ahead of events a flush wrote
+in the same transaction.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
+from functools import partial
 from typing import Any, Callable
 
 from .run_events import RunEvent, cap_payload, encode
@@ -73,8 +78,8 @@ class EventLog:
         """Queue an event; returns its seq. Durable once `flush` (or the flusher) has run."""
         seq = self._next_seq[run_id]
         self._next_seq[run_id] = seq + 1
-        payload = cap_payload(event.payload, self._cap)
-        self._pending.setdefault(run_id, []).append((seq, event.type, encode(payload), self._clock()))
+        payload, text = self._encoded(event.payload)
+        self._pending.setdefault(run_id, []).append((seq, event.type, text, self._clock()))
         if event.type == "metric":
             self._metrics.append((run_id, payload.get("node_id"), payload.get("name", ""), payload.get("step"),
                                   _as_float(payload.get("value")), self._clock()))
@@ -89,14 +94,27 @@ class EventLog:
         seq = self._next_seq[run_id]
         self._next_seq[run_id] = seq + 1
         rows = self._pending.pop(run_id, [])
-        rows.append((seq, event.type, encode(cap_payload(event.payload, self._cap)), self._clock()))
+        rows.append((seq, event.type, self._encoded(event.payload)[1], self._clock()))
         return rows
+
+    def _encoded(self, payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """The payload under the cap and its stored text, encoded once when it fits (the usual
+        case) rather than once to measure and again to store."""
+        text = encode(payload)
+        if self._cap > 0 and (len(text) if text.isascii() else len(text.encode())) > self._cap:
+            payload = cap_payload(payload, self._cap)
+            text = encode(payload)
+        return payload, text
 
     async def committed(self, run_id: str, rows: list[tuple[int, str, str, float]]) -> None:
         """The caller wrote these rows itself (see take_closing): remember them, wake readers."""
         self._durable(run_id, rows)
         async with self._changed:
             self._changed.notify_all()
+
+    def _settled(self, run_id: str, rows: list[tuple[int, str, str, float]], write: asyncio.Future) -> None:
+        if not write.cancelled() and write.exception() is None:
+            self._durable(run_id, rows)
 
     def _durable(self, run_id: str, rows: list[tuple[int, str, str, float]]) -> None:
         if not rows:
@@ -155,16 +173,20 @@ class EventLog:
         pending, self._pending = self._pending, {}
         metrics, self._metrics = self._metrics, []
         # The store queues each write as it is called, before anything here yields.
-        writes = [self._store.append_events(run_id, rows, self._attached[run_id]() if run_id in self._attached
-                                            else None) for run_id, rows in pending.items()]
+        writes = []
+        for run_id, rows in pending.items():
+            write = self._store.append_events(run_id, rows, self._attached[run_id]() if run_id in self._attached
+                                              else None)
+            # Noted as each write settles, i.e. in commit order: a run's closing write (made by
+            # the run service after this one) may commit in the same transaction, and its waiter
+            # must not note the closing event before these (the in-memory tail would have a gap).
+            write.add_done_callback(partial(self._settled, run_id, rows))
+            writes.append(write)
         if metrics:
             writes.append(self._store.record_metrics(metrics))
         if not writes:
             return
-        results = await asyncio.gather(*writes, return_exceptions=True)
-        for (run_id, rows), result in zip(pending.items(), results):
-            if not isinstance(result, BaseException):
-                self._durable(run_id, rows)
+        await asyncio.gather(*writes, return_exceptions=True)
         async with self._changed:
             self._changed.notify_all()
 

@@ -2,9 +2,10 @@
 control plane; `WorkerExecutor` (core/worker_executor.py) hands the run to a worker agent. The
 placement decides which: a run with no target, or worker `local`, only ever meets this one.
 
-An in-process run reports raw engine events through `on_event` (called from the run's threads; the
-caller hops them onto its loop) and finishes with the engine's RunResult. A worker run writes its
-events into the run's log itself (through the same sink) and finishes with an `ExecutionOutcome`.
+An in-process run reports raw engine events through `on_event` (called on the caller's loop, hopped
+over from the run's threads in batches) and finishes with the engine's RunResult. A worker run
+writes its events into the run's log itself (through the same sink) and finishes with an
+`ExecutionOutcome`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import queue
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -128,6 +130,38 @@ class _EngineThreads:
             return True
 
 
+class _LoopInbox:
+    """Calls from engine threads, made on one event loop in the order they were put, in batches.
+
+    One `call_soon_threadsafe` per call (a wake-up of the loop through its self-pipe, and a
+    callback of its own) was a measurable share of a short run's cost on the server's loop; here
+    a burst of events from any number of runs costs one. A run's result goes through the same
+    inbox as its events, so it is never seen before them.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._calls: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+
+    def put(self, fn: Callable[..., None], *args: Any) -> None:
+        with self._lock:
+            self._calls.append((fn, args))
+            if len(self._calls) > 1:
+                return  # the drain scheduled for the first of these takes this one too
+        self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            calls, self._calls = self._calls, []
+        for fn, args in calls:
+            try:
+                fn(*args)
+            except Exception as err:  # one bad callback must not drop the others
+                self.loop.call_exception_handler({"message": "codefy: an engine callback failed",
+                                                  "exception": err})
+
+
 class InProcessExecutor:
     """Runs the engine on an engine thread of its own (one per running run), with its own event loop.
 
@@ -140,9 +174,15 @@ class InProcessExecutor:
 
     def __init__(self) -> None:
         self._threads = _EngineThreads()
+        self._inbox: _LoopInbox | None = None
 
     def start(self, spec: RunSpec, on_event: Callable[[dict[str, Any]], None]) -> RunHandle:
+        """Start the run; `on_event` is called on the caller's loop for each engine event, in
+        order, and all of them before the handle's `done` settles."""
         loop = asyncio.get_running_loop()
+        if self._inbox is None or self._inbox.loop is not loop:
+            self._inbox = _LoopInbox(loop)
+        inbox = self._inbox
         done: asyncio.Future[RunResult] = loop.create_future()
         token = CancelToken()
 
@@ -159,12 +199,12 @@ class InProcessExecutor:
                 result = runner.run(execute_graph(
                     spec.graph, seed=spec.seed, device=spec.device, deterministic=spec.deterministic,
                     max_parallel_nodes=spec.max_parallel_nodes, cache=spec.cache, cancel=token,
-                    callbacks=EngineCallbacks.all_to(on_event), data_dir=spec.data_dir, run_id=spec.run_id,
-                    inline=True))
+                    callbacks=EngineCallbacks.all_to(partial(inbox.put, on_event)), data_dir=spec.data_dir,
+                    run_id=spec.run_id, inline=True))
             except BaseException as err:  # a graph error or an engine bug: the run fails, the server lives
-                loop.call_soon_threadsafe(settle, None, err)
+                inbox.put(settle, None, err)
             else:
-                loop.call_soon_threadsafe(settle, result, None)
+                inbox.put(settle, result, None)
 
         self._threads.run(job)
         return RunHandle(spec.run_id, token, done)

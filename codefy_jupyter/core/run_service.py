@@ -6,8 +6,8 @@ scheduler's queue. `_reschedule` starts whatever the scheduler places. When a gr
 is released first (the next run may start at once), then the final status and the closing event
 are written in one transaction.
 
-Everything here runs on the server's event loop; engine events arrive from run threads and hop
-onto it with `call_soon_threadsafe`.
+Everything here runs on the server's event loop; the executor hops engine events over from run
+threads (in batches) and calls `_on_engine_event` on it.
 
 Worker runs (`options.target`: a worker's name, `any`, or the one-shot pool) are checked and placed
 by the same scheduler; a placement on a worker starts through the WorkerExecutor
@@ -90,6 +90,7 @@ class RunService:
         self._unwritten: set[str] = set()
         self._waiting_rows: dict[str, dict[str, Any]] = {}  # rows of runs not started yet
         self._final: dict[str, str] = {}  # recently finished runs, for followers (insertion order)
+        self._finishing: dict[str, str] = {}  # runs whose final write is under way: their status before
         self._deferred: dict[str, Placement] = {}
         self._session_caches: dict[str, SessionCache] = {}
         self._closing = False
@@ -346,7 +347,7 @@ class RunService:
                        deterministic=bool(row.get("deterministic")),
                        max_parallel_nodes=self.settings.max_parallel_nodes,
                        data_dir=self.data_dir / "runs" / run_id, cache=cache)
-        handle = self.executor.start(spec, lambda e: loop.call_soon_threadsafe(self._on_engine_event, run_id, e))
+        handle = self.executor.start(spec, partial(self._on_engine_event, run_id))
         self._active[run_id].handle = handle
         task = loop.create_task(self._await_run(run_id, handle))
         self._tasks.add(task)
@@ -454,11 +455,17 @@ class RunService:
     async def _write_final(self, run_id: str, status: str, closing: ev.RunEvent, *, error: Any,
                            facts: dict[str, Any] | None = None) -> None:
         """Final status and closing event (with whatever is still queued) in one transaction."""
+        before = self._known_status(run_id)
+        if before is not None:  # what followers see until the write commits (not "unknown")
+            self._finishing[run_id] = before
         self._active.pop(run_id, None)
         rows = self.events.take_closing(run_id, closing)
         extra = {"execution_facts": facts} if facts is not None else {}
-        await self.store.update_run(run_id, status=status, finished_at=self.clock(), error=error, events=rows,
-                                    **extra)
+        try:
+            await self.store.update_run(run_id, status=status, finished_at=self.clock(), error=error, events=rows,
+                                        **extra)
+        finally:
+            self._finishing.pop(run_id, None)
         self._final[run_id] = status
         if len(self._final) > FINAL_STATUSES_KEPT:
             del self._final[next(iter(self._final))]
@@ -570,6 +577,8 @@ class RunService:
         its closing event is in it. None for runs this process does not know."""
         if run_id in self._final:
             return self._final[run_id]
+        if run_id in self._finishing:
+            return self._finishing[run_id]
         if run_id in self._active:
             return self._active[run_id].status
         if self.queue.get(run_id) is not None or run_id in self._unwritten:

@@ -112,7 +112,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping, NamedTuple
 
 from codefy_jupyter.core import worker_placement as wp
 from codefy_jupyter.core.device_sets import (  # noqa: F401  (re-exported: one import point for callers)
@@ -259,10 +259,10 @@ class SchedulerStatistics:
 # --- the queue --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Held:
+class _Held(NamedTuple):
     """An executing run: where it runs, the slots it holds, and the groups those counted against
-    when it started (kept, so a worker that changes or leaves cannot unbalance the counts)."""
+    when it started (kept, so a worker that changes or leaves cannot unbalance the counts). A
+    tuple: one is made per start, and a frozen dataclass costs several times more to build."""
 
     run: Run
     worker: str
@@ -278,7 +278,7 @@ class _Pass:
     group_used: dict[str, int]  # group -> units
     running: dict[str, _Held]
     commit: bool
-    holding: dict[str, set[str]]  # group -> slots with a run on them when the pass began
+    holding: Mapping[str, Iterable[str]]  # group -> slots with a run on them when the pass began
     reserved: dict[str, list[str]] = field(default_factory=dict)  # group -> earlier waiting heads
     gate_claim: str | None = None
     seeded_running: str | None = None
@@ -309,6 +309,9 @@ class RunQueue:
         self._interactive_waiting: dict[str, Run] = {}
         self._waiting: dict[str, Run] = {}
         self._running: dict[str, _Held] = {}
+        # group -> slot -> executing runs on it: `_holding(self._running)` kept up to date as runs
+        # start and finish rather than rebuilt on every pass.
+        self._holding_now: dict[str, dict[str, int]] = {}
         self._used: dict[str, int] = {}
         self._group_used: dict[str, int] = {}
         self._last_order: int | None = None
@@ -465,8 +468,9 @@ class RunQueue:
         slots = tuple(slots)
         if run.lane == QUEUED and (not slots or any(split_slot(s)[0] != worker for s in slots)):
             raise ValueError(f"slots {slots!r} are not slots of worker {worker!r}")
-        self._hold(_Held(run, worker, slots, tuple(self.topology().group(s) for s in slots)),
-                   self._used, self._group_used, self._running)
+        held = _Held(run, worker, slots, tuple(self.topology().group(s) for s in slots))
+        self._hold(held, self._used, self._group_used, self._running)
+        self._note_holding(held, 1)
         if self._workers.get(worker) is not None and self._workers[worker].one_shot:
             self._one_shot_taken.add(worker)
         self._last_order = max(self._last_order or run.order, run.order)
@@ -479,7 +483,17 @@ class RunQueue:
                 counts[key] -= 1
                 if not counts[key]:
                     del counts[key]
+        self._note_holding(held, -1)
         return held.run
+
+    def _note_holding(self, held: _Held, change: int) -> None:
+        for slot, group in zip(held.slots, held.groups):
+            slots = self._holding_now.setdefault(group, {})
+            slots[slot] = slots.get(slot, 0) + change
+            if not slots[slot]:
+                del slots[slot]
+                if not slots:
+                    del self._holding_now[group]
 
     def cancel(self, run_id: str) -> bool:
         """Remove a waiting run at once (and with it any reservation or gate claim it held).
@@ -499,7 +513,9 @@ class RunQueue:
 
     def schedule(self) -> list[Placement]:
         """Start every run the rules allow now, in start order."""
-        state = self._offer(self._used, self._group_used, self._running, commit=True)
+        state = self._offer(self._used, self._group_used, self._running, commit=True, holding=self._holding_now)
+        for held in state.started:  # after the pass: it judged every run by the holding it began with
+            self._note_holding(held, 1)
         return [self._placement(h) for h in state.started]
 
     @staticmethod
@@ -552,14 +568,15 @@ class RunQueue:
 
     def reasons(self) -> dict[str, Notice]:
         """`reason` of every waiting run that has one, from one dry pass."""
-        state = self._offer(dict(self._used), dict(self._group_used), dict(self._running), commit=False)
+        state = self._offer(dict(self._used), dict(self._group_used), dict(self._running), commit=False,
+                            holding=self._holding_now)
         return {rid: why for rid, why in state.reasons.items() if why is not None}
 
     def statistics(self) -> SchedulerStatistics:
         """Per slot and queue key. A slot's `running` and `limit` are its group's (one physical
         device: every provider's runs count), so for local-only slots they are the slot's own."""
         topo = self.topology()
-        holding = _holding(self._running)
+        holding = self._holding_now
         keys = dict.fromkeys((*self._known_slots, *sorted(self._queues), *sorted(self._used)))
         interactive_on: dict[str, int] = {}
         for held in self._running.values():
@@ -585,7 +602,7 @@ class RunQueue:
         """Every device of this server (`local`) and of each worker that reported devices, or of one
         provider: its group's limit and units taken, `limited_by`, `same_card`, `shared_with_local`."""
         topo = self.topology()
-        holding = _holding(self._running)
+        holding = self._holding_now
         slots = [*topo.local_slots] if provider in (None, LOCAL) else []
         for offer in self.workers():
             if provider in (None, offer.name):
@@ -604,10 +621,12 @@ class RunQueue:
     # -- the offer pass --
 
     def _offer(self, used: dict[str, int], group_used: dict[str, int], running: dict[str, _Held],
-               commit: bool) -> _Pass:
+               commit: bool, holding: Mapping[str, Iterable[str]] | None = None) -> _Pass:
         """Offer candidates in priority order, one start at a time (module docstring). With
-        commit=False this is a dry run on copies, used to explain waits."""
-        state = _Pass(used=used, group_used=group_used, running=running, commit=commit, holding=_holding(running),
+        commit=False this is a dry run on copies, used to explain waits. `holding`: that of
+        `running` (`_holding`), which the pass only reads."""
+        holding = _holding(running) if holding is None else holding
+        state = _Pass(used=used, group_used=group_used, running=running, commit=commit, holding=holding,
                       seeded_running=next((h.run.run_id for h in running.values()
                                            if h.run.seeded and h.worker == LOCAL), None))
         self._out_of_turn(state)
@@ -662,6 +681,8 @@ class RunQueue:
 
     def _out_of_turn(self, state: _Pass) -> None:
         """A one-shot agent started with --run-id takes its run out of turn, before anything else."""
+        if not self._workers:
+            return
         for offer in self.workers():
             run = self._waiting.get(offer.run_id or "")
             if not (offer.one_shot and run is not None and run.lane == QUEUED and run.run_id not in state.running):
@@ -778,8 +799,9 @@ class RunQueue:
             elif room < 1:
                 busy_set.append(slot)
         blocked = reserved_by is not None or busy_set or own_full
-        local_running = [h for h in state.running.values() if h.worker == LOCAL] if here else []
-        alone_blocked = here and run.seeded and bool(local_running)
+        # Only a seeded run here asks what else runs here (a scan of the running runs per check).
+        local_running = [h for h in state.running.values() if h.worker == LOCAL] if here and run.seeded else []
+        alone_blocked = bool(local_running)
         if (blocked or alone_blocked) and fixed:
             for slot in slots:
                 state.reserved.setdefault(topo.group(slot), []).append(run.run_id)

@@ -11,6 +11,7 @@ import csv
 import functools
 import io
 import json
+import logging
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized, ws_authenticated
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
+from jupyter_server.log import log_request
+from jupyter_server.prometheus.log_functions import prometheus_log_method
 from tornado import web, websocket
 
 from ..core.errors import ServiceError
@@ -38,6 +41,22 @@ def owner_name(user: Any) -> str | None:
     if name.startswith("Anonymous ") and isinstance(username, str) and len(username) == 32:
         return None
     return username
+
+
+def _shows(logger: logging.Logger, level: int) -> bool:
+    """Whether a record of `level` from `logger` would reach a handler that keeps it."""
+    if not logger.isEnabledFor(level):
+        return False
+    current: logging.Logger | None = logger
+    found = False
+    while current is not None:
+        if any(level >= h.level for h in current.handlers):
+            return True
+        found = found or bool(current.handlers)
+        if not current.propagate:
+            break
+        current = current.parent
+    return not found and logging.lastResort is not None and level >= logging.lastResort.level
 
 
 def error_body(err: Exception) -> tuple[int, dict[str, Any]]:
@@ -82,6 +101,19 @@ class CodefyAPIHandler(ExtensionHandlerMixin, APIHandler):
         if status == 500:
             self.log.exception("codefy: unexpected error", exc_info=err)
         self.send(status, payload)
+
+    def _log(self) -> None:
+        """jupyter-server logs every answered request at DEBUG, which its loggers accept (their
+        handlers filter by level): building each record (findCaller, formatting) was a few percent
+        of a submit. A success that no handler would show is counted in the request metrics
+        only; everything else (errors, redirects, debug logging on) is logged as before."""
+        function = self.settings.get("log_function")
+        if (self.get_status() < 300 and isinstance(function, functools.partial) and function.func is log_request
+                and not _shows(self.log, logging.DEBUG)):
+            if function.keywords.get("record_prometheus_metrics", True):
+                prometheus_log_method(self)
+            return
+        super()._log()
 
     def int_arg(self, name: str, default: int) -> int:
         raw = self.get_argument(name, None)
@@ -221,16 +253,20 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
 
     Client frames:
       {"type": "subscribe", "run_id": ..., "cursor": 0}    one run, from after `cursor`
-      {"type": "subscribe", "all": true, "cursors"?: {run_id: seq}}
+      {"type": "subscribe", "all": true, "cursors"?: {run_id: seq}, "batch"?: true}
                                                          every run: those named from their cursor,
-                                                         others live from now, new runs from 0
+                                                         others live from now, new runs from 0;
+                                                         with "batch", the events frames ready at
+                                                         once travel together in `batch` frames
       {"type": "unsubscribe", "run_id": ...} / {"type": "unsubscribe", "all": true}
       {"type": "submit", "request_id"?: ..., "body": {"graph", "name"?, "options"?}}
                                                          an interactive run of this connection's
                                                          session (`?session=` on the URL, else one
                                                          per connection); followed from 0
     Server frames: {"type": "events", "run_id", "events", "cursor", "status"},
-      {"type": "submitted", "request_id", "run"}, {"type": "error", "request_id"?, "error"}.
+      {"type": "batch", "frames": [events frame, ...]} (only to a subscriber that asked for it; in
+      order, as if sent one by one), {"type": "submitted", "request_id", "run"},
+      {"type": "error", "request_id"?, "error"}.
     """
 
     auth_resource = AUTH_RESOURCE
@@ -263,7 +299,10 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
                 cursors = frame.get("cursors") or {}
                 if not isinstance(cursors, dict) or not all(isinstance(v, int) and v >= 0 for v in cursors.values()):
                     raise SchemaError("cursors", "expected {run_id: seq >= 0}")
-                self._follow_task("*", self._follow_all(dict(cursors)))
+                batch = frame.get("batch", False)
+                if not isinstance(batch, bool):
+                    raise SchemaError("batch", "expected true or false")
+                self._follow_task("*", self._follow_all(dict(cursors), batch))
             elif kind == "subscribe":
                 run_id, cursor = frame.get("run_id"), frame.get("cursor", 0)
                 if not isinstance(run_id, str):
@@ -305,8 +344,10 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
     async def _follow(self, run_id: str, cursor: int) -> None:
         try:
             while True:
+                after = cursor
                 status, texts, cursor, more = await self.service.live_page(run_id, cursor, wait=30.0)
-                self._deliver(run_id, status, texts, cursor)
+                if texts:
+                    self._send_text(events_frame(run_id, status, texts, after, cursor))
                 if not more and status not in ("queued", "running", "disconnected"):
                     return
         except asyncio.CancelledError:
@@ -314,41 +355,59 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
         except Exception as err:  # the follower must say why it stopped, not vanish
             self._report(run_id, err)
 
-    async def _follow_all(self, cursors: dict[str, int]) -> None:
+    async def _follow_all(self, cursors: dict[str, int], batch: bool = False) -> None:
         log = self.service.events
         change_no = log.change_no
         named = list(cursors)
         for run_id in log.run_ids():
             cursors.setdefault(run_id, log.flushed_seq(run_id) or 0)  # known runs: live from now
         todo = [rid for rid in log.run_ids() if (log.flushed_seq(rid) or 0) > cursors[rid]]
+        # The frames of one pass: sent together at its end when batching, else one by one.
+        ready = _Batch()
         try:
             for run_id in named:  # runs named with a cursor: replay them first (from the store if need be)
                 cursor, more = cursors[run_id], True
                 while more:
+                    after = cursor
                     status, texts, cursor, more = await self.service.live_page(run_id, cursor, 0)
                     cursors[run_id] = cursor
-                    self._deliver(run_id, status, texts, cursor)
+                    if texts:
+                        self._ship(events_frame(run_id, status, texts, after, cursor), ready, batch)
             while True:
                 for run_id in todo:
                     cursor = cursors.setdefault(run_id, 0)  # a run new since we subscribed: all of it
                     while (log.flushed_seq(run_id) or 0) > cursor:
+                        after = cursor
                         status, texts, cursor, _ = await self.service.live_page(run_id, cursor, 0)
                         cursors[run_id] = cursor
                         if not texts:
                             break
-                        self._deliver(run_id, status, texts, cursor)
+                        self._ship(events_frame(run_id, status, texts, after, cursor), ready, batch)
+                self._ship_batch(ready)
                 await log.wait_change(change_no, 30.0)
                 todo, change_no, _ = log.changed_since(change_no)
         except asyncio.CancelledError:
             raise
         except Exception as err:
+            self._ship_batch(ready)
             self._report(None, err)
 
-    def _deliver(self, run_id: str, status: str, texts: list[str], cursor: int) -> None:
-        """One `events` frame, assembled from events encoded once for every follower."""
-        if texts:
-            self._send_text(f'{{"type":"events","run_id":{json.dumps(run_id)},"events":[{",".join(texts)}],'
-                            f'"cursor":{cursor},"status":{json.dumps(status)}}}')
+    def _ship(self, frame: bytes, ready: _Batch, batch: bool) -> None:
+        if not batch:
+            self._send_text(frame)
+            return
+        ready.frames.append(frame)
+        ready.size += len(frame)
+        if ready.size >= BATCH_BYTES:  # a long replay: several batch frames
+            self._ship_batch(ready)
+
+    def _ship_batch(self, ready: _Batch) -> None:
+        """The frames gathered so far as one `batch` frame: one message (one write to the socket)
+        for what would be several."""
+        if ready.frames:
+            self._send_text(b'{"type":"batch","frames":[' + b",".join(ready.frames) + b"]}")
+            ready.frames.clear()
+            ready.size = 0
 
     def _report(self, run_id: str | None, err: Exception) -> None:
         status, body = error_body(err)
@@ -359,7 +418,7 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
     def _send(self, frame: dict[str, Any]) -> None:
         self._send_text(json.dumps(frame, allow_nan=False, default=str))
 
-    def _send_text(self, text: str) -> None:
+    def _send_text(self, text: str | bytes) -> None:
         try:
             self.write_message(text)
         except websocket.WebSocketClosedError:
@@ -369,6 +428,33 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
         for task in getattr(self, "_follows", {}).values():
             task.cancel()
         self._follows = {}
+
+
+class _Batch:
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.size = 0
+
+
+BATCH_BYTES = 1 << 20  # a batch frame closes once it holds this much (a replay can be long)
+_FRAMES_KEPT = 4096
+# Every follower of a run at the live edge sends the same frame: encode it once for all of them.
+# Keyed by the run and the stretch of its log (immutable once durable) and the status it reports.
+_frames: dict[tuple[str, int, int, str], bytes] = {}
+
+
+def events_frame(run_id: str, status: str, texts: list[str], after: int, cursor: int) -> bytes:
+    """The `events` frame of `run_id`'s events after `after` up to `cursor` (`texts`, each
+    encoded once by the event log), UTF-8 encoded (tornado sends bytes as they are)."""
+    key = (run_id, after, cursor, status)
+    frame = _frames.get(key)
+    if frame is None:
+        frame = (f'{{"type":"events","run_id":{json.dumps(run_id)},"events":[{",".join(texts)}],'
+                 f'"cursor":{cursor},"status":{json.dumps(status)}}}').encode()
+        if len(_frames) >= _FRAMES_KEPT:
+            del _frames[next(iter(_frames))]
+        _frames[key] = frame
+    return frame
 
 
 def route_table(base: str) -> list[tuple[str, type, dict[str, Any]]]:

@@ -1,0 +1,70 @@
+"""The event log's sink on a real SQLite store: seqs, the payload cap, and the in-memory tail that
+followers read (it must hold a run's whole log, in order, however its writes settle)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from codefy_jupyter.core import run_events as ev
+from codefy_jupyter.core.event_log import EventLog
+from codefy_jupyter.core.store import Store
+
+
+def status(run_id: str, node: str, state: str) -> ev.RunEvent:
+    return ev.RunEvent("node_status", {"run_id": run_id, "node_id": node, "status": state})
+
+
+async def open_log(tmp_path, cap: int = 4096) -> tuple[Store, EventLog]:
+    store = await Store.open(tmp_path / "codefy.db")
+    return store, EventLog(store, payload_cap_bytes=cap, clock=lambda: 5.0)
+
+
+def test_a_closing_write_in_the_same_transaction_as_a_flush_leaves_the_tail_whole(tmp_path):
+    # The run service writes a run's closing event (with its final status) right after a flush
+    # handed the run's earlier events to the store: both commit in one transaction, and the
+    # closing writer hears of it first. Followers must still find every event in memory.
+    async def main():
+        store, log = await open_log(tmp_path)
+        await store.create_run({"id": "r1", "status": "running"})
+        log.track("r1", 0)
+        for i in range(3):
+            log.emit("r1", status("r1", f"n{i}", "running"))
+        flushing = asyncio.ensure_future(log.flush())
+        await asyncio.sleep(0)  # the flush has queued its append; the closing write queues behind it
+        rows = log.take_closing("r1", ev.execution_complete("r1", duration_s=0.1, metrics={}, executed=3, cached=0))
+        await store.update_run("r1", status="succeeded", events=rows)
+        await log.committed("r1", rows)
+        await flushing
+        page = log.tail_page("r1", 0, log.flushed_seq("r1"), 1 << 20)
+        assert page is not None, "the tail lost events: followers would fall back to the database"
+        texts, cursor, more = page
+        assert cursor == 4 and not more
+        assert [t.split(",")[0] for t in texts] == ['{"seq":1', '{"seq":2', '{"seq":3', '{"seq":4']
+        stored, _, _ = await store.read_events("r1", 0)
+        assert [e.seq for e in stored] == [1, 2, 3, 4]
+        await log.close()
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_payloads_over_the_cap_are_elided_and_others_kept_as_emitted(tmp_path):
+    async def main():
+        store, log = await open_log(tmp_path, cap=200)
+        await store.create_run({"id": "r1", "status": "running"})
+        log.track("r1", 0)
+        log.emit("r1", ev.RunEvent("node_status", {"run_id": "r1", "node_id": "n", "status": "ok", "é": "ü"}))
+        log.emit("r1", ev.RunEvent("node_status", {"run_id": "r1", "node_id": "big", "status": "succeeded",
+                                                   "outputs": {"y": "x" * 500}}))
+        # Under the cap in characters, over it in UTF-8 bytes (what the cap counts).
+        log.emit("r1", ev.RunEvent("node_status", {"run_id": "r1", "node_id": "wide", "status": "succeeded",
+                                                   "outputs": {"y": "é" * 100}}))
+        await log.flush()
+        stored, _, _ = await store.read_events("r1", 0)
+        assert stored[0].payload == {"run_id": "r1", "node_id": "n", "status": "ok", "é": "ü"}
+        assert stored[1].payload["outputs"]["y"] == {"elided": True, "port": "y", "bytes": 508}
+        assert stored[2].payload["outputs"]["y"] == {"elided": True, "port": "y", "bytes": 208}
+        await log.close()
+        await store.close()
+
+    asyncio.run(main())
