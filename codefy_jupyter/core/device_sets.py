@@ -149,6 +149,23 @@ def _require_present(device: str, here: set[str], field_name: str) -> None:
             {"field": field_name, "device": device, "available": sorted(here)})
 
 
+def _resolve_set(option_device: str | None, devices: tuple[str, ...]) -> ResolvedDevice:
+    """A device-set run: the set's first device is the run's; options.device may only repeat it,
+    name its kind, or be auto."""
+    first = devices[0]
+    if option_device is None or _is_auto(option_device):
+        return ResolvedDevice(first, devices, option_device)
+    text = option_device.strip().lower() if isinstance(option_device, str) else option_device
+    if text in ("cuda", "mps") and device_kind(first) == text:
+        return ResolvedDevice(first, devices, option_device)
+    if _canonical(option_device, "options.device") != first:
+        raise SubmitError(
+            "device_not_in_set", f"options.device: {option_device!r} must be the device set's first device "
+            f"({first}), its kind, auto, or omitted",
+            {"field": "options.device", "device": option_device, "devices": list(devices)})
+    return ResolvedDevice(first, devices, option_device)
+
+
 def resolve_run_device(option_device: str | None, graph_device: str | None,
                        target_devices: Iterable[str] | None, available: Iterable[str]) -> ResolvedDevice:
     """The device and device set a local run queues on, or SubmitError.
@@ -160,19 +177,7 @@ def resolve_run_device(option_device: str | None, graph_device: str | None,
     if devices:
         for i, dev in enumerate(devices):
             _require_present(dev, here, f"options.target.devices[{i}]")
-        first = devices[0]
-        if option_device is None or _is_auto(option_device):
-            return ResolvedDevice(first, devices, option_device)
-        text = option_device.strip().lower() if isinstance(option_device, str) else option_device
-        if text in ("cuda", "mps") and device_kind(first) == text:
-            return ResolvedDevice(first, devices, option_device)
-        dev = _canonical(option_device, "options.device")
-        if dev != first:
-            raise SubmitError(
-                "device_not_in_set", f"options.device: {option_device!r} must be the device set's first device "
-                f"({first}), its kind, auto, or omitted",
-                {"field": "options.device", "device": option_device, "devices": list(devices)})
-        return ResolvedDevice(first, devices, option_device)
+        return _resolve_set(option_device, devices)
 
     if option_device is not None:
         requested, field_name = option_device, "options.device"
@@ -211,18 +216,7 @@ def resolve_worker_device(option_device: str | None, graph_device: str | None,
     `mps:0` (a machine has one). A set's rules are a local run's (`resolve_run_device`)."""
     devices = parse_device_set(target_devices or ())
     if devices:
-        first = devices[0]
-        if option_device is None or _is_auto(option_device):
-            return ResolvedDevice(first, devices, option_device)
-        text = option_device.strip().lower() if isinstance(option_device, str) else option_device
-        if text in ("cuda", "mps") and device_kind(first) == text:
-            return ResolvedDevice(first, devices, option_device)
-        if _canonical(option_device, "options.device") != first:
-            raise SubmitError(
-                "device_not_in_set", f"options.device: {option_device!r} must be the device set's first device "
-                f"({first}), its kind, auto, or omitted",
-                {"field": "options.device", "device": option_device, "devices": list(devices)})
-        return ResolvedDevice(first, devices, option_device)
+        return _resolve_set(option_device, devices)
     if option_device is not None:
         requested, field_name = option_device, "options.device"
     elif graph_device is not None:
