@@ -1,7 +1,9 @@
 """The widgets' ESM modules in a real headless Chromium (Debian's `chromium`, never a downloaded
-browser): a test page renders each module with an in-page model implementing anywidget's model
-interface, filled with state made by the same Python code the widgets sync. The DOM is checked
-for the table's rows and for what clicks send to Python, and a screenshot for ink in each row."""
+browser): a test page renders each module, exactly the text its widget class ships as `_esm`
+(dom.js's helpers, then the widget's own module), with an in-page model implementing anywidget's
+model interface, filled with state made by the same Python code the widgets sync. The DOM is
+checked for the table's rows and for what clicks send to Python, and a screenshot for ink in each
+row."""
 
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from codefy_jupyter.kernel.widgets import QueueDialog, RunsTable, RunView, WorkersTable
-from codefy_jupyter.kernel.widgets._base import ASSETS
 from codefy_jupyter.kernel.widgets.queue_form import device_choices, target_options
 from codefy_jupyter.kernel.widgets.run_state_view import RunViewState, fold_all, summary, to_traits
 from codefy_jupyter.kernel.widgets.runs_rows import FILTER_LABELS, count_label, table_row
@@ -29,6 +30,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     CHROMIUM is None, reason="no chromium binary on PATH: install Debian's package (apt-get install -y chromium); "
                              ".ci/run installs it when missing")]
 PAGE = Path(__file__).with_name("widget_page.html")
+# The module files the page imports, each written from what its widget class ships.
+MODULES = {"runs_table.js": RunsTable, "run_view.js": RunView, "workers_table.js": WorkersTable,
+           "queue_dialog.js": QueueDialog}
 WIDTH, HEIGHT = 1000, 1600
 NOW = 1_700_000_000.0
 
@@ -100,12 +104,13 @@ class _Quiet(SimpleHTTPRequestHandler):
 
 @pytest.fixture
 def site(tmp_path):
-    """The page, the widgets' ESM and CSS, and fixtures.js, served over HTTP on loopback (module
-    scripts do not load from file:// URLs)."""
+    """The page, each widget class's `_esm` and `_css` as the files the page loads, and fixtures.js,
+    served over HTTP on loopback (module scripts do not load from file:// URLs)."""
     root = tmp_path / "site"
     root.mkdir()
-    for asset in [*ASSETS.glob("*.js"), *ASSETS.glob("*.css")]:
-        shutil.copy(asset, root / asset.name)
+    for name, cls in MODULES.items():
+        (root / name).write_text(str(cls._esm), encoding="utf-8")
+    (root / "widgets.css").write_text(str(RunsTable._css), encoding="utf-8")
     shutil.copy(PAGE, root / "index.html")
     (root / "fixtures.js").write_text("export default " + json.dumps(fixtures()) + ";\n")
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))

@@ -13,11 +13,17 @@ from ..errors import CodefyError
 
 ASSETS = Path(__file__).parent
 CSS = ASSETS / "widgets.css"
+# The DOM helper every widget module uses. anywidget loads `_esm` as one module text (relative
+# imports do not resolve and there is no build step), so the shared text is put in front of each
+# widget's own module instead of imported.
+SHARED_JS = ASSETS / "dom.js"
 log = logging.getLogger("codefy_jupyter.widgets")
 
 
-def asset(name: str) -> Path:
-    return ASSETS / name
+def esm(name: str) -> str:
+    """The ES module a widget ships: the shared helpers, then the widget's own module `name`.
+    Called once per widget class, at import."""
+    return SHARED_JS.read_text(encoding="utf-8") + "\n" + (ASSETS / name).read_text(encoding="utf-8")
 
 
 def client_or_default(client: Client | None) -> tuple[Client, bool]:

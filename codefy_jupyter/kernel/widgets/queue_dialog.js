@@ -2,22 +2,7 @@
 // anywidget. The form is built once (typing is never interrupted by a redraw); the fields are
 // saved to the model and Submit is a message the Python side answers by submitting through the
 // REST API, then showing the new run's id (and, on Watch, a strip that follows it).
-
-function h(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (key === "class") node.className = value;
-    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else if (key === "dataset") Object.assign(node.dataset, value);
-    else node.setAttribute(key, value === true ? "" : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === undefined || child === null || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
+// h() comes from dom.js, which _base.esm() ships in front of this module.
 
 let uid = 0;
 

@@ -15,7 +15,7 @@ import traitlets as t
 
 from ..client import Client, load_graph
 from ..errors import CodefyError
-from ._base import CSS, asset, client_or_default, error_doc
+from ._base import CSS, client_or_default, error_doc, esm
 from ._watching import Watching
 from .queue_form import FormError, device_choices, submit_args, target_options
 from .run_view import RunView
@@ -25,7 +25,7 @@ FORM_FIELDS = ("target", "device", "devices", "seed", "no_seed", "name")
 
 
 class QueueDialog(Watching, anywidget.AnyWidget):
-    _esm = asset("queue_dialog.js")
+    _esm = esm("queue_dialog.js")
     _css = CSS
 
     graph_name = t.Unicode("").tag(sync=True)

@@ -2,27 +2,12 @@
 // progress bars (batches and epochs) and a metrics chart drawn as SVG (no chart library).
 // Plain ESM for anywidget; all state arrives as traits from the Python side, which follows the
 // run's event log.
+// h() comes from dom.js, which _base.esm() ships in front of this module.
 
 const SVG = "http://www.w3.org/2000/svg";
 const COLORS = ["#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#0a7ea4", "#6e7781"];
 const NODE_MARK = { done: "✓", cached: "✓", failed: "✗", cancelled: "■", running: "▸", pending: "○" };
 const CHART = { width: 560, height: 220, left: 56, right: 12, top: 10, bottom: 28 };
-
-function h(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (key === "class") node.className = value;
-    else if (key === "style") node.style.cssText = value;
-    else if (key === "dataset") Object.assign(node.dataset, value);
-    else node.setAttribute(key, value === true ? "" : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === undefined || child === null || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
 
 function s(tag, attrs = {}, text) {
   const node = document.createElementNS(SVG, tag);

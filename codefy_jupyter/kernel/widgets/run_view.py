@@ -18,12 +18,12 @@ import traitlets as t
 
 from ..client import Client
 from ..errors import CodefyError
-from ._base import CSS, asset, client_or_default, log
+from ._base import CSS, client_or_default, esm, log
 from .run_state_view import FINISHED, QUEUED, RunViewState, apply_row, fold_all, to_traits
 
 
 class RunView(anywidget.AnyWidget):
-    _esm = asset("run_view.js")
+    _esm = esm("run_view.js")
     _css = CSS
 
     run_id = t.Unicode("").tag(sync=True)

@@ -1,28 +1,13 @@
 // RunsTable: the newest 50 runs with filter chips, "50 of 312", and Stop / Watch / CSV / Delete.
 // Plain ESM for anywidget (no build step). Every action is a message to the Python side, which
 // calls the REST API: {action: "refresh" | "stop" | "watch" | "csv" | "delete", run_id}.
+// h() comes from dom.js, which _base.esm() ships in front of this module.
 
 const COLUMNS = [
   ["name", "Run"], ["status", "Status"], ["worker", "Worker"], ["devices", "Devices"],
   ["budget", "Budget"], ["started", "Started"], ["duration", "Duration"], ["final_loss", "Final loss"],
 ];
 const ACTION_LABELS = { stop: "Stop", watch: "Watch", csv: "CSV", delete: "Delete" };
-
-function h(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (key === "class") node.className = value;
-    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else if (key === "dataset") Object.assign(node.dataset, value);
-    else node.setAttribute(key, value === true ? "" : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === undefined || child === null || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
 
 function progressText(p) {
   if (!p) return "";

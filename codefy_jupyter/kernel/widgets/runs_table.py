@@ -16,7 +16,7 @@ import traitlets as t
 
 from ..client import Client
 from ..errors import CodefyError
-from ._base import CSS, Refresher, asset, client_or_default, error_doc
+from ._base import CSS, Refresher, client_or_default, error_doc, esm
 from ._watching import Watching
 from .run_view import RunView
 from .runs_rows import (FILTER_LABELS, FINISHED, LIST_LIMIT, ActionError, check_action, count_label, csv_filename,
@@ -24,7 +24,7 @@ from .runs_rows import (FILTER_LABELS, FINISHED, LIST_LIMIT, ActionError, check_
 
 
 class RunsTable(Watching, anywidget.AnyWidget):
-    _esm = asset("runs_table.js")
+    _esm = esm("runs_table.js")
     _css = CSS
 
     rows = t.List().tag(sync=True)

@@ -1,21 +1,6 @@
 // WorkersTable: the worker agents the server lists (name, state, devices, slots, running runs),
 // or "no workers connected". Plain ESM for anywidget; Refresh is a message to the Python side.
-
-function h(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (key === "class") node.className = value;
-    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else if (key === "dataset") Object.assign(node.dataset, value);
-    else node.setAttribute(key, value === true ? "" : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === undefined || child === null || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
+// h() comes from dom.js, which _base.esm() ships in front of this module.
 
 const STATE_CLASS = { online: "running", draining: "queued", connecting: "queued", disconnected: "failed", offline: "cancelled" };
 

@@ -13,12 +13,12 @@ import traitlets as t
 
 from ..client import Client
 from ..errors import CodefyError
-from ._base import CSS, Refresher, asset, client_or_default, error_doc
+from ._base import CSS, Refresher, client_or_default, error_doc, esm
 from .workers_rows import NO_WORKERS, worker_rows
 
 
 class WorkersTable(anywidget.AnyWidget):
-    _esm = asset("workers_table.js")
+    _esm = esm("workers_table.js")
     _css = CSS
 
     rows = t.List().tag(sync=True)
