@@ -11,7 +11,10 @@ node_status, execution_complete), so what is measured is control-plane overhead.
      `--warmup` uncounted runs then prove each one live (and warm the server).
   2. submit latency: `--runs` POSTs to /codefy/api/runs from `--concurrency` clients, each on its
      own keep-alive HTTP/1.1 connection (a minimal client on asyncio streams: tornado's
-     AsyncHTTPClient opens a connection per request); request written -> response read.
+     AsyncHTTPClient opens a connection per request); request written -> response read. With
+     several clients each waiting for its answer, the p50 is about clients / throughput (queueing).
+     Separately, once every measured run has finished, `--one-client` submits from a single client
+     one at a time (`one_client_latency_ms`): the latency without queueing. Neither counts in 3-6.
   3. submit -> start: `started_at - submitted_at` of each run (server clock), from the run list.
   4. end to end: runs / (first submit -> last `finished_at`; one machine, one clock).
   5. fan-out: the events each subscriber got for the measured runs until it saw every closing
@@ -247,6 +250,7 @@ async def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, An
             await asyncio.sleep(0.25)
 
     sampler = asyncio.create_task(sample_rss())
+    messages_before = sum(s.messages for s in subs)
     t0, wall0 = time.perf_counter(), time.time()
     ids, latencies, errors = await submit_all(args.runs, args.concurrency)
     submit_s = time.perf_counter() - t0
@@ -254,15 +258,20 @@ async def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, An
         raise SystemExit(f"every submit failed: {errors[:3]}")
     measured = set(ids)
     await wait_until(lambda: followed(measured), args.timeout, "the subscribers to see every run close")
+    messages = sum(s.messages for s in subs) - messages_before  # WebSocket messages (batch frames count once)
     await wait_until(idle, args.timeout, "every run to finish")
     sampler.cancel()
     rss_after, cpu_after, loop_after = server.memory_info().rss, server.cpu_times(), loop_cpu(server)
     client_cpu = time.process_time() - client_cpu
+    # Not counted above: one client submitting one run at a time (the latency a person or a script
+    # sees from an otherwise idle server; the subscribers still follow).
+    one_ids, one_latencies, one_errors = await submit_all(args.one_client, 1) if args.one_client else ([], [], [])
+    await wait_until(idle, args.timeout, "the one-client runs to finish")
     for f in followers:
         f.cancel()
 
     rows: dict[str, dict[str, Any]] = {}
-    for offset in range(0, len(ids) + len(warm_ids), 50):
+    for offset in range(0, len(ids) + len(warm_ids) + len(one_ids), 50):
         status, page = await control.request("GET", f"runs?limit=50&offset={offset}")
         rows.update((r["id"], r) for r in page["runs"] if r["id"] in measured)
     control.close()
@@ -276,13 +285,16 @@ async def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, An
         done = [max(s.closed[i] for i in ids) - t0 for s in subs]
         per_sub = [sum(r[0] for r in rs) / d for rs, d in zip(runs, done)]
         incomplete = sum(r[0] != r[1] for rs in runs for r in rs)  # gapless from seq 1: events == last seq
-        fanout.update(events=sums[0], frames=sums[4], messages=sum(s.messages for s in subs), events_per_run=round(sums[0] / len(subs) / len(ids), 2),
+        fanout.update(events=sums[0], frames=sums[4], messages=messages,
+                      events_per_run=round(sums[0] / len(subs) / len(ids), 2),
                       events_per_s_per_subscriber={"min": round(min(per_sub)), "max": round(max(per_sub))},
                       events_per_s_total=round(sums[0] / max(done)), lag_s=round(max(done) - e2e_s, 3),
                       gaps=sums[2], duplicates=sums[3], incomplete_runs=incomplete,
                       gapless=sums[2] == sums[3] == incomplete == 0, errors=[e for s in subs for e in s.errors][:5])
     return {
         "submit": {"latency_ms": spread(latencies, 1000), "warmup_latency_ms": spread(warm_latencies, 1000),
+                   "one_client_latency_ms": spread(one_latencies, 1000) if one_latencies else None,
+                   "one_client_errors": len(one_errors),
                    "errors": len(errors), "first_errors": errors[:3],
                    "wall_s": round(submit_s, 3), "per_s": round(len(latencies) / submit_s, 1)},
         "submit_to_start_ms": spread([r["started_at"] - r["submitted_at"] for r in mine if r["started_at"]], 1000),
@@ -324,20 +336,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-limit", type=int, default=8, help="the cpu queue's concurrent runs (default 8)")
     ap.add_argument("--warmup", type=int, default=10, help="uncounted runs before measuring (default 10)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each phase (default 600)")
+    ap.add_argument("--one-client", type=int, default=200,
+                    help="after the measured runs, submits from one client, one at a time, for the unloaded "
+                         "submit latency (not counted elsewhere; default 200, 0: skip)")
     ap.add_argument("--batch", action="store_true",
                     help='subscribers ask for batch frames ({"subscribe", "all": true, "batch": true}: the events '
                          'frames ready at once arrive together) instead of one message per events frame')
     ap.add_argument("--out", help="also write the JSON to this file")
     args = ap.parse_args(argv)
-    if args.runs < 1 or args.subscribers < 0 or args.concurrency < 1 or args.cpu_limit < 1 or args.warmup < 1:
-        ap.error("--runs, --concurrency, --cpu-limit and --warmup must be >= 1, --subscribers >= 0")
+    if (args.runs < 1 or args.subscribers < 0 or args.concurrency < 1 or args.cpu_limit < 1 or args.warmup < 1
+            or args.one_client < 0):
+        ap.error("--runs, --concurrency, --cpu-limit and --warmup must be >= 1, --subscribers and --one-client >= 0")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="codefy-bench-") as tmp, codefy_server(Path(tmp), args.cpu_limit) as state:
         results = asyncio.run(bench(args, state))
     report = {
         "machine": machine(),
         "parameters": {"runs": args.runs, "subscribers": args.subscribers, "concurrency": args.concurrency,
-                       "cpu_limit": args.cpu_limit, "warmup": args.warmup, "graph": "Float -> Scale -> Scale (cpu)",
+                       "cpu_limit": args.cpu_limit, "warmup": args.warmup, "one_client": args.one_client,
+                       "graph": "Float -> Scale -> Scale (cpu)",
                        "http_client": "keep-alive HTTP/1.1 on asyncio streams, one connection per client",
                        "ws_client": "tornado websocket_connect",
                        "ws_frames": "batch" if args.batch else "one message per events frame"},

@@ -43,7 +43,10 @@ class EventLog:
         self.change_no = 0
         self._changes: deque[tuple[int, str]] = deque(maxlen=CHANGES_KEPT)
         self._wake = asyncio.Event()
-        self._changed = asyncio.Condition()
+        # Readers waiting for the next change: plain futures, settled together. (An asyncio
+        # Condition under wait_for cost a lock round and a task per wait, for every follower on
+        # every change.)
+        self._waiters: list[asyncio.Future[bool]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()  # one flush at a time keeps each run's appends in seq order
         self._closed = False
@@ -109,8 +112,7 @@ class EventLog:
     async def committed(self, run_id: str, rows: list[tuple[int, str, str, float]]) -> None:
         """The caller wrote these rows itself (see take_closing): remember them, wake readers."""
         self._durable(run_id, rows)
-        async with self._changed:
-            self._changed.notify_all()
+        self._notify()
 
     def _settled(self, run_id: str, rows: list[tuple[int, str, str, float]], write: asyncio.Future) -> None:
         if not write.cancelled() and write.exception() is None:
@@ -187,8 +189,7 @@ class EventLog:
         if not writes:
             return
         await asyncio.gather(*writes, return_exceptions=True)
-        async with self._changed:
-            self._changed.notify_all()
+        self._notify()
 
     async def close(self) -> None:
         await self.flush()
@@ -216,12 +217,8 @@ class EventLog:
         return list(reversed(list(runs))), self.change_no, True
 
     async def wait_change(self, change_no: int, timeout: float) -> bool:
-        async with self._changed:
-            try:
-                await asyncio.wait_for(self._changed.wait_for(lambda: self.change_no > change_no), timeout)
-            except asyncio.TimeoutError:
-                return False
-        return True
+        """Wait until a change after `change_no`; False on timeout."""
+        return await self._wait(lambda: self.change_no > change_no, timeout)
 
     def run_ids(self) -> list[str]:
         """Runs whose log this process writes (active now, or since it started)."""
@@ -239,12 +236,37 @@ class EventLog:
                     return True
             return False
 
-        async with self._changed:
+        return await self._wait(ready, timeout)
+
+    def _notify(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(True)
+
+    async def _wait(self, ready: Callable[[], bool], timeout: float) -> bool:
+        """Wait until `ready()` holds, checking it after each change; False once `timeout` s pass."""
+        if ready():
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            waiter: asyncio.Future[bool] = loop.create_future()
+            self._waiters.append(waiter)
+            timer = loop.call_later(max(0.0, deadline - loop.time()), _time_out, waiter)
             try:
-                await asyncio.wait_for(self._changed.wait_for(ready), timeout)
-            except asyncio.TimeoutError:
+                changed = await waiter
+            finally:
+                timer.cancel()
+            if ready():
+                return True
+            if not changed:
                 return False
-        return True
+
+
+def _time_out(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 def _as_float(value: Any) -> float:

@@ -262,19 +262,23 @@ class RunService:
             self._vault[run_id] = secrets
         self._graphs[run_id] = graph
         self._waiting_rows[run_id] = row
-        view = self._view({**row, "started_at": None, "finished_at": None, "error": None,
-                           "fingerprint_digest": None, "last_seq": 0, "execution_facts": None})
         if pool is not None or self._one_shot(worker):
             self._time_out_one_shot(run_id)
         deferred = self._deferred.pop(run_id, None)
         if deferred is not None:
             await self._start(deferred)
         await self._reschedule()
-        if run_id in self._active:  # it started at once: say so
-            view.update(status=rs.RUNNING, started_at=self._active[run_id].started, queue_position=None,
-                        queue_reason=None)
-            if self._active[run_id].worker is not None:
-                view["worker_id"] = self._active[run_id].worker
+        # The answer describes the run after this pass: started, or where it waits and why (a dry
+        # scheduler pass, skipped for a run that started at once).
+        view_row = {**row, "started_at": None, "finished_at": None, "error": None, "fingerprint_digest": None,
+                    "last_seq": 0, "execution_facts": None}
+        active = self._active.get(run_id)
+        if active is None:
+            return self._view(view_row)
+        view = self._view({**view_row, "status": rs.RUNNING, "started_at": active.started})
+        view.update(queue_position=None, queue_reason=None)
+        if active.worker is not None:
+            view["worker_id"] = active.worker
         return view
 
     def _one_shot(self, name: str | None) -> bool:

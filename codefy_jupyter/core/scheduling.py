@@ -553,9 +553,12 @@ class RunQueue:
         run = self._waiting.get(run_id)
         if run is None or run.lane != QUEUED:
             return None
-        for i, other in enumerate(self._queues[run.queue_key], 1):
+        queue = self._queues[run.queue_key]
+        # From the back: the run asked about most is the one just submitted, at the end of a queue
+        # that may be long.
+        for i, other in enumerate(reversed(queue)):
             if other.run_id == run_id:
-                return i
+                return len(queue) - i
         raise AssertionError("waiting run missing from its queue")  # pragma: no cover
 
     def positions(self) -> dict[str, int]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized, ws_authenticated
+from jupyter_server.auth.identity import IdentityProvider, LegacyIdentityProvider, PasswordIdentityProvider
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from jupyter_server.log import log_request
@@ -41,6 +42,9 @@ def owner_name(user: Any) -> str | None:
     if name.startswith("Anonymous ") and isinstance(username, str) and len(username) == 32:
         return None
     return username
+
+
+_JUPYTER_PROVIDERS = (IdentityProvider, PasswordIdentityProvider, LegacyIdentityProvider)
 
 
 def _shows(logger: logging.Logger, level: int) -> bool:
@@ -101,6 +105,25 @@ class CodefyAPIHandler(ExtensionHandlerMixin, APIHandler):
         if status == 500:
             self.log.exception("codefy: unexpected error", exc_info=err)
         self.send(status, payload)
+
+    def set_signed_cookie(self, name: str, value: str | bytes, expires_days: float | None = 30,
+                          version: int | None = None, **kwargs: Any) -> None:
+        """jupyter-server answers every token-authenticated request with a freshly signed login
+        cookie (a token names no one, so each request is a "new" user and the cookie is re-made
+        each time): that was ~6% of a submit. A client that sent its token in the Authorization
+        header sends it again and has no use for the cookie, so it gets none; a token in the URL
+        (a browser following a link) still gets one, and so does any other identity provider."""
+        if self._header_token_login_cookie(name):
+            return
+        super().set_signed_cookie(name, value, expires_days, version, **kwargs)
+
+    set_secure_cookie = set_signed_cookie  # tornado's older name, which jupyter-server calls
+
+    def _header_token_login_cookie(self, name: str) -> bool:
+        provider = self.identity_provider
+        return (type(provider) in _JUPYTER_PROVIDERS and name == provider.get_cookie_name(self)
+                and not self.get_argument("token", "")
+                and provider.auth_header_pat.match(self.request.headers.get("Authorization", "")) is not None)
 
     def _log(self) -> None:
         """jupyter-server logs every answered request at DEBUG, which its loggers accept (their
