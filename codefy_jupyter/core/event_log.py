@@ -23,6 +23,7 @@ from .run_events import RunEvent, cap_payload, encode
 from .store import Store
 
 TAIL_EVENTS = 512  # per run
+CLOSED_TAILS_KEPT = 1024  # finished runs whose tail stays in memory (the newest; older ones: the store)
 CHANGES_KEPT = 65536
 
 
@@ -38,6 +39,7 @@ class EventLog:
         # The newest durable events of each run, encoded: followers at the live edge read these
         # instead of the database, and share one encoding.
         self._tail: dict[str, list[tuple[int, str, int]]] = {}
+        self._closed_tails: deque[str] = deque()  # runs whose closing event is in their tail, oldest first
         # Which runs gained durable events, in order: a follower of every run looks only at those
         # (scanning every run on each wake-up would cost O(runs) per event).
         self.change_no = 0
@@ -112,6 +114,9 @@ class EventLog:
     async def committed(self, run_id: str, rows: list[tuple[int, str, str, float]]) -> None:
         """The caller wrote these rows itself (see take_closing): remember them, wake readers."""
         self._durable(run_id, rows)
+        self._closed_tails.append(run_id)
+        while len(self._closed_tails) > CLOSED_TAILS_KEPT:  # memory stays bounded however many runs end
+            self._tail.pop(self._closed_tails.popleft(), None)
         self._notify()
 
     def _settled(self, run_id: str, rows: list[tuple[int, str, str, float]], write: asyncio.Future) -> None:
@@ -216,8 +221,9 @@ class EventLog:
             runs[run_id] = None
         return list(reversed(list(runs))), self.change_no, True
 
-    async def wait_change(self, change_no: int, timeout: float) -> bool:
-        """Wait until a change after `change_no`; False on timeout."""
+    async def wait_change(self, change_no: int, timeout: float | None = None) -> bool:
+        """Wait until a change after `change_no`; False on timeout (None: no timeout, and no timer
+        to make and cancel on every wait of every follower)."""
         return await self._wait(lambda: self.change_no > change_no, timeout)
 
     def run_ids(self) -> list[str]:
@@ -244,20 +250,21 @@ class EventLog:
             if not waiter.done():
                 waiter.set_result(True)
 
-    async def _wait(self, ready: Callable[[], bool], timeout: float) -> bool:
+    async def _wait(self, ready: Callable[[], bool], timeout: float | None) -> bool:
         """Wait until `ready()` holds, checking it after each change; False once `timeout` s pass."""
         if ready():
             return True
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = None if timeout is None else loop.time() + timeout
         while True:
             waiter: asyncio.Future[bool] = loop.create_future()
             self._waiters.append(waiter)
-            timer = loop.call_later(max(0.0, deadline - loop.time()), _time_out, waiter)
+            timer = None if deadline is None else loop.call_later(max(0.0, deadline - loop.time()), _time_out, waiter)
             try:
                 changed = await waiter
             finally:
-                timer.cancel()
+                if timer is not None:
+                    timer.cancel()
             if ready():
                 return True
             if not changed:

@@ -407,7 +407,7 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
                             break
                         self._ship(events_frame(run_id, status, texts, after, cursor), ready, batch)
                 self._ship_batch(ready)
-                await log.wait_change(change_no, 30.0)
+                await log.wait_change(change_no)  # every durable change wakes it: no timeout needed
                 todo, change_no, _ = log.changed_since(change_no)
         except asyncio.CancelledError:
             raise
@@ -460,23 +460,27 @@ class _Batch:
 
 
 BATCH_BYTES = 1 << 20  # a batch frame closes once it holds this much (a replay can be long)
-_FRAMES_KEPT = 4096
+FRAMES_KEPT_BYTES = 1 << 20  # the shared frames kept (the newest), in bytes: one round of followers
 # Every follower of a run at the live edge sends the same frame: encode it once for all of them.
-# Keyed by the run and the stretch of its log (immutable once durable) and the status it reports.
+# Keyed by the run, the stretch of its log (immutable once durable) and the status it reports.
 _frames: dict[tuple[str, int, int, str], bytes] = {}
+_frames_bytes = 0
 
 
 def events_frame(run_id: str, status: str, texts: list[str], after: int, cursor: int) -> bytes:
     """The `events` frame of `run_id`'s events after `after` up to `cursor` (`texts`, each
     encoded once by the event log), UTF-8 encoded (tornado sends bytes as they are)."""
+    global _frames_bytes
     key = (run_id, after, cursor, status)
     frame = _frames.get(key)
     if frame is None:
         frame = (f'{{"type":"events","run_id":{json.dumps(run_id)},"events":[{",".join(texts)}],'
                  f'"cursor":{cursor},"status":{json.dumps(status)}}}').encode()
-        if len(_frames) >= _FRAMES_KEPT:
-            del _frames[next(iter(_frames))]
-        _frames[key] = frame
+        if len(frame) <= FRAMES_KEPT_BYTES // 8:
+            _frames[key] = frame
+            _frames_bytes += len(frame)
+            while _frames_bytes > FRAMES_KEPT_BYTES:
+                _frames_bytes -= len(_frames.pop(next(iter(_frames))))
     return frame
 
 

@@ -68,3 +68,30 @@ def test_payloads_over_the_cap_are_elided_and_others_kept_as_emitted(tmp_path):
         await store.close()
 
     asyncio.run(main())
+
+
+def test_only_the_newest_finished_runs_keep_their_tail_in_memory(tmp_path, monkeypatch):
+    from codefy_jupyter.core import event_log
+
+    monkeypatch.setattr(event_log, "CLOSED_TAILS_KEPT", 3)
+
+    async def main():
+        store, log = await open_log(tmp_path)
+        for n in range(5):
+            run_id = f"r{n}"
+            await store.create_run({"id": run_id, "status": "running"})
+            log.track(run_id, 0)
+            log.emit(run_id, status(run_id, "n", "running"))
+            await log.flush()
+            rows = log.take_closing(run_id, ev.execution_complete(run_id, duration_s=0.1, metrics={}, executed=1,
+                                                                  cached=0))
+            await store.update_run(run_id, status="succeeded", events=rows)
+            await log.committed(run_id, rows)
+        # The two oldest are read from the store again; the newest three still from memory.
+        assert [log.tail_page(f"r{n}", 0, 2, 1 << 20) is None for n in range(5)] == [True, True, False, False, False]
+        stored, _, _ = await store.read_events("r0", 0)
+        assert [e.seq for e in stored] == [1, 2]
+        await log.close()
+        await store.close()
+
+    asyncio.run(main())
