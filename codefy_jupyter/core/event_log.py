@@ -23,6 +23,7 @@ from .run_events import RunEvent, cap_payload, encode
 from .store import Store
 
 TAIL_EVENTS = 512  # per run
+WITH_NEXT_S = 0.02  # the longest an event emitted `with_next` waits for company
 CLOSED_TAILS_KEPT = 1024  # finished runs whose tail stays in memory (the newest; older ones: the store)
 CHANGES_KEPT = 65536
 
@@ -79,8 +80,12 @@ class EventLog:
     def next_seq(self, run_id: str) -> int:
         return self._next_seq[run_id]
 
-    def emit(self, run_id: str, event: RunEvent) -> int:
-        """Queue an event; returns its seq. Durable once `flush` (or the flusher) has run."""
+    def emit(self, run_id: str, event: RunEvent, *, with_next: bool = False) -> int:
+        """Queue an event; returns its seq. Durable once `flush` (or the flusher) has run.
+
+        `with_next`: no flush of its own; it goes with the next events the log writes (a run's
+        execution_start is followed at once by its first node's events: one write and one
+        frame to each follower instead of two), and at the latest after WITH_NEXT_S."""
         seq = self._next_seq[run_id]
         self._next_seq[run_id] = seq + 1
         payload, text = self._encoded(event.payload)
@@ -88,7 +93,10 @@ class EventLog:
         if event.type == "metric":
             self._metrics.append((run_id, payload.get("node_id"), payload.get("name", ""), payload.get("step"),
                                   _as_float(payload.get("value")), self._clock()))
-        self._kick()
+        if with_next:
+            asyncio.get_running_loop().call_later(WITH_NEXT_S, self._kick_if_pending, run_id)
+        else:
+            self._kick()
         return seq
 
     def take_closing(self, run_id: str, event: RunEvent) -> list[tuple[int, str, str, float]]:
@@ -159,6 +167,10 @@ class EventLog:
             used += size + 64
             next_cursor = seq
         return texts, next_cursor, False
+
+    def _kick_if_pending(self, run_id: str) -> None:
+        if run_id in self._pending:
+            self._kick()
 
     def _kick(self) -> None:
         if self._flusher is None or self._flusher.done():

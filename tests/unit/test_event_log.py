@@ -95,3 +95,26 @@ def test_only_the_newest_finished_runs_keep_their_tail_in_memory(tmp_path, monke
         await store.close()
 
     asyncio.run(main())
+
+
+def test_an_event_emitted_with_the_next_rides_with_it_or_is_written_alone_soon(tmp_path):
+    async def main():
+        store, log = await open_log(tmp_path)
+        for run_id in ("r1", "r2"):
+            await store.create_run({"id": run_id, "status": "running"})
+            log.track(run_id, 0)
+        writes = store.statistics().writes
+        log.emit("r1", status("r1", "start", "running"), with_next=True)
+        log.emit("r1", status("r1", "n", "running"))
+        await log.flush()
+        assert store.statistics().writes == writes + 1  # both events, one write
+        assert [e.seq for e in (await store.read_events("r1", 0))[0]] == [1, 2]
+        # Nothing follows: it is written on its own, shortly.
+        log.emit("r2", status("r2", "start", "running"), with_next=True)
+        assert log.flushed_seq("r2") == 0
+        assert await log.wait_beyond("r2", 0, 5.0)
+        assert [e.seq for e in (await store.read_events("r2", 0))[0]] == [1]
+        await log.close()
+        await store.close()
+
+    asyncio.run(main())
