@@ -53,7 +53,7 @@ def uninstall(profile: str = "default", ipython_dir: str | None = None) -> Path 
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("kernel-setup", help="load %codefy in every IPython kernel of a profile",
+    p = sub.add_parser("kernel-setup", help="load %%codefy in every IPython kernel of a profile",
                        description="Install the IPython startup file that loads the %codefy magics in every "
                        "shell and kernel of an IPython profile (in <IPYTHONDIR>/profile_<name>/startup/).")
     p.add_argument("--profile", default="default", help="the IPython profile (default: default)")
