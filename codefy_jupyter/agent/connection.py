@@ -311,6 +311,9 @@ class Agent:
             ws.close(1000, "no welcome")
             return None
         if message is None:
+            # Closed before any frame: refused at the door (4401 credentials, 4003 Host/Origin), which
+            # is fatal like the same code on a live connection, not a reason to dial again forever.
+            self._closed(ws)
             return None
         try:
             frame = decode(message, sender="server")
