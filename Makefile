@@ -29,7 +29,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/engine.py
-	$(PY) benchmarks/queue.py
+	$(PY) benchmarks/run_queue.py
 	$(PY) benchmarks/workers.py
 
 clean:

@@ -38,12 +38,9 @@ Summary per shape: (a) `flat` = loop µs/node at the largest size <= 1.5 x at th
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import gc
 import json
 import math
-import os
-import platform
 import sys
 import time
 from typing import Any, Callable
@@ -53,6 +50,7 @@ from codefy_jupyter.engine.graph import Graph, parse_graph
 from codefy_jupyter.engine.registry import NodeRegistry
 from codefy_jupyter.engine.scheduler import BLOCKS_OUTPUT, OTHER, OUTPUT, ExecutionList
 from codefy_jupyter.engine.signatures import compute_signatures, run_salt
+from common import machine, publish
 
 SIZES = (1_000, 10_000, 100_000)
 SHAPES = ("chain", "fanout", "fanin", "lattice")
@@ -205,12 +203,6 @@ def summarise(rows: dict[int, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def machine() -> dict[str, Any]:
-    return {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
-            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated node counts")
@@ -237,11 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "wall_s": round(time.perf_counter() - started, 2),
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    publish(report, args.out)
     return 0
 
 

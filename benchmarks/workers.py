@@ -19,17 +19,9 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
-# Run as a script, this file's folder is sys.path[0], where benchmarks/queue.py would shadow the stdlib
-# `queue` (imported by logging, asyncio, ...): drop that entry first.
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
-
 import argparse
 import asyncio
-import json
+import os
 import statistics
 import tempfile
 import time
@@ -39,25 +31,15 @@ from typing import Any
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
-from codefy_jupyter._version import __version__  # noqa: E402
-from codefy_jupyter.agent.delivery import Deliveries  # noqa: E402
-from codefy_jupyter.agent.isolation import CPU  # noqa: E402
-from codefy_jupyter.agent.launch import SpawnLauncher, WarmLauncher  # noqa: E402
-from codefy_jupyter.agent.runner import Runner, RunRequest  # noqa: E402
-from codefy_jupyter.core import worker_protocol as wp  # noqa: E402
+from codefy_jupyter._version import __version__
+from codefy_jupyter.agent.delivery import Deliveries
+from codefy_jupyter.agent.isolation import CPU
+from codefy_jupyter.agent.launch import SpawnLauncher, WarmLauncher
+from codefy_jupyter.agent.runner import Runner, RunRequest
+from codefy_jupyter.core import worker_protocol as wp
 
-def _queue_bench() -> Any:
-    """benchmarks/queue.py (its server and HTTP helpers), loaded by path: the name shadows the stdlib's."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("codefy_bench_queue", Path(__file__).with_name("queue.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_q = _queue_bench()
-Http, codefy_server, machine = _q.Http, _q.codefy_server, _q.machine
+from common import machine, publish
+from run_queue import Http, codefy_server
 
 TARGETS = {"frames_per_s": 20_000.0, "replay_100k_s": 10.0}
 
@@ -302,12 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "wall_s": round(time.perf_counter() - started, 2),
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    publish(report, args.out)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -24,28 +24,20 @@ node_status, execution_complete), so what is measured is control-plane overhead.
      sampled every 0.25 s; server and client CPU seconds show who was busy (and the server's
      main thread alone: its event loop serves every request, socket and run).
 
-    python benchmarks/queue.py [--runs 2000] [--subscribers 10] [--concurrency 8] [--batch] [--out FILE]
+    python benchmarks/run_queue.py [--runs 2000] [--subscribers 10] [--concurrency 8] [--batch] [--out FILE]
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
-# Run as a script, this file's folder is sys.path[0] and this file would shadow the stdlib
-# `queue` (imported by concurrent.futures, asyncio's executors, ...): drop that entry first.
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
-
 import argparse
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import math
-import platform
+import os
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -57,6 +49,7 @@ from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
 from codefy_jupyter.server.headless import read_state
+from common import machine, publish
 
 TARGETS = {"submit_p50_ms": 5.0, "runs_per_s": 200.0, "events_per_s": 20_000.0, "rss_growth_mb": 50.0}
 CLOSING = {"execution_complete", "execution_error", "execution_stopped"}
@@ -321,13 +314,6 @@ def verdict(r: dict[str, Any]) -> dict[str, bool | None]:
             "all_succeeded": r["submit"]["errors"] == 0 and e2e["statuses"] == {"succeeded": e2e["runs"]}}
 
 
-def machine() -> dict[str, Any]:
-    return {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
-            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 1024**3, 1),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=2000, help="measured runs (default 2000)")
@@ -363,11 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "wall_s": round(time.perf_counter() - started, 2),
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    publish(report, args.out)
     return 0
 
 
