@@ -24,6 +24,11 @@ class BadRequest(ServiceError):
     status = 400
 
 
+class Unauthorized(ServiceError):
+    status = 401
+    code = "unauthorized"
+
+
 class Forbidden(ServiceError):
     status = 403
     code = "forbidden"
@@ -42,3 +47,8 @@ class Conflict(ServiceError):
 class Unavailable(ServiceError):
     status = 503
     code = "unavailable"
+
+
+class TooManyRequests(ServiceError):
+    status = 429
+    code = "rate_limited"

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import BadRequest, Forbidden, NotFound, ServiceError
+from .errors import BadRequest, Forbidden, NotFound, TooManyRequests, Unauthorized
 from .store import Store
 from .store_workers import EnrollmentRefused
 from .worker_handshake import Credential, name_problem
@@ -35,16 +35,6 @@ WORKER_TOKEN_PREFIX = "cfw_"
 # once, few enough that guessing a one-time token is hopeless.
 ENROLL_ATTEMPTS = 20
 ENROLL_WINDOW_S = 60.0
-
-
-class TooManyRequests(ServiceError):
-    status = 429
-    code = "rate_limited"
-
-
-class Unauthorized(ServiceError):
-    status = 401
-    code = "unauthorized"
 
 
 def token_hash(token: str) -> str:
