@@ -149,6 +149,16 @@ def _require_present(device: str, here: set[str], field_name: str) -> None:
             {"field": field_name, "device": device, "available": sorted(here)})
 
 
+def _requested_device(option_device: Any, graph_device: Any) -> tuple[Any, str] | None:
+    """The device a run without a set asks for and the field it came from: options.device, then
+    the graph's settings.device; None when neither names one (the run goes to the CPU)."""
+    if option_device is not None:
+        return option_device, "options.device"
+    if graph_device is not None:
+        return graph_device, "graph.settings.device"
+    return None
+
+
 def _resolve_set(option_device: str | None, devices: tuple[str, ...]) -> ResolvedDevice:
     """A device-set run: the set's first device is the run's; options.device may only repeat it,
     name its kind, or be auto."""
@@ -179,12 +189,10 @@ def resolve_run_device(option_device: str | None, graph_device: str | None,
             _require_present(dev, here, f"options.target.devices[{i}]")
         return _resolve_set(option_device, devices)
 
-    if option_device is not None:
-        requested, field_name = option_device, "options.device"
-    elif graph_device is not None:
-        requested, field_name = graph_device, "graph.settings.device"
-    else:
+    request = _requested_device(option_device, graph_device)
+    if request is None:
         return ResolvedDevice("cpu", ("cpu",), None)
+    requested, field_name = request
     if _is_auto(requested):
         best = best_accelerator(here)
         if best is None:
@@ -217,12 +225,10 @@ def resolve_worker_device(option_device: str | None, graph_device: str | None,
     devices = parse_device_set(target_devices or ())
     if devices:
         return _resolve_set(option_device, devices)
-    if option_device is not None:
-        requested, field_name = option_device, "options.device"
-    elif graph_device is not None:
-        requested, field_name = graph_device, "graph.settings.device"
-    else:
+    request = _requested_device(option_device, graph_device)
+    if request is None:
         return ResolvedDevice("cpu", ("cpu",), None)
+    requested, field_name = request
     if _is_auto(requested):
         if offered is None:
             raise SubmitError(
