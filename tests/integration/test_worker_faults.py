@@ -10,17 +10,15 @@ import asyncio
 import json
 import os
 import signal
-from typing import Any
 
 import pytest
 from tornado.websocket import WebSocketClosedError
 
 from codefy_jupyter.core import worker_protocol as wp
-from codefy_jupyter.server.worker_handlers import HELLO_TIMEOUT_SETTING
 
-from test_server_runs import SMALL, all_events, call, wait_status
+from test_server_runs import all_events, call, wait_status
 from test_worker_handlers import (  # noqa: F401  (fixtures)
-    RawAgent, _close_agents, agent_factory, enroll, node_event, submit_to,
+    RawAgent, _close_agents, agent_factory, enroll, jp_server_config, node_event, settings, submit_to,
 )
 from test_workers_e2e import (  # noqa: F401  (fixtures)
     agents, assert_gapless_without_duplicates, control, naps, pack_env, server_token, until_connected,
@@ -28,20 +26,6 @@ from test_workers_e2e import (  # noqa: F401  (fixtures)
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def jp_server_config(tmp_path, request):
-    codefy = {"data_dir": str(tmp_path / "codefy")}
-    codefy.update(getattr(request, "param", {}))
-    return {"ServerApp": {"jpserver_extensions": {"codefy_jupyter": True},
-                          "tornado_settings": {HELLO_TIMEOUT_SETTING: 1.0}},
-            "CodefyApp": codefy}
-
-
-def settings(**values: Any):
-    return pytest.mark.parametrize("jp_server_config", [values], indirect=True,
-                                   ids=[",".join(f"{k}={v}" for k, v in values.items())])
 
 
 # -- on the wire ---------------------------------------------------------------------------------------
