@@ -28,6 +28,7 @@ from ..core.errors import ServiceError
 from ..core.requests import SchemaError
 from ..core.run_service import RunService
 from ..core.scheduling import SubmitError
+from .ws_frames import write_texts
 
 AUTH_RESOURCE = "codefy"
 
@@ -385,8 +386,9 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
         for run_id in log.run_ids():
             cursors.setdefault(run_id, log.flushed_seq(run_id) or 0)  # known runs: live from now
         todo = [rid for rid in log.run_ids() if (log.flushed_seq(rid) or 0) > cursors[rid]]
-        # The frames of one pass: sent together at its end when batching, else one by one.
-        ready = _Batch()
+        # The frames of one pass, sent together at its end: one `batch` message when the client
+        # asked for it, else one message each, written to the socket at once.
+        ready = _Batch(batch)
         try:
             for run_id in named:  # runs named with a cursor: replay them first (from the store if need be)
                 cursor, more = cursors[run_id], True
@@ -395,7 +397,7 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
                     status, texts, cursor, more = await self.service.live_page(run_id, cursor, 0)
                     cursors[run_id] = cursor
                     if texts:
-                        self._ship(events_frame(run_id, status, texts, after, cursor), ready, batch)
+                        self._ship(events_frame(run_id, status, texts, after, cursor), ready)
             while True:
                 for run_id in todo:
                     cursor = cursors.setdefault(run_id, 0)  # a run new since we subscribed: all of it
@@ -405,7 +407,7 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
                         cursors[run_id] = cursor
                         if not texts:
                             break
-                        self._ship(events_frame(run_id, status, texts, after, cursor), ready, batch)
+                        self._ship(events_frame(run_id, status, texts, after, cursor), ready)
                 self._ship_batch(ready)
                 await log.wait_change(change_no)  # every durable change wakes it: no timeout needed
                 todo, change_no, _ = log.changed_since(change_no)
@@ -415,22 +417,26 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
             self._ship_batch(ready)
             self._report(None, err)
 
-    def _ship(self, frame: bytes, ready: _Batch, batch: bool) -> None:
-        if not batch:
-            self._send_text(frame)
-            return
+    def _ship(self, frame: bytes, ready: _Batch) -> None:
         ready.frames.append(frame)
         ready.size += len(frame)
-        if ready.size >= BATCH_BYTES:  # a long replay: several batch frames
+        if ready.size >= BATCH_BYTES:  # a long replay: several writes (several batch frames)
             self._ship_batch(ready)
 
     def _ship_batch(self, ready: _Batch) -> None:
-        """The frames gathered so far as one `batch` frame: one message (one write to the socket)
-        for what would be several."""
-        if ready.frames:
+        """The frames gathered so far: as one `batch` message, or as one message each, in one
+        write to the socket either way."""
+        if not ready.frames:
+            return
+        if ready.batch:
             self._send_text(b'{"type":"batch","frames":[' + b",".join(ready.frames) + b"]}")
-            ready.frames.clear()
-            ready.size = 0
+        else:
+            try:
+                write_texts(self, ready.frames)
+            except websocket.WebSocketClosedError:
+                self.on_close()
+        ready.frames.clear()
+        ready.size = 0
 
     def _report(self, run_id: str | None, err: Exception) -> None:
         status, body = error_body(err)
@@ -454,7 +460,8 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
 
 
 class _Batch:
-    def __init__(self) -> None:
+    def __init__(self, batch: bool) -> None:
+        self.batch = batch
         self.frames: list[bytes] = []
         self.size = 0
 
