@@ -241,6 +241,7 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
         os.close(lock_fd)
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_FAILED
     app.no_browser_open_file = True  # no browser here: no redirect file (not a configurable trait)
+    _skip_unseen_records(app.log)
 
     if foreground:
         def on_sigint(signum: int, frame: Any) -> None:
@@ -287,6 +288,20 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
             pass
         os.close(lock_fd)
     return EXIT_INTERRUPTED if interrupted and code == EXIT_OK else code
+
+
+def _skip_unseen_records(logger: Any) -> None:
+    """traitlets leaves an application's logger at DEBUG and filters in its handlers, so every
+    debug call (jupyter-server's identity provider makes two per token-authenticated request)
+    builds a record no handler keeps. In this process, which is ours, the logger's own level is
+    raised to the lowest one its handlers accept: the same output, fewer records built."""
+    import logging
+
+    if not isinstance(logger, logging.Logger) or logger.propagate or not logger.handlers:
+        return
+    lowest = min(h.level for h in logger.handlers)
+    if lowest > logger.level:
+        logger.setLevel(lowest)
 
 
 # -- start ----------------------------------------------------------------------------------------

@@ -199,6 +199,7 @@ def test_start_serves_the_api_and_stop_stops_it(servers):
     events = all_events(state, run["id"])
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert events[-1]["type"] == "execution_complete"
+    assert "codefy: run queue ready" in (servers.data_dir / "server.log").read_text()  # INFO still logged
 
     again = servers.codefy("start", "--data-dir", str(servers.data_dir), "--port", str(free_port()))
     assert again.returncode == 1
