@@ -2,9 +2,9 @@
 one SQLite file.
 
 Why it is shaped this way:
-- One writer connection on its own thread, fed by one writer task. A write is a function of that
-  connection; the task takes whatever writes are queued and applies them in one
-  `BEGIN IMMEDIATE` transaction, in one hand-off to the thread (group commit). Under load a batch
+- One writer connection on a thread of its own (`store_writer.py`). A write is a function of that
+  connection; the thread takes whatever writes are queued and applies them in one
+  `BEGIN IMMEDIATE` transaction (group commit). Under load a batch
   forms while the previous commit is in flight, so N concurrent writes cost about one fsync
   rather than N, and an idle store adds no delay. `await store.write(...)` returns only after its
   transaction committed, with WAL and `synchronous=FULL`, so a write acknowledged to a client
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from . import store_workers
+from .store_writer import Outcomes, Write, WriterThread, settle
 from .migrations import SCHEMA_VERSION, SchemaVersionError, migrate, read_schema_version
 from .store_queries import (
     EVENT_ENVELOPE_BYTES,
@@ -40,7 +41,6 @@ from .store_queries import (
     MetricPoint,
     StoredEvent,
     StoreError,
-    apply_batch,
     check_run_fields,
     delete_runs,
     dumps,
@@ -160,25 +160,6 @@ def _check_is_sqlite(path: Path) -> None:
         raise StoreError(f"{path} is not an SQLite database; refusing to use it (it was left unchanged)", path=path)
 
 
-@dataclass
-class _Write:
-    op: Callable[[sqlite3.Connection], Any]
-    future: asyncio.Future
-    after_commit: Callable[[Any], None] | None
-
-
-_STOP = object()
-
-
-def _settle(future: asyncio.Future, result: Any = None, error: BaseException | None = None) -> None:
-    if future.done():  # the caller stopped waiting; the write itself still happened (or failed)
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
-
-
 # ---------------------------------------------------------------------------------------------
 # The store
 
@@ -186,20 +167,16 @@ def _settle(future: asyncio.Future, result: Any = None, error: BaseException | N
 class Store:
     """Open with `await Store.open(path)`; close with `await store.close()` (or `async with`)."""
 
-    def __init__(self, path: Path, writer: _ConnectionThread, reader: _ConnectionThread, *,
-                 clock: Clock, batch_window_s: float, max_batch: int) -> None:
+    def __init__(self, path: Path, writer: WriterThread, reader: _ConnectionThread, *, clock: Clock) -> None:
         self._path = path
         self._writer = writer
         self._reader = reader
         self._clock = clock
-        self._batch_window_s = batch_window_s
-        self._max_batch = max_batch
-        self._queue: asyncio.Queue = asyncio.Queue()
         self._flushed: dict[str, int] = {}
         self._commits = self._writes = self._failed = self._largest = 0
         self._closed = False
         self._shutdown: asyncio.Future | None = None
-        self._writer_task = asyncio.get_running_loop().create_task(self._run_writer(), name="codefy-store-writer")
+        writer.deliver = self._record
 
     @classmethod
     async def open(cls, path: str | Path, *, clock: Clock = time.time, synchronous: str = "FULL",
@@ -220,7 +197,8 @@ class Store:
         _check_is_sqlite(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            writer = await _ConnectionThread.start("codefy-store-writer", partial(_connect_writer, path, synchronous))
+            writer = await WriterThread.start("codefy-store-writer", partial(_connect_writer, path, synchronous),
+                                              batch_window_s=batch_window_s, max_batch=max_batch)
         except SchemaVersionError as exc:
             raise StoreError(f"{path} was written by a newer codefy-jupyter ({exc}); refusing to open it",
                              path=path) from exc
@@ -233,7 +211,7 @@ class Store:
             if isinstance(exc, sqlite3.Error):
                 raise StoreError(f"cannot open {path} for reading: {exc}", path=path) from exc
             raise
-        return cls(path, writer, reader, clock=clock, batch_window_s=batch_window_s, max_batch=max_batch)
+        return cls(path, writer, reader, clock=clock)
 
     @property
     def path(self) -> Path:
@@ -261,48 +239,17 @@ class Store:
         if self._closed:
             raise StoreError(f"the store at {self._path} is closed", path=self._path)
         future = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Write(op, future, after_commit))
+        self._writer.put(Write(op, future, after_commit))
         return future
 
-    async def _run_writer(self) -> None:
-        batch: list[_Write] = []
-        try:
-            stopping = False
-            while not stopping:
-                first = await self._queue.get()
-                if first is _STOP:
-                    break
-                batch = [first]
-                # Let writes submitted in this same tick (or within the window) join the batch;
-                # under load, the writes queued while the previous commit ran join it too.
-                await asyncio.sleep(self._batch_window_s)
-                while len(batch) < self._max_batch and not self._queue.empty():
-                    item = self._queue.get_nowait()
-                    if item is _STOP:  # close() submits nothing after the stop marker
-                        stopping = True
-                        break
-                    batch.append(item)
-                try:
-                    outcomes, commits = await self._writer.run(apply_batch, [w.op for w in batch])
-                except Exception as exc:  # apply_batch reports op errors itself; this is worse
-                    log.exception("store: the writer failed a whole batch")
-                    outcomes, commits = [(False, exc)] * len(batch), []
-                self._record(batch, outcomes, commits)
-                batch = []
-        finally:
-            # Reached with writes pending only if the task is cancelled: nobody may wait forever.
-            leftovers = batch + [w for w in self._drain_queue() if w is not _STOP]
-            for w in leftovers:
-                _settle(w.future, error=StoreError(
-                    f"the store at {self._path} closed before this write committed", path=self._path))
-
-    def _record(self, batch: list[_Write], outcomes: list[tuple[bool, Any]], commits: list[int]) -> None:
+    def _record(self, batch: list[Write], done: Outcomes) -> None:
+        outcomes, commits = done
         self._commits += len(commits)
         self._largest = max([self._largest, *commits])
         for w, (ok, result) in zip(batch, outcomes):
             if not ok:
                 self._failed += 1
-                _settle(w.future, error=result)
+                settle(w.future, error=result)
                 continue
             self._writes += 1
             if w.after_commit is not None:
@@ -310,28 +257,21 @@ class Store:
                     w.after_commit(result)
                 except Exception:
                     log.exception("store: after-commit hook failed")
-            _settle(w.future, result)
-
-    def _drain_queue(self) -> list:
-        items = []
-        while not self._queue.empty():
-            items.append(self._queue.get_nowait())
-        return items
+            settle(w.future, result)
 
     def statistics(self) -> StoreStatistics:
-        return StoreStatistics(self._commits, self._writes, self._failed, self._largest, self._queue.qsize())
+        return StoreStatistics(self._commits, self._writes, self._failed, self._largest, self._writer.queued())
 
     async def close(self) -> None:
         """Commit every write submitted so far, then close both connections. Idempotent."""
         if self._shutdown is None:
             self._closed = True
-            self._queue.put_nowait(_STOP)
             self._shutdown = asyncio.ensure_future(self._close_all())
         await asyncio.shield(self._shutdown)
 
     async def _close_all(self) -> None:
         try:
-            await self._writer_task
+            await self._writer.drain()
         finally:
             # Reader first: the last connection to close checkpoints the WAL into the main file.
             try:

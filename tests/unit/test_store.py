@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -169,11 +170,45 @@ def test_concurrent_writes_share_few_transactions(tmp_path):
             await asyncio.gather(*(store.create_run(run_row(f"r{i:03d}")) for i in range(200)))
             stats = store.statistics()
             assert stats.writes == 200
-            assert stats.commits <= 5  # in practice 1: all 200 were queued before the writer woke
+            assert stats.commits <= 5  # the writer may take the first alone; the rest queue behind it
             assert stats.largest_batch >= 40
             assert stats.queued == 0
             rows, total = await store.list_runs(limit=50)
             assert total == 200
+
+    run(main())
+
+
+def test_writes_queued_while_a_commit_runs_share_the_next_one(tmp_path):
+    async def main():
+        async with await Store.open(tmp_path / "c.db") as store:
+            def slow(conn):  # holds the writer (as a slow fsync would) while the others queue up
+                time.sleep(0.3)
+                return "slow"
+
+            first = asyncio.ensure_future(store.write(slow))
+            while store.statistics().queued:  # until the writer has taken `slow` (alone) and sits in it
+                await asyncio.sleep(0.01)
+            rest = [store.create_run(run_row(f"q{i:02d}")) for i in range(50)]
+            assert store.statistics().queued == 50
+            assert await first == "slow"
+            await asyncio.gather(*rest)
+            stats = store.statistics()
+            assert (stats.commits, stats.largest_batch, stats.writes) == (2, 50, 51)
+
+    run(main())
+
+
+def test_close_commits_what_was_queued_and_refuses_more(tmp_path):
+    async def main():
+        store = await Store.open(tmp_path / "c.db")
+        pending = [store.create_run(run_row(f"c{i}")) for i in range(20)]
+        await store.close()
+        assert all(f.done() and f.exception() is None for f in pending)
+        with pytest.raises(StoreError, match="closed"):
+            store.create_run(run_row("late"))
+        async with await Store.open(tmp_path / "c.db") as again:
+            assert (await again.list_runs())[1] == 20
 
     run(main())
 
