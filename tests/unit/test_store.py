@@ -187,6 +187,7 @@ def test_writes_queued_while_a_commit_runs_share_the_next_one(tmp_path):
                 return "slow"
 
             first = asyncio.ensure_future(store.write(slow))
+            await asyncio.sleep(0)  # the task runs up to the queued write
             while store.statistics().queued:  # until the writer has taken `slow` (alone) and sits in it
                 await asyncio.sleep(0.01)
             rest = [store.create_run(run_row(f"q{i:02d}")) for i in range(50)]
