@@ -50,11 +50,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import psutil
-from tornado.httpclient import HTTPRequest
-from tornado.websocket import websocket_connect
 
 from codefy_jupyter.server.headless import read_state
 from common import machine, publish
+from ws_client import WsReader
 
 TARGETS = {"submit_p50_ms": 5.0, "runs_per_s": 200.0, "events_per_s": 20_000.0, "rss_growth_mb": 50.0}
 CLOSING = {"execution_complete", "execution_error", "execution_stopped"}
@@ -134,18 +133,19 @@ class Subscriber:
         self.messages = 0
 
     async def follow(self, state: dict[str, Any]) -> None:
-        url = f"ws://127.0.0.1:{state['port']}{state['base_url']}codefy/ws/execution"
-        ws = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {state['token']}"}))
-        subscribe = {"type": "subscribe", "all": True, **({"batch": True} if self.batch else {})}
-        await ws.write_message(json.dumps(subscribe))
+        ws = await WsReader.connect("127.0.0.1", state["port"], f"{state['base_url']}codefy/ws/execution",
+                                    {"Authorization": f"token {state['token']}"}, self.on_message)
         try:
-            while (message := await ws.read_message()) is not None:
-                self.messages += 1
-                frame = json.loads(message)
-                for f in frame["frames"] if frame.get("type") == "batch" else [frame]:
-                    self.take(f)
+            ws.send_text(json.dumps({"type": "subscribe", "all": True, **({"batch": True} if self.batch else {})}))
+            await ws.closed
         finally:
             ws.close()
+
+    def on_message(self, message: bytes) -> None:
+        self.messages += 1
+        frame = json.loads(message)
+        for f in frame["frames"] if frame.get("type") == "batch" else [frame]:
+            self.take(f)
 
     def take(self, frame: dict[str, Any]) -> None:
         if frame.get("type") != "events":
@@ -453,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
                        "floor_requests": args.floor_requests,
                        "graph": "Float -> Scale -> Scale (cpu)",
                        "http_client": "keep-alive HTTP/1.1 on asyncio streams, one connection per client",
-                       "ws_client": "tornado websocket_connect",
+                       "ws_client": "a read-only asyncio Protocol (benchmarks/ws_client.py)",
                        "ws_frames": "batch" if args.batch else "one message per events frame"},
         "targets": TARGETS,
         "met": verdict(results),
