@@ -1,11 +1,12 @@
-"""Several WebSocket text messages to one peer in one socket write.
+"""WebSocket text messages to one peer, framed here and written to the socket at once.
 
 A follower of every run sends one `events` message per run it finds changed; under load one wake
 finds several. Through `write_message` each message costs a frame built by tornado, an asyncio
 Task (tornado's semi-synchronous write wrapper) and a `send()` that wakes the peer, and on the
 benchmark's two cores those were about a quarter of the server loop's time. Here the messages of
-one wake are framed together (RFC 6455 §5.2: server frames are never masked) and written once.
-The peer sees exactly the messages it would have seen one by one.
+one wake are framed together (RFC 6455 §5.2: server frames are never masked) and written once,
+with no Task, even when there is only one. The peer sees exactly the messages it would have seen
+one by one.
 
 Tornado keeps framing private, so this writes to the connection's stream only when the
 connection is the plain RFC 6455 protocol with no per-message compression negotiated; otherwise
@@ -56,7 +57,7 @@ def write_texts(handler: websocket.WebSocketHandler, payloads: Sequence[bytes]) 
         return
     if handler.ws_connection is None or handler.ws_connection.is_closing():
         raise websocket.WebSocketClosedError()
-    stream = _raw_stream(handler) if len(payloads) > 1 else None
+    stream = _raw_stream(handler)
     if stream is None:
         for payload in payloads:
             handler.write_message(payload)

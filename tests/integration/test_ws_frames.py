@@ -77,6 +77,9 @@ async def test_messages_written_at_once_arrive_one_by_one_and_whole(server, path
     assert [m.encode() for m in got] == [payload(i, n) for i, n in enumerate(SIZES)]
     # The plain connection took the one-write path; the compressed one left framing to tornado.
     assert Sender.raw == [not compressed]
+    await ws.write_message(json.dumps([5]))  # a single message takes the same path
+    assert await asyncio.wait_for(ws.read_message(), 10) == payload(0, 5).decode()
+    assert Sender.raw == [not compressed] * 2
     ws.close()
 
 
