@@ -2,7 +2,8 @@
 
 The agent's folder (`--data-dir`, else `$CODEFY_AGENT_DIR`, else `<jupyter data dir>/codefy-agent`)
 holds `credentials/<name>.json` (the worker token, 0600), `agents/<name>.json` (the running agent's
-pid, locked while it runs) and `agent-runs/<run id>/` (spool.jsonl, output.log, data/).
+pid, locked while it runs) and `agent-runs/<run id>/` (spool.jsonl, output.log, data/; the folders of
+finished runs beyond the newest `--keep-runs` are removed).
 
 `codefy agent stop` sends SIGTERM to the running agents of that folder (or the one `--name` names):
 each asks its runs to stop (10 s grace, then terminates them), sends their last frames and exits.
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..cli_args import EXIT_FAILED, EXIT_OK, EXIT_USAGE, seconds
+from .retention import DEFAULT_KEEP_RUNS
 
 log = logging.getLogger("codefy.agent")
 
@@ -74,6 +76,10 @@ def add_parser(sub: Any) -> None:
                     "codefy-agent/)")
     st.add_argument("--no-warm", action="store_true", help="start each run in a new interpreter instead of forking "
                     "it from the warm process (slower starts; for debugging)")
+    st.add_argument("--keep-runs", type=keep_runs, metavar="N",
+                    help="how many finished runs keep their folder (agent-runs/<run>/: output.log, data/), the "
+                    f"newest; older ones are removed (default: $CODEFY_AGENT_KEEP_RUNS, else {DEFAULT_KEEP_RUNS}; "
+                    "-1 keeps all)")
     sp = cmds.add_parser("stop", help="stop the agents running from an agent folder",
                          description="Ask each running agent of the folder (or the one --name names) to stop: its "
                          "runs get 10 s to stop cooperatively, then are terminated; their last frames are sent.")
@@ -81,6 +87,16 @@ def add_parser(sub: Any) -> None:
     sp.add_argument("--data-dir", help="the agent's folder (default as for start)")
     sp.add_argument("--timeout", type=seconds(allow_zero=False), default=STOP_TIMEOUT_S, metavar="S",
                     help=f"seconds to wait for each agent to exit before SIGKILL (default {STOP_TIMEOUT_S:g})")
+
+
+def keep_runs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -2
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= -1 (-1 keeps all), got {text!r}")
+    return value
 
 
 def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -106,6 +122,11 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             parser.error(problem)
     if args.run_id and not args.one_shot:
         parser.error("--run-id takes the run of a one-shot agent: add --one-shot")
+    if args.keep_runs is None:
+        try:
+            args.keep_runs = keep_runs(os.environ.get("CODEFY_AGENT_KEEP_RUNS", str(DEFAULT_KEEP_RUNS)))
+        except argparse.ArgumentTypeError as err:
+            parser.error(f"CODEFY_AGENT_KEEP_RUNS: {err}")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s codefy-agent %(levelname)s %(message)s")
     agent_dir = Path(args.data_dir).expanduser() if args.data_dir else default_agent_dir()
@@ -163,7 +184,8 @@ async def _serve(args: argparse.Namespace, name: str, control: str, token: str, 
     env = dict(os.environ)
     catalog = await probe_catalog(env)
     options = AgentOptions(control=control, token=token, name=name, agent_dir=agent_dir, instance=args.instance,
-                           one_shot=args.one_shot, run_id=args.run_id, ca_file=args.ca_file, pin=pin)
+                           one_shot=args.one_shot, run_id=args.run_id, ca_file=args.ca_file, pin=pin,
+                           keep_runs=args.keep_runs)
     agent = Agent(options, inventory=inventory, catalog=catalog, launcher=AutoLauncher(env, prefer_warm=not args.no_warm),
                   env=env)
     loop = asyncio.get_running_loop()

@@ -26,6 +26,7 @@ import random
 import ssl
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlsplit, urlunsplit
@@ -44,6 +45,7 @@ from .delivery import Deliveries
 from .frames import finished_frame, message_frame, refused_frame, started_frame
 from .identity import Catalog, Inventory, platform_string
 from .isolation import Refusal, Visibility, assign_refusal
+from .retention import DEFAULT_KEEP_RUNS, prune_run_folders
 from .runner import Runner, RunRequest
 
 log = logging.getLogger("codefy.agent")
@@ -59,6 +61,11 @@ FATAL_CLOSE_CODES = {4003: "refused for its Host or Origin header", 4401: "refus
                      4410: "this worker was removed from the control plane"}
 TRANSIENT_REJECTS = frozenset({"name_taken", "hello_timeout", "shutting_down"})
 EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def _log_prune_failure(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        log.warning("removing the folders of finished runs failed: %s", done.exception())
 
 
 class Fatal(Exception):
@@ -100,6 +107,7 @@ class AgentOptions:
     run_id: str | None = None
     ca_file: str | None = None
     pin: bytes | None = None
+    keep_runs: int = DEFAULT_KEEP_RUNS  # finished runs' folders kept (retention.py); negative: all
 
     @property
     def registered_name(self) -> str:
@@ -133,6 +141,18 @@ class Agent:
         self._stop_task: asyncio.Task[None] | None = None
         self._backoff = Backoff()
         self.sessions = 0
+        self._pruning: asyncio.Future[Any] | None = None
+        self.deliveries.on_done = self._prune_folders
+
+    def _prune_folders(self) -> None:
+        """Remove the folders of finished runs beyond the newest `keep_runs`, off the loop (a
+        run's data/ may be large); one pass at a time, the next done run starts another."""
+        if self.options.keep_runs < 0 or (self._pruning is not None and not self._pruning.done()):
+            return
+        live = set(self.deliveries.runs) | set(self.runner.runs)
+        self._pruning = asyncio.get_running_loop().run_in_executor(
+            None, partial(prune_run_folders, self.options.runs_dir, self.options.keep_runs, live))
+        self._pruning.add_done_callback(_log_prune_failure)
 
     # -- the whole life ---------------------------------------------------------------------------------
     async def run(self) -> int:
@@ -140,6 +160,7 @@ class Agent:
         if reloaded:
             log.info("replaying the unacknowledged frames of %d run(s) from the spool: %s", len(reloaded),
                      ", ".join(reloaded))
+        self._prune_folders()
         tls.warn_if_plaintext(self.options.control)
         warming = asyncio.ensure_future(self.launcher.start())
         watcher = asyncio.ensure_future(self._watch_done())

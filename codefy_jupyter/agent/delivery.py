@@ -65,6 +65,7 @@ class Deliveries:
         self._flush_handle: asyncio.Handle | None = None
         self._unwritten: dict[str, RunSpool] = {}  # spools holding lines of queued frames
         self.changed = asyncio.Event()  # a run became done (one-shot and stop wait on it)
+        self.on_done: Callable[[], None] | None = None  # called when a run becomes done
 
     # -- runs ---------------------------------------------------------------------------------------
     def open(self, run_id: str) -> Delivery:
@@ -205,6 +206,8 @@ class Deliveries:
         except OSError:
             pass
         self.changed.set()
+        if self.on_done is not None:
+            self.on_done()
 
     # -- the connection -----------------------------------------------------------------------------
     def disconnected(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 import signal
 import stat
 import subprocess
@@ -200,6 +201,30 @@ async def test_a_run_on_the_worker_completes_with_a_gapless_log(jp_fetch, agents
     while (run_dir / "spool.jsonl").exists():
         assert asyncio.get_running_loop().time() < deadline, "the spool was never acknowledged"
         await asyncio.sleep(0.05)
+
+
+async def test_the_agent_keeps_only_the_newest_finished_run_folders(jp_fetch, agents, tmp_path):
+    # Folders of runs finished one, two and three hours ago, their frames all acknowledged (no
+    # spool), and one whose frames never were: the agent (--keep-runs 2) removes the oldest done
+    # folder when it starts, and the next oldest once its own run is done (the new folder counts).
+    runs_dir = tmp_path / "agent" / "agent-runs"
+    now = time.time()
+    for name, hours in (("old-1h", 1), ("old-2h", 2), ("old-3h", 3), ("unacked", 9)):
+        (runs_dir / name / "data").mkdir(parents=True)
+        (runs_dir / name / "output.log").write_text("earlier run\n")
+        os.utime(runs_dir / name, (now - hours * 3600, now - hours * 3600))
+    (runs_dir / "unacked" / "spool.jsonl").write_text("")
+    agent = agents("--keep-runs", "2")
+    await until_connected(jp_fetch, agent)
+    assert not (runs_dir / "old-3h").exists() and (runs_dir / "old-2h").exists()
+    run = await submit(jp_fetch, SMALL, {"worker": "box"})
+    assert (await wait_status(jp_fetch, run["id"], {"succeeded", "failed"}, timeout=60))["status"] == "succeeded"
+    deadline = asyncio.get_running_loop().time() + 30
+    while (runs_dir / "old-2h").exists():
+        assert asyncio.get_running_loop().time() < deadline, f"old-2h was never removed:\n{agent.output()}"
+        await asyncio.sleep(0.05)
+    assert sorted(p.name for p in runs_dir.iterdir()) == sorted(["old-1h", "unacked", run["id"]])
+    assert "removed the folders of 1 finished runs (keeping the newest 2)" in agent.output()
 
 
 async def test_a_dropped_socket_loses_and_duplicates_nothing(jp_fetch, agents):

@@ -87,11 +87,20 @@ def test_enrolling_against_nothing_says_where(tmp_path):
     (["--name", "Bad_Name"], "worker name 'Bad_Name' is not valid"),
     (["--name", "any"], "is reserved"),
     (["--run-id", "r1"], "--run-id takes the run of a one-shot agent"),
+    (["--keep-runs", "-2"], "--keep-runs: expected a whole number >= -1 (-1 keeps all), got '-2'"),
+    (["--keep-runs", "many"], "--keep-runs: expected a whole number >= -1"),
 ])
 def test_cli_refusals_name_the_field(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["agent", "start", "--control", "http://127.0.0.1:9/", *argv])
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cli_refuses_a_malformed_keep_runs_variable(monkeypatch, capsys):
+    monkeypatch.setenv("CODEFY_AGENT_KEEP_RUNS", "lots")
+    with pytest.raises(SystemExit) as exc:
+        main(["agent", "start", "--control", "http://127.0.0.1:9/"])
+    assert exc.value.code == 2 and "CODEFY_AGENT_KEEP_RUNS: expected a whole number >= -1" in capsys.readouterr().err
 
 
 def test_cli_refuses_a_malformed_pin(tmp_path, capsys):
