@@ -27,7 +27,6 @@ import sys
 import threading
 import time
 import traceback
-from pathlib import Path
 from typing import Any, NoReturn
 
 from . import pipe

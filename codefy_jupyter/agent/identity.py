@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import platform
 import sys
 from dataclasses import dataclass
