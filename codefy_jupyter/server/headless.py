@@ -21,6 +21,7 @@ It waits a little longer than that grace, then sends SIGKILL (the process group,
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import secrets
@@ -32,6 +33,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, TextIO
+
+from .event_loop import LOOP_ENV, LoopChoiceError, loop_choice, new_server_loop
 
 try:
     import fcntl
@@ -232,6 +235,8 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
     config.IdentityProvider.token = token
 
     interrupted = False
+    loop, loop_name = new_server_loop(_checked_loop_choice())
+    asyncio.set_event_loop(loop)  # jupyter-server and tornado take the current loop
     loop = ensure_event_loop()
     app = HeadlessServerApp(config=config)
     try:
@@ -242,6 +247,7 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_FAILED
     app.no_browser_open_file = True  # no browser here: no redirect file (not a configurable trait)
     _skip_unseen_records(app.log)
+    app.log.info("codefy: serving on the %s event loop (%s)", loop_name, LOOP_ENV)
 
     if foreground:
         def on_sigint(signum: int, frame: Any) -> None:
@@ -289,6 +295,13 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
             pass
         os.close(lock_fd)
     return EXIT_INTERRUPTED if interrupted and code == EXIT_OK else code
+
+
+def _checked_loop_choice() -> str:
+    try:
+        return loop_choice(os.environ)
+    except LoopChoiceError as err:
+        raise HeadlessError(str(err)) from None
 
 
 def _freeze_startup_heap() -> None:
@@ -346,6 +359,7 @@ def _probe(state: dict[str, Any], timeout: float = 2.0) -> bool:
 def start(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, token: str | None = None,
           timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
     """Spawn a detached server and wait until it answers. Returns its state."""
+    _checked_loop_choice()  # refused here, not in a detached process's log
     data_dir.mkdir(parents=True, exist_ok=True)
     existing = read_state(data_dir)
     if existing is not None and _server_alive(data_dir, existing["pid"]):

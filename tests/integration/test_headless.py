@@ -199,7 +199,9 @@ def test_start_serves_the_api_and_stop_stops_it(servers):
     events = all_events(state, run["id"])
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert events[-1]["type"] == "execution_complete"
-    assert "codefy: run queue ready" in (servers.data_dir / "server.log").read_text()  # INFO still logged
+    log = (servers.data_dir / "server.log").read_text()
+    assert "codefy: run queue ready" in log  # INFO still logged
+    assert "codefy: serving on the uvloop event loop (CODEFY_SERVER_LOOP)" in log
 
     again = servers.codefy("start", "--data-dir", str(servers.data_dir), "--port", str(free_port()))
     assert again.returncode == 1
@@ -215,6 +217,19 @@ def test_start_serves_the_api_and_stop_stops_it(servers):
     nothing = servers.stop()
     assert nothing.returncode == 1
     assert f"no codefy server is running (no {servers.state_file})" in nothing.stderr
+
+
+def test_start_refuses_an_unknown_event_loop_before_spawning_anything(servers):
+    servers.env["CODEFY_SERVER_LOOP"] = "tokio"
+    refused = servers.codefy("start", "--data-dir", str(servers.data_dir), "--port", str(free_port()))
+    assert refused.returncode == 1
+    assert "CODEFY_SERVER_LOOP='tokio': expected one of auto, uvloop, asyncio" in refused.stderr
+    assert not servers.state_file.exists() and not (servers.data_dir / "server.log").exists()
+    servers.env["CODEFY_SERVER_LOOP"] = "asyncio"
+    state = servers.start()
+    assert "serving on the asyncio event loop" in (servers.data_dir / "server.log").read_text()
+    assert api(state, "GET", "runs")[0] == 200
+    assert servers.stop().returncode == 0
 
 
 def test_stop_with_nothing_running_says_so(servers):
