@@ -10,8 +10,8 @@ Why uvloop: the headless server's one loop carries every request, WebSocket fram
 and uvloop's own overhead per turn is smaller. Paired runs of the queue benchmark, here, on the
 same code:
 - the server loop's CPU per submit fell 7-9%;
-- the one-client submit p50 fell by 0.2-2 ms in 4 of 6 pairs;
-- the slowest submit fell in 5 of 6 pairs.
+- the one-client submit p50 fell by 0.1-2 ms in 7 of 9 pairs;
+- the slowest submit fell in 6 of 9 pairs.
 
 Only the server's loop changes. The global loop policy is untouched, so the engine threads' loops
 stay asyncio's. Inside `jupyter lab` the host's loop is left as it is.
