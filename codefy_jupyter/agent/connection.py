@@ -25,7 +25,7 @@ import logging
 import random
 import ssl
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
@@ -37,7 +37,8 @@ from tornado.websocket import WebSocketClientConnection, WebSocketClosedError, w
 
 from .._version import __version__
 from ..core.worker_protocol import (
-    DEFAULT_GRACE_S, MAX_FRAME_BYTES, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Ack, Assign, Cancel, Drain, Frame, Heartbeat,
+    AGENT_STOPPED, DEFAULT_GRACE_S, MAX_FRAME_BYTES, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Ack, Assign, Cancel, Drain,
+    Frame, Heartbeat,
     Hello, ProtocolError, Reject, RunAlive, Welcome, decode, encode,
 )
 from . import tls
@@ -142,6 +143,7 @@ class Agent:
         self._backoff = Backoff()
         self.sessions = 0
         self._pruning: asyncio.Future[Any] | None = None
+        self._stopped_by_agent: set[str] = set()  # runs this agent stopped because it was stopped
         self.deliveries.on_done = self._prune_folders
 
     def _prune_folders(self) -> None:
@@ -198,6 +200,7 @@ class Agent:
     def request_stop(self) -> None:
         """SIGTERM/SIGINT or `codefy agent stop`: no new runs, each run asked to stop (terminated
         after STOP_GRACE_S), their last frames sent, then exit."""
+        self._stopped_by_agent.update(self.runner.runs)
         if self.stopping:  # asked twice (a second Ctrl+C): no more grace
             log.warning("stopping now: terminating %d run(s)", len(self.runner.runs))
             self.runner.cancel_all(0.0, "the worker agent is stopping now")
@@ -461,6 +464,10 @@ class Agent:
 
     def _finished(self, run_id: str, body: dict[str, Any]) -> None:
         frame = finished_frame(run_id, body)
+        if frame.status == "cancelled" and run_id in self._stopped_by_agent:
+            frame = replace(frame, error={"code": AGENT_STOPPED, "type": "AgentStopped",
+                                          "message": f"the worker agent {self.options.registered_name} was stopped "
+                                                     "while this run was executing"})
         log.info("run %s: %s", run_id, frame.status)
         self.deliveries.add(run_id, frame)
         self.deliveries.changed.set()

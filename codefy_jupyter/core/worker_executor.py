@@ -45,7 +45,7 @@ from .fingerprint import digest
 from .store import Store
 from .worker_handshake import check_graph_types, graph_node_types
 from .worker_protocol import (
-    INBOX_MAX_FRAMES, Ack, Artifact, Assign, Cancel, Drain, Event, Metrics, RunAlive, RunFacts, RunFinished,
+    AGENT_STOPPED, INBOX_MAX_FRAMES, Ack, Artifact, Assign, Cancel, Drain, Event, Metrics, RunAlive, RunFacts, RunFinished,
     RunFrame, RunInbox, RunStarted, RunWarning, should_pause_reading,
 )
 from .workers import Worker, WorkerRegistry
@@ -674,6 +674,12 @@ def _outcome(frame: RunFinished, run: _WorkerRun) -> ExecutionOutcome:
     if frame.peak_memory is not None:
         run.facts["peak_memory"] = frame.peak_memory
     message, params = None, {}
+    if frame.status == rs.CANCELLED and error is not None and error.get("code") == AGENT_STOPPED:
+        # Stopped because its agent was stopped (`codefy agent stop`, SIGTERM): nobody cancelled it.
+        return ExecutionOutcome(rs.INTERRUPTED, executed=frame.executed, cached=frame.cached,
+                                metrics=dict(frame.metrics), duration_s=frame.duration_s, code=AGENT_STOPPED,
+                                message=str(error.get("message") or "the worker agent was stopped"),
+                                params={"worker": run.worker})
     if frame.status == rs.CANCELLED:
         message = "cancel requested"
         if frame.signal is not None:  # it did not stop by itself: say how it was ended

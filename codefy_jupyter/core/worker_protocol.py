@@ -347,6 +347,10 @@ SERVER_FRAMES: tuple[type[Frame], ...] = (Welcome, Reject, Assign, Cancel, Drain
 CAPABILITY_FRAMES: tuple[type[Frame], ...] = (Batch,)
 FRAME_TYPES: dict[str, type[Frame]] = {cls.type: cls for cls in AGENT_FRAMES + SERVER_FRAMES + CAPABILITY_FRAMES}
 RUN_FINISHED_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+# The `error.code` of a `cancelled` run_finished whose run the agent stopped because the agent itself
+# was stopped (not because the run was cancelled): the control plane records the run as interrupted.
+# A control plane that does not know the code records it as cancelled, as before.
+AGENT_STOPPED = "agent_stopped"
 
 
 # -- validation -------------------------------------------------------------------------------------

@@ -326,7 +326,11 @@ async def test_agent_stop_stops_the_runs_and_exits(jp_fetch, agents, tmp_path):
     assert stopped.returncode == 0, stopped.stderr
     assert await agent.exited() == 0
     done = await wait_status(jp_fetch, run["id"], {"cancelled", "failed", "interrupted"}, timeout=30)
-    assert done["status"] == "cancelled"
+    assert done["status"] == "interrupted", done  # nobody cancelled it: its agent was stopped
+    closing = (await all_events(jp_fetch, run["id"]))[-1]
+    assert closing["type"] == "execution_stopped" and closing["payload"]["status"] == "interrupted"
+    assert closing["payload"]["reason"]["code"] == "agent_stopped"
+    assert "the worker agent box was stopped" in closing["payload"]["reason"]["message"]
     assert not (agent.dir / "agents" / "box.json").exists()
 
 

@@ -11,7 +11,7 @@ from codefy_jupyter.core.run_service import RunService
 from codefy_jupyter.core.store import Store
 from codefy_jupyter.core.worker_handshake import Credential
 from codefy_jupyter.core.worker_protocol import (
-    PROTOCOL_VERSION, Ack, Assign, Cancel, Event, Hello, RunFinished, RunStarted,
+    AGENT_STOPPED, PROTOCOL_VERSION, Ack, Assign, Cancel, Event, Hello, RunFinished, RunStarted,
 )
 
 SMALL = {"nodes": [{"id": "k", "type": "Float", "params": {"value": 2}}], "edges": []}
@@ -159,4 +159,36 @@ async def test_a_graceful_shutdown_stops_worker_runs_and_closes_their_connection
         last = await store.last_event(rid)
         assert last.type == "execution_stopped" and last.payload["reason"]["code"] == "server_shutdown"
     finally:
+        await store.close()
+
+
+async def test_a_run_its_agent_stopped_is_interrupted_and_a_cancelled_one_stays_cancelled(tmp_path):
+    store = await Store.open(tmp_path / "db.sqlite")
+    service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)
+    await service.start()
+    workers = service.workers
+    catalog = service.registry.catalog()
+    link = Link()
+    hello = Hello(name="box", version=__version__, protocol_version=PROTOCOL_VERSION,
+                  catalog_hash=catalog["hash"], node_types=catalog["types"], devices=[{"device": "cpu"}])
+    _, worker = await workers.hello(hello, Credential("server", "server"), link, loopback=True)
+    workers.connected(worker)
+    try:
+        ends = {}
+        for error in ({"code": AGENT_STOPPED, "type": "AgentStopped", "message": "the worker agent box was stopped"},
+                      None):
+            run = await service.submit({"graph": SMALL, "options": {"target": {"worker": "box"}}})
+            rid = run["id"]
+            await until(lambda: any(isinstance(f, Assign) and f.run_id == rid for f in link.frames))
+            workers.frame(worker, RunStarted(run_id=rid, seq=1), link)
+            workers.frame(worker, RunFinished(run_id=rid, status="cancelled", error=error, seq=2), link)
+            await until(lambda: service.active_count == 0)
+            ends[error is None] = (await store.get_run(rid))["status"], (await store.last_event(rid)).payload
+        (stopped, stopped_closing), (cancelled, cancelled_closing) = ends[False], ends[True]
+        assert stopped == "interrupted" and stopped_closing["status"] == "interrupted"
+        assert stopped_closing["reason"] == {"code": AGENT_STOPPED, "message": "the worker agent box was stopped",
+                                             "params": {"worker": "box"}}
+        assert cancelled == "cancelled" and cancelled_closing["reason"]["code"] == "cancelled"
+    finally:
+        await service.shutdown()
         await store.close()
