@@ -127,17 +127,23 @@ async def test_a_batch_is_recorded_in_order_and_pauses_reading_once_past_the_bou
         await store.close()
 
 
-async def test_a_graceful_shutdown_stops_worker_runs_and_closes_their_connections(tmp_path):
+async def box_connected(tmp_path):
+    """A RunService on a real store, with the worker "box" (cpu) connected through a Link."""
     store = await Store.open(tmp_path / "db.sqlite")
     service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)
     await service.start()
-    workers = service.workers
     catalog = service.registry.catalog()
     link = Link()
     hello = Hello(name="box", version=__version__, protocol_version=PROTOCOL_VERSION,
                   catalog_hash=catalog["hash"], node_types=catalog["types"], devices=[{"device": "cpu"}])
-    _, worker = await workers.hello(hello, Credential("server", "server"), link, loopback=True)
-    workers.connected(worker)
+    _, worker = await service.workers.hello(hello, Credential("server", "server"), link, loopback=True)
+    service.workers.connected(worker)
+    return store, service, worker, link
+
+
+async def test_a_graceful_shutdown_stops_worker_runs_and_closes_their_connections(tmp_path):
+    store, service, worker, link = await box_connected(tmp_path)
+    workers = service.workers
     run = await service.submit({"graph": SMALL, "options": {"target": {"worker": "box"}}})
     rid = run["id"]
     await until(lambda: any(isinstance(f, Assign) for f in link.frames))
@@ -163,16 +169,8 @@ async def test_a_graceful_shutdown_stops_worker_runs_and_closes_their_connection
 
 
 async def test_a_run_its_agent_stopped_is_interrupted_and_a_cancelled_one_stays_cancelled(tmp_path):
-    store = await Store.open(tmp_path / "db.sqlite")
-    service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)
-    await service.start()
+    store, service, worker, link = await box_connected(tmp_path)
     workers = service.workers
-    catalog = service.registry.catalog()
-    link = Link()
-    hello = Hello(name="box", version=__version__, protocol_version=PROTOCOL_VERSION,
-                  catalog_hash=catalog["hash"], node_types=catalog["types"], devices=[{"device": "cpu"}])
-    _, worker = await workers.hello(hello, Credential("server", "server"), link, loopback=True)
-    workers.connected(worker)
     try:
         ends = {}
         for error in ({"code": AGENT_STOPPED, "type": "AgentStopped", "message": "the worker agent box was stopped"},
