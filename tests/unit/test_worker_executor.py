@@ -44,20 +44,26 @@ def event(i: int) -> dict:
     return {"type": "node_status", "payload": {"node_id": f"n{i}", "status": "done"}}
 
 
-async def test_a_full_inbox_pauses_reading_until_its_frames_are_recorded(tmp_path):
+async def box_connected(tmp_path, **hello_fields):
+    """A RunService on a real store, with the worker "box" (cpu) connected through a Link."""
     store = await Store.open(tmp_path / "db.sqlite")
     service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)
     await service.start()
+    catalog = service.registry.catalog()
+    link = Link()
+    hello = Hello(name="box", version=__version__, protocol_version=PROTOCOL_VERSION,
+                  catalog_hash=catalog["hash"], node_types=catalog["types"], devices=[{"device": "cpu"}], **hello_fields)
+    _, worker = await service.workers.hello(hello, Credential("server", "server"), link, loopback=True)
+    assert worker is not None
+    service.workers.connected(worker)
+    return store, service, worker, link
+
+
+async def test_a_full_inbox_pauses_reading_until_its_frames_are_recorded(tmp_path):
+    store, service, worker, link = await box_connected(tmp_path)
     try:
         workers = service.workers
         workers.executor.max_inbox = 5
-        catalog = service.registry.catalog()
-        link = Link()
-        hello = Hello(name="box", version=__version__, protocol_version=PROTOCOL_VERSION,
-                      catalog_hash=catalog["hash"], node_types=catalog["types"], devices=[{"device": "cpu"}])
-        welcome, worker = await workers.hello(hello, Credential("server", "server"), link, loopback=True)
-        assert worker is not None
-        workers.connected(worker)
         run = await service.submit({"graph": SMALL, "options": {"target": {"worker": "box"}}})
         rid = run["id"]
         await until(lambda: any(isinstance(f, Assign) for f in link.frames))
@@ -88,19 +94,10 @@ async def test_a_full_inbox_pauses_reading_until_its_frames_are_recorded(tmp_pat
 
 
 async def test_a_batch_is_recorded_in_order_and_pauses_reading_once_past_the_bound(tmp_path):
-    store = await Store.open(tmp_path / "db.sqlite")
-    service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)
-    await service.start()
+    store, service, worker, link = await box_connected(tmp_path, capabilities=["ack", "batch"])
     try:
         workers = service.workers
         workers.executor.max_inbox = 5
-        catalog = service.registry.catalog()
-        link = Link()
-        hello = Hello(name="box", version=__version__, protocol_version=PROTOCOL_VERSION,
-                      catalog_hash=catalog["hash"], node_types=catalog["types"], devices=[{"device": "cpu"}],
-                      capabilities=["ack", "batch"])
-        _, worker = await workers.hello(hello, Credential("server", "server"), link, loopback=True)
-        workers.connected(worker)
         run = await service.submit({"graph": SMALL, "options": {"target": {"worker": "box"}}})
         rid = run["id"]
         await until(lambda: any(isinstance(f, Assign) for f in link.frames))
@@ -125,20 +122,6 @@ async def test_a_batch_is_recorded_in_order_and_pauses_reading_once_past_the_bou
     finally:
         await service.shutdown()
         await store.close()
-
-
-async def box_connected(tmp_path):
-    """A RunService on a real store, with the worker "box" (cpu) connected through a Link."""
-    store = await Store.open(tmp_path / "db.sqlite")
-    service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)
-    await service.start()
-    catalog = service.registry.catalog()
-    link = Link()
-    hello = Hello(name="box", version=__version__, protocol_version=PROTOCOL_VERSION,
-                  catalog_hash=catalog["hash"], node_types=catalog["types"], devices=[{"device": "cpu"}])
-    _, worker = await service.workers.hello(hello, Credential("server", "server"), link, loopback=True)
-    service.workers.connected(worker)
-    return store, service, worker, link
 
 
 async def test_a_graceful_shutdown_stops_worker_runs_and_closes_their_connections(tmp_path):
