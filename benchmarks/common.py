@@ -1,5 +1,5 @@
-"""What every benchmark here shares: a description of the machine, and printing (and saving) the
-JSON report."""
+"""What every benchmark here shares: a description of the machine, and the JSON report (printed,
+and saved when asked)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,10 @@ def machine() -> dict[str, Any]:
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
-def publish(report: dict[str, Any], out: str | None) -> None:
-    """The report on stdout, and in `out` when given."""
+def publish(out: str | None, started: float, **sections: Any) -> None:
+    """The report, on stdout and in `out` when given: the machine first, then `sections` in the
+    order given, then the wall time since `started` (a time.perf_counter() value)."""
+    report = {"machine": machine(), **sections, "wall_s": round(time.perf_counter() - started, 2)}
     text = json.dumps(report, indent=2)
     print(text)
     if out:

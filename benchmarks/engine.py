@@ -50,7 +50,7 @@ from codefy_jupyter.engine.graph import Graph, parse_graph
 from codefy_jupyter.engine.registry import NodeRegistry
 from codefy_jupyter.engine.scheduler import BLOCKS_OUTPUT, OTHER, OUTPUT, ExecutionList
 from codefy_jupyter.engine.signatures import compute_signatures, run_salt
-from common import machine, publish
+from common import publish
 
 SIZES = (1_000, 10_000, 100_000)
 SHAPES = ("chain", "fanout", "fanin", "lattice")
@@ -222,14 +222,10 @@ def main(argv: list[str] | None = None) -> int:
             rows[size] = measure(shape, size)
             print(f"{shape:8} {rows[size]['nodes']:>7} nodes: {json.dumps(rows[size])}", file=sys.stderr)
         results[shape] = {"sizes": {str(k): v for k, v in rows.items()}, "summary": summarise(rows)}
-    report = {
-        "machine": machine(),
-        "targets": {"loop_us_per_node": LOOP_TARGET_US, "run_graph_us_per_node": RUN_TARGET_US,
-                    "flat_factor": FLAT_FACTOR},
-        "results": results,
-        "wall_s": round(time.perf_counter() - started, 2),
-    }
-    publish(report, args.out)
+    publish(args.out, started,
+            targets={"loop_us_per_node": LOOP_TARGET_US, "run_graph_us_per_node": RUN_TARGET_US,
+                     "flat_factor": FLAT_FACTOR},
+            results=results)
     return 0
 
 

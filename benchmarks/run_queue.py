@@ -52,7 +52,7 @@ from typing import Any, Iterator
 import psutil
 
 from codefy_jupyter.server.headless import read_state
-from common import machine, publish
+from common import publish
 from ws_client import WsReader
 
 TARGETS = {"submit_p50_ms": 5.0, "runs_per_s": 200.0, "events_per_s": 20_000.0, "rss_growth_mb": 50.0}
@@ -446,21 +446,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="codefy-bench-") as tmp, codefy_server(Path(tmp), args.cpu_limit) as state:
         results = asyncio.run(bench(args, state))
-    report = {
-        "machine": machine(),
-        "parameters": {"runs": args.runs, "subscribers": args.subscribers, "concurrency": args.concurrency,
-                       "cpu_limit": args.cpu_limit, "warmup": args.warmup, "latency_runs": args.latency_runs,
-                       "floor_requests": args.floor_requests,
-                       "graph": "Float -> Scale -> Scale (cpu)",
-                       "http_client": "keep-alive HTTP/1.1 on asyncio streams, one connection per client",
-                       "ws_client": "a read-only asyncio Protocol (benchmarks/ws_client.py)",
-                       "ws_frames": "batch" if args.batch else "one message per events frame"},
-        "targets": TARGETS,
-        "met": verdict(results),
-        "results": results,
-        "wall_s": round(time.perf_counter() - started, 2),
-    }
-    publish(report, args.out)
+    publish(args.out, started,
+            parameters={"runs": args.runs, "subscribers": args.subscribers, "concurrency": args.concurrency,
+                        "cpu_limit": args.cpu_limit, "warmup": args.warmup, "latency_runs": args.latency_runs,
+                        "floor_requests": args.floor_requests,
+                        "graph": "Float -> Scale -> Scale (cpu)",
+                        "http_client": "keep-alive HTTP/1.1 on asyncio streams, one connection per client",
+                        "ws_client": "a read-only asyncio Protocol (benchmarks/ws_client.py)",
+                        "ws_frames": "batch" if args.batch else "one message per events frame"},
+            targets=TARGETS, met=verdict(results), results=results)
     return 0
 
 

@@ -38,7 +38,7 @@ from codefy_jupyter.agent.launch import SpawnLauncher, WarmLauncher
 from codefy_jupyter.agent.runner import Runner, RunRequest
 from codefy_jupyter.core import worker_protocol as wp
 
-from common import machine, publish
+from common import publish
 from run_queue import Http, codefy_server
 
 TARGETS = {"frames_per_s": 20_000.0, "replay_100k_s": 10.0}
@@ -272,19 +272,15 @@ def main(argv: list[str] | None = None) -> int:
         with codefy_server(Path(tmp) / "server", 2) as state:
             results["frames"] = asyncio.run(frames(state, Path(tmp), args))
     live, replay = results["frames"]["live"], results["frames"]["replay"]
-    report = {
-        "machine": machine(),
-        "parameters": {"starts": args.starts, "torch_starts": args.torch_starts, "frames": args.frames,
-                       "replay": args.replay},
-        "targets": TARGETS,
-        "met": {"frames_per_s": live["frames_per_s"] >= TARGETS["frames_per_s"],
-                "replay_100k_s": replay["seconds"] * 100_000 / max(1, args.replay) <= TARGETS["replay_100k_s"],
-                "nothing_lost_or_duplicated": all(r["lost"] == 0 and r["duplicated"] == 0 and r["log_gapless"]
-                                                  for r in (live, replay))},
-        "results": results,
-        "wall_s": round(time.perf_counter() - started, 2),
-    }
-    publish(report, args.out)
+    publish(args.out, started,
+            parameters={"starts": args.starts, "torch_starts": args.torch_starts, "frames": args.frames,
+                        "replay": args.replay},
+            targets=TARGETS,
+            met={"frames_per_s": live["frames_per_s"] >= TARGETS["frames_per_s"],
+                 "replay_100k_s": replay["seconds"] * 100_000 / max(1, args.replay) <= TARGETS["replay_100k_s"],
+                 "nothing_lost_or_duplicated": all(r["lost"] == 0 and r["duplicated"] == 0 and r["log_gapless"]
+                                                   for r in (live, replay))},
+            results=results)
     return 0
 
 
