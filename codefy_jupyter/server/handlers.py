@@ -429,12 +429,9 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
         if not ready.frames:
             return
         if ready.batch:
-            self._send_text(b'{"type":"batch","frames":[' + b",".join(ready.frames) + b"]}")
+            self._send_texts([b'{"type":"batch","frames":[' + b",".join(ready.frames) + b"]}"])
         else:
-            try:
-                write_texts(self, ready.frames)
-            except websocket.WebSocketClosedError:
-                self.on_close()
+            self._send_texts(ready.frames)
         ready.frames.clear()
         ready.size = 0
 
@@ -448,8 +445,12 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
         self._send_text(json.dumps(frame, allow_nan=False, default=str))
 
     def _send_text(self, text: str | bytes) -> None:
+        self._send_texts([text.encode() if isinstance(text, str) else text])
+
+    def _send_texts(self, payloads: list[bytes]) -> None:
+        """Every message this socket sends goes through here: framed by us, one socket write."""
         try:
-            self.write_message(text)
+            write_texts(self, payloads)
         except websocket.WebSocketClosedError:
             self.on_close()
 
