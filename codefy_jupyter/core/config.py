@@ -31,6 +31,10 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("data_dir", str, "",
             "Folder for the run database and run files. Empty: the Jupyter data dir's codefy/ folder."),
+    Setting("ready_wait_s", int, 10,
+            "Seconds a request (REST, either socket) waits while the run queue starts, which after a restart "
+            "includes recovering the previous server's runs, before it is answered 503 `recovering` with a "
+            "Retry-After header. 0 answers at once."),
     Setting("run_queue_max_concurrent_gpu", int, 1, "Concurrent runs per accelerator queue (cuda:N, mps:N)."),
     Setting("run_queue_max_concurrent_cpu", int, 2, "Concurrent runs on the cpu queue."),
     Setting("run_queue_max_concurrent", str, "",
@@ -88,6 +92,7 @@ def _coerce(setting: Setting, value: Any) -> Any:
 @dataclass(frozen=True)
 class Settings:
     data_dir: str = ""
+    ready_wait_s: int = 10
     run_queue_max_concurrent_gpu: int = 1
     run_queue_max_concurrent_cpu: int = 2
     run_queue_max_concurrent: str = ""

@@ -10,11 +10,15 @@ class ServiceError(Exception):
     status = 400
     code = "bad_request"
 
-    def __init__(self, message: str, *, code: str | None = None, params: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str, *, code: str | None = None, params: dict[str, Any] | None = None,
+                 retry_after_s: int | None = None) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code
         self.params = params or {}
+        # Seconds after which the same request may succeed (503 while recovering, 429): sent as
+        # the Retry-After header.
+        self.retry_after_s = retry_after_s
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": str(self), "params": self.params}

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import deque
 from functools import partial
 from typing import Any, Callable
 
-from .run_events import RunEvent, cap_payload, encode
+from .run_events import RunEvent, cap_payload, encode, encode_storable
 from .store import Store
+
+log = logging.getLogger("codefy.events")
 
 TAIL_EVENTS = 512  # per run
 WITH_NEXT_S = 0.02  # the longest an event emitted `with_next` waits for company
@@ -56,6 +59,9 @@ class EventLog:
         # Run fields written in the same transaction as each batch of the run's events (a worker
         # run's resume point: what it says was recorded is exactly what was).
         self._attached: dict[str, Callable[[], dict[str, Any]]] = {}
+        # Runs whose events the store refused (what was lost, and why), and who is told.
+        self.lost: dict[str, dict[str, Any]] = {}
+        self.on_write_failed: Callable[[str, dict[str, Any]], None] | None = None
 
     # -- writing ----------------------------------------------------------------------------------
     def track(self, run_id: str, last_seq: int) -> None:
@@ -72,6 +78,7 @@ class EventLog:
             self._attached[run_id] = fields
 
     def forget(self, run_id: str) -> None:
+        self.lost.pop(run_id, None)
         self._attached.pop(run_id, None)
         self._next_seq.pop(run_id, None)
         self._flushed.pop(run_id, None)
@@ -86,9 +93,9 @@ class EventLog:
         `with_next`: no flush of its own; it goes with the next events the log writes (a run's
         execution_start is followed at once by its first node's events: one write and one
         frame to each follower instead of two), and at the latest after WITH_NEXT_S."""
+        payload, text = self._encoded(event.payload)  # before the seq: nothing may fail after taking it
         seq = self._next_seq[run_id]
         self._next_seq[run_id] = seq + 1
-        payload, text = self._encoded(event.payload)
         self._pending.setdefault(run_id, []).append((seq, event.type, text, self._clock()))
         if event.type == "metric":
             self._metrics.append((run_id, payload.get("node_id"), payload.get("name", ""), payload.get("step"),
@@ -104,16 +111,17 @@ class EventLog:
         one transaction with the run's final status (so no reader sees one without the other).
         Events a flush already handed to the store are queued there ahead of that write: the
         store commits writes in the order they were made."""
+        text = self._encoded(event.payload)[1]
         seq = self._next_seq[run_id]
         self._next_seq[run_id] = seq + 1
         rows = self._pending.pop(run_id, [])
-        rows.append((seq, event.type, self._encoded(event.payload)[1], self._clock()))
+        rows.append((seq, event.type, text, self._clock()))
         return rows
 
     def _encoded(self, payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """The payload under the cap and its stored text, encoded once when it fits (the usual
         case) rather than once to measure and again to store."""
-        text = encode(payload)
+        payload, text = encode_storable(payload)
         if self._cap > 0 and (len(text) if text.isascii() else len(text.encode())) > self._cap:
             payload = cap_payload(payload, self._cap)
             text = encode(payload)
@@ -128,8 +136,31 @@ class EventLog:
         self._notify()
 
     def _settled(self, run_id: str, rows: list[tuple[int, str, str, float]], write: asyncio.Future) -> None:
-        if not write.cancelled() and write.exception() is None:
+        if write.cancelled():
+            self._write_failed(run_id, rows, asyncio.CancelledError("the write was cancelled"))
+        elif write.exception() is not None:
+            self._write_failed(run_id, rows, write.exception())  # type: ignore[arg-type]
+        else:
             self._durable(run_id, rows)
+
+    def _write_failed(self, run_id: str, rows: list[tuple[int, str, str, float]], error: BaseException) -> None:
+        """The store refused a batch of the run's events: they are lost. Said loudly, never
+        swallowed: the run's log continues right after what is durable (so the run can still be
+        closed, with the failure on record), events queued since are renumbered to follow on, and
+        `on_write_failed` (the run service) ends the run. Whoever acknowledges on the strength of
+        the log (worker frames) checks `flushed_seq`, which did not move."""
+        log.error("codefy: writing %d event(s) of run %s failed: %s: %s", len(rows), run_id, type(error).__name__,
+                  error)
+        lost_from = rows[0][0]
+        self.lost[run_id] = {"first_seq": lost_from, "last_seq": rows[-1][0], "error": f"{type(error).__name__}: {error}"}
+        if run_id in self._next_seq:
+            queued = self._pending.get(run_id, [])
+            renumbered = [(lost_from + i, kind, text, ts) for i, (_, kind, text, ts) in enumerate(queued)]
+            if queued:
+                self._pending[run_id] = renumbered
+            self._next_seq[run_id] = lost_from + len(renumbered)
+        if self.on_write_failed is not None:
+            self.on_write_failed(run_id, self.lost[run_id])
 
     def _durable(self, run_id: str, rows: list[tuple[int, str, str, float]]) -> None:
         if not rows:
@@ -202,7 +233,9 @@ class EventLog:
             write.add_done_callback(partial(self._settled, run_id, rows))
             writes.append(write)
         if metrics:
-            writes.append(self._store.record_metrics(metrics))
+            write = self._store.record_metrics(metrics)
+            write.add_done_callback(partial(_log_failed_metrics, len(metrics)))
+            writes.append(write)
         if not writes:
             return
         await asyncio.gather(*writes, return_exceptions=True)
@@ -281,6 +314,13 @@ class EventLog:
                 return True
             if not changed:
                 return False
+
+
+def _log_failed_metrics(count: int, write: asyncio.Future) -> None:
+    # The events that carried these points are in the log; the metrics table (a query index over
+    # them) misses them: said, not swallowed.
+    if not write.cancelled() and write.exception() is not None:
+        log.error("codefy: recording %d metric point(s) failed: %s", count, write.exception())
 
 
 def _time_out(waiter: asyncio.Future[bool]) -> None:

@@ -85,6 +85,52 @@ def encode(payload: dict[str, Any]) -> str:
     return dumps_strict(payload)
 
 
+_MAX_STORED_DEPTH = 64  # deeper containers are stored as "…" (a reader's parser has limits too)
+
+
+def encode_storable(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The payload as it can be stored, and its text: `encode(payload)` when that is strict JSON
+    in valid UTF-8 (the usual case, paid once); else a normalised copy (`storable`). A payload
+    from a worker frame may hold what JSON parsing admits but storage cannot: NaN, a lone UTF-16
+    surrogate, very deep nesting. Normalising it here, before the event takes a seq, is what keeps
+    one bad value from failing the run's log."""
+    try:
+        text = encode(payload)
+        if not text.isascii():
+            text.encode()
+        return payload, text
+    except (ValueError, UnicodeEncodeError, RecursionError, TypeError):
+        clean = storable(payload)
+        return clean, encode(clean)
+
+
+def storable(value: Any, _depth: int = 0) -> Any:
+    """A copy that strict JSON in UTF-8 can hold: non-finite floats become "NaN", "Infinity",
+    "-Infinity" (as `jsonable` writes them); lone surrogates in strings and keys become U+FFFD;
+    containers nested deeper than 64 become "…"; anything else JSON cannot hold, its repr."""
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, str):
+        return _valid_text(value)
+    if isinstance(value, float):
+        return jsonable(value)
+    if isinstance(value, (dict, list, tuple)) and _depth >= _MAX_STORED_DEPTH:
+        return "…"
+    if isinstance(value, dict):
+        return {_valid_text(str(k)): storable(v, _depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [storable(v, _depth + 1) for v in value]
+    return _valid_text(str(jsonable(value, 9)))
+
+
+def _valid_text(text: str) -> str:
+    try:
+        text.encode()
+        return text
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
+
+
 def cap_payload(payload: dict[str, Any], cap_bytes: int) -> dict[str, Any]:
     """Keep a payload under `cap_bytes` (0 or less: no cap).
 

@@ -82,6 +82,7 @@ class RunService:
         self.queue = RunQueue(limits, interactive_limit=max(1, settings.run_interactive_max_concurrent),
                               slots=self.devices, local=local_machine)
         self.events = EventLog(store, payload_cap_bytes=settings.run_event_payload_cap_bytes, clock=clock)
+        self.events.on_write_failed = self._log_write_failed
         self._vault: dict[str, dict[str, dict[str, str]]] = {}  # run -> node -> secret param -> value
         self._graphs: dict[str, dict[str, Any]] = {}  # graphs of waiting runs (with secrets restored)
         self._active: dict[str, _Active] = {}
@@ -399,6 +400,18 @@ class RunService:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    def _log_write_failed(self, run_id: str, lost: dict[str, Any]) -> None:
+        """The store refused some of an executing run's events: a log with a hole is not the record
+        of the run, so the run is stopped and ends failed (`event_log_write_failed`), its closing
+        event saying which events were lost and why."""
+        active = self._active.get(run_id)
+        if active is None or active.handle is None:
+            return
+        if active.worker is not None:
+            self.workers.executor.log_failed(run_id, lost)
+        else:
+            active.handle.cancel("the run's event log could not be written")
+
     async def _await_run(self, run_id: str, handle: RunHandle) -> None:
         active = self._active[run_id]
         try:
@@ -412,7 +425,14 @@ class RunService:
             return  # shutdown already closed it (it outlived the grace period)
         await self._reschedule()
         duration = self.clock() - active.started
-        if isinstance(result, ExecutionOutcome):
+        lost = self.events.lost.get(run_id)
+        if lost is not None and not isinstance(result, ExecutionOutcome):
+            info = {"code": "event_log_write_failed", "message": "the run's event log could not be written "
+                    f"(events {lost['first_seq']} to {lost['last_seq']} were lost: {lost['error']}); the run was "
+                    "stopped", "params": lost}
+            await self._write_final(run_id, rs.FAILED, ev.execution_error(run_id, info, duration_s=duration),
+                                    error=info)
+        elif isinstance(result, ExecutionOutcome):
             await self._file_outcome(run_id, result, duration)
             self.workers.executor.closed(run_id)
         elif error is not None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Awaitable, Callable, Protocol
 
 from . import run_events as ev
@@ -92,6 +93,7 @@ class _WorkerRun:
     drained: asyncio.Event = field(default_factory=asyncio.Event)
     paused: bool = False
     acker: asyncio.Task[None] | None = None
+    log_broken: bool = False  # the store refused some of its events: nothing more is acknowledged
 
 
 class WorkerRunHandle:
@@ -126,6 +128,8 @@ class WorkerExecutor:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watchdog: asyncio.Task[None] | None = None
         self._stray_cancelled: set[tuple[int, str]] = set()  # (link id, run id) told to stop
+        # (link id, run id) -> whether the store says frames of that untracked run may be dropped
+        self._stray_verdicts: dict[tuple[int, str], asyncio.Future[bool]] = {}
         self.closing = False
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -270,6 +274,7 @@ class WorkerExecutor:
 
     def link_closed(self, link_id: int) -> None:
         self._stray_cancelled = {key for key in self._stray_cancelled if key[0] != link_id}
+        self._stray_verdicts = {key: v for key, v in self._stray_verdicts.items() if key[0] != link_id}
 
     def _arm_grace(self, run: _WorkerRun) -> None:
         if run.grace is not None:
@@ -385,9 +390,14 @@ class WorkerExecutor:
                 f"worker {worker.name}", {"worker": worker.name, "first": first, "last": last}))
         try:
             self._apply(run, frame)
-        except Exception:  # one bad frame must not take the connection down
+        except Exception as err:  # one bad frame must not take the connection down
             log.exception("codefy: worker %s: could not record a %s frame of run %s", worker.name, frame.type,
                           run.run_id)
+            # What stands in the log for it: the frame is acknowledged as recorded, so its loss is.
+            self.host.events.emit(run.run_id, ev.run_warning(
+                run.run_id, "worker_frame_unreadable", f"a {frame.type} frame (seq {frame.seq}) from worker "
+                f"{worker.name} could not be recorded: {type(err).__name__}: {err}",
+                {"worker": worker.name, "type": frame.type, "seq": frame.seq}))
         run.wake.set()
         if not run.paused and should_pause_reading(run.inbox.unprocessed, paused=False, limit=self.max_inbox):
             run.paused = True
@@ -477,13 +487,38 @@ class WorkerExecutor:
 
     def _stray(self, worker: Worker, frame: RunFrame, link_id: int) -> None:
         """A frame of a run not tracked here (ended here, or never known): keep a late result as a
-        fact, acknowledge it so the agent can drop it, and tell the worker to stop the run."""
+        fact, tell the worker to stop the run, and acknowledge the frame so the agent can drop it,
+        once the store confirms that nothing will ever record it (see `_droppable`)."""
         if isinstance(frame, RunFinished):
             self._spawn(self._late_result(worker, frame))
         else:
             self._stop_stray(worker, frame.run_id, link_id)
-        if worker.link is not None:
-            worker.link.send(Ack(run_id=frame.run_id, seq=frame.seq))
+        key = (link_id, frame.run_id)
+        verdict = self._stray_verdicts.get(key)
+        if verdict is None:
+            verdict = self._stray_verdicts[key] = asyncio.ensure_future(self._droppable(frame.run_id))
+            verdict.add_done_callback(self._task_done)
+        verdict.add_done_callback(partial(self._ack_stray, worker, link_id, frame.run_id, frame.seq))
+
+    async def _droppable(self, run_id: str) -> bool:
+        """Frames of an untracked run may be dropped when the run is unknown to the store, or
+        finished with its log whole; never while its row is active (that would be frames lost), nor
+        when its log could not be written (they stay in the agent's spool)."""
+        row = await self.host.store.get_run(run_id)
+        if row is None:
+            return True
+        if row["status"] not in rs.FINISHED:
+            log.error("codefy: frames of run %s (%s) arrived but the run is not tracked; they are not "
+                      "acknowledged", run_id, row["status"])
+            return False
+        return "unrecorded_after" not in (row.get("execution_facts") or {})
+
+    def _ack_stray(self, worker: Worker, link_id: int, run_id: str, seq: int, verdict: asyncio.Future[bool]) -> None:
+        if verdict.cancelled() or verdict.exception() is not None or not verdict.result():
+            return
+        # Only on the connection the frame came by (a verdict is forgotten when its link closes).
+        if (link_id, run_id) in self._stray_verdicts and worker.link is not None:
+            worker.link.send(Ack(run_id=run_id, seq=seq))
 
     async def _late_result(self, worker: Worker, frame: RunFinished) -> None:
         row = await self.host.store.get_run(frame.run_id)
@@ -524,7 +559,7 @@ class WorkerExecutor:
         run = self._runs.get(run_id)
         if run is None:
             return
-        if run.inbox.last_seq > run.inbox.persisted_seq:
+        if run.inbox.last_seq > run.inbox.persisted_seq and not run.log_broken:
             run.inbox.persisted(run.inbox.last_seq)
         self._send_ack(run, force=True)
         self._forget(run)
@@ -554,6 +589,23 @@ class WorkerExecutor:
         grace = SHUTDOWN_CANCEL_GRACE_S if self.closing else float(self.cancel_grace_s)
         worker.link.send(Cancel(run_id=run_id, grace_s=grace, reason=reason))
 
+    def log_failed(self, run_id: str, lost: dict[str, Any]) -> None:
+        """The store refused some of this run's events: the worker is told to stop the run, and the
+        run ends failed (event_log_write_failed). Frames after the last recorded one are never
+        acknowledged: they stay in the agent's spool."""
+        run = self._runs.get(run_id)
+        if run is None or run.finished:
+            return
+        run.log_broken = True
+        worker = self.registry.get(run.worker)
+        if worker is not None and worker.link is not None and run.assigned:
+            worker.link.send(Cancel(run_id=run_id, grace_s=0.0, reason="the control plane could not record "
+                                    "this run's events"))
+        run.facts["unrecorded_after"] = run.inbox.persisted_seq
+        self._end_here(run, rs.FAILED, "event_log_write_failed",
+                       f"the run's event log could not be written (events {lost['first_seq']} to {lost['last_seq']} "
+                       f"were lost: {lost['error']}); the run was stopped", dict(lost))
+
     def remove_worker(self, worker: Worker) -> None:
         """The worker was deleted (its token revoked): its runs end failed (worker_removed)."""
         for run_id in sorted(worker.runs):
@@ -579,7 +631,13 @@ class WorkerExecutor:
         return {"execution_facts": self._facts_doc(run)}
 
     async def _persist(self, run: _WorkerRun, seq: int) -> None:
-        await self.host.events.flush()
+        """Make the run's frames up to `seq` durable; raises unless every event they produced is
+        in the store (an ack is a promise that the agent may forget the frames)."""
+        events = self.host.events
+        produced = events.next_seq(run.run_id) - 1
+        await events.flush()
+        if run.log_broken or (events.flushed_seq(run.run_id) or 0) < produced:
+            raise RuntimeError(f"events of run {run.run_id} up to {produced} are not in the store")
         if run.facts_seq < seq and not run.finished:  # frames that wrote no event (run_facts, ...)
             run.facts_seq = seq
             await self.host.store.update_run(run.run_id, execution_facts=self._facts_doc(run, seq))
@@ -603,6 +661,8 @@ class WorkerExecutor:
                     try:
                         await self._persist(run, seq)
                     except Exception:
+                        if run.log_broken:
+                            return  # the run is ending failed; what was not recorded is never acked
                         log.exception("codefy: recording frames of worker run %s failed", run.run_id)
                         await asyncio.sleep(0.5)
                         continue

@@ -26,6 +26,9 @@ from .handlers import route_table
 from .sharing import Sharing, decide_sharing
 
 ACTIVITY_INTERVAL_S = 30
+# The Retry-After of a 503 `recovering` (how long a request waits first: the ready_wait_s setting).
+RETRY_AFTER_S = 2
+_DEFAULT_WAIT = object()
 
 
 def _setting_traits() -> dict[str, Any]:
@@ -53,7 +56,7 @@ class CodefyApp(ExtensionApp):
 
     service: RunService | None = None
     store: Store | None = None
-    _start_lock: asyncio.Lock | None = None
+    _starting: asyncio.Future[RunService] | None = None
 
     def initialize_settings(self) -> None:
         configured = {s.name: getattr(self, s.name) for s in SETTINGS}
@@ -73,45 +76,61 @@ class CodefyApp(ExtensionApp):
         # ExtensionApp prefixes each pattern with the server's base_url itself.
         self.handlers.extend((pattern, handler) for pattern, handler, _ in route_table("/"))
 
-    async def _start_service(self) -> None:
+    async def _start_service(self) -> RunService:
+        """Open the store, recover what the previous process left, and only then hand the service
+        out: a request served before recovery would see a dead run as running, and a worker that
+        reconnected first would have its adopted runs taken for strays (and their frames dropped)."""
         settings = self.codefy_settings
         data_dir = settings.resolved_data_dir()
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.store = await Store.open(data_dir / "codefy.sqlite")
-        inventory = probe_inventory(settings.device_inventory)
-        devices = [d["key"] for d in inventory]
-        # This machine's id and cards (with NVML UUIDs): a worker on this machine shares them.
-        local = LocalMachine(machine_id_digest(), tuple(OfferedDevice(d["key"], d.get("uuid") or None)
-                                                        for d in inventory))
-        self.service = RunService(self.store, settings, devices=devices, data_dir=data_dir, local_machine=local)
-        await self.service.start()
+        store = await Store.open(data_dir / "codefy.sqlite")
+        try:
+            inventory = probe_inventory(settings.device_inventory)
+            devices = [d["key"] for d in inventory]
+            # This machine's id and cards (with NVML UUIDs): a worker on this machine shares them.
+            local = LocalMachine(machine_id_digest(), tuple(OfferedDevice(d["key"], d.get("uuid") or None)
+                                                            for d in inventory))
+            service = RunService(store, settings, devices=devices, data_dir=data_dir, local_machine=local)
+            await service.start()
+        except BaseException:
+            await store.close()
+            raise
+        self.store, self.service = store, service
         self._activity = PeriodicCallback(self._report_activity, ACTIVITY_INTERVAL_S * 1000)
         self._activity.start()
         self.log.info("codefy: run queue ready (database %s, devices: %s)", data_dir / "codefy.sqlite",
                       ", ".join(["cpu", *devices]))
+        return service
 
-    async def ready(self) -> RunService:
-        """The run service, started on first use (recovery and retention run then).
+    async def ready(self, wait_s: Any = _DEFAULT_WAIT) -> RunService:
+        """The run service once it has started and recovered; started on first use.
 
-        A database that cannot be opened (not SQLite, a newer schema) is reported on every
+        While it starts (a restart's recovery can take seconds on a large database), callers wait
+        up to `wait_s` (default: the ready_wait_s setting; None: as long as it takes), then get a
+        503 `recovering` that says when to try again. A database that cannot be opened (not SQLite, a newer schema) is reported on every
         request as a 503 naming the file; the file is never touched."""
-        if self.service is None:
-            if self._start_lock is None:
-                self._start_lock = asyncio.Lock()
-            async with self._start_lock:
-                if self.service is None:
-                    try:
-                        await self._start_service()
-                    except StoreError as err:
-                        self.log.error("codefy: the run queue is unavailable: %s", err)
-                        raise Unavailable(f"the run queue is unavailable: {err}", code="store_unavailable",
-                                          params={"path": str(err.path) if err.path else None}) from None
-        return self.service
+        if self.service is not None:
+            return self.service
+        if self._starting is None or self._starting.done():
+            self._starting = asyncio.ensure_future(self._start_service())
+        starting = self._starting
+        if wait_s is _DEFAULT_WAIT:
+            wait_s = max(0, self.codefy_settings.ready_wait_s)
+        try:
+            return await asyncio.wait_for(asyncio.shield(starting), wait_s)
+        except asyncio.TimeoutError:
+            raise Unavailable("the run queue is recovering the previous server's runs; try again shortly",
+                              code="recovering", params={"retry_after_s": RETRY_AFTER_S},
+                              retry_after_s=RETRY_AFTER_S) from None
+        except StoreError as err:
+            self.log.error("codefy: the run queue is unavailable: %s", err)
+            raise Unavailable(f"the run queue is unavailable: {err}", code="store_unavailable",
+                              params={"path": str(err.path) if err.path else None}) from None
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         # A real server starts the queue with the server, so a restart's recovery does not wait
         # for the first request.
-        await self.ready()
+        await self.ready(wait_s=None)
 
     def _report_activity(self) -> None:
         """While runs are queued or executing, the server is busy: tell idle culling so (JupyterHub's
@@ -120,6 +139,10 @@ class CodefyApp(ExtensionApp):
             self.serverapp.web_app.settings["api_last_activity"] = utcnow()
 
     async def stop_extension(self) -> None:
+        if self._starting is not None and not self._starting.done():
+            # Stopped while recovering: let recovery finish (its writes are what make the next
+            # start consistent) before closing what it opened.
+            await asyncio.gather(self._starting, return_exceptions=True)
         if getattr(self, "_activity", None) is not None:
             self._activity.stop()
         if self.service is not None:

@@ -13,6 +13,7 @@ from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web, websocket
 
+from ..core.errors import ServiceError
 from ..core.requests import SchemaError
 from ..core.run_service import RunService
 from .handlers import AUTH_RESOURCE, error_body, owner_name
@@ -46,10 +47,18 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
 
     @ws_authenticated
     async def get(self, *args: Any, **kwargs: Any) -> None:
-        self.service = await self.extensionapp.ready()
         user = self.current_user
         if not self.authorizer.is_authorized(self, user, "read", AUTH_RESOURCE):
             raise web.HTTPError(403)
+        try:
+            self.service = await self.extensionapp.ready()
+        except ServiceError as err:  # recovering, or no database: refused before the upgrade
+            status, payload = error_body(err)
+            if err.retry_after_s is not None:
+                self.set_header("Retry-After", str(err.retry_after_s))
+            self.set_status(status)
+            self.finish(json.dumps(payload))
+            return
         await websocket.WebSocketHandler.get(self, *args, **kwargs)
 
     def open(self, *args: Any, **kwargs: Any) -> None:

@@ -103,6 +103,9 @@ class CodefyAPIHandler(ExtensionHandlerMixin, APIHandler):
         status, payload = error_body(err)
         if status == 500:
             self.log.exception("codefy: unexpected error", exc_info=err)
+        retry_after = getattr(err, "retry_after_s", None)
+        if retry_after is not None:
+            self.set_header("Retry-After", str(retry_after))
         self.send(status, payload)
 
     def set_signed_cookie(self, name: str, value: str | bytes, expires_days: float | None = 30,

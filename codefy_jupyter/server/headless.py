@@ -336,8 +336,9 @@ class _Refused(Exception):
 
 
 def _probe(state: dict[str, Any], timeout: float = 2.0) -> bool:
-    """True once the run queue answers; False while nothing listens yet; `_Refused` when the
-    server answers with an error (the extension failed to start, the token is refused)."""
+    """True once the run queue answers; False while nothing listens yet (or it still recovers);
+    `_Refused` when the server answers with an error (the extension failed to start, the token is
+    refused)."""
     request = urllib.request.Request(f"{state['url']}codefy/api/runs?limit=1",
                                      headers={"Authorization": f"token {state['token']}"})
     try:
@@ -348,9 +349,12 @@ def _probe(state: dict[str, Any], timeout: float = 2.0) -> bool:
         with err:
             body = err.read()
         try:
-            message = json.loads(body)["error"]["message"]
+            error = json.loads(body)["error"]
+            message = error["message"]
         except (ValueError, KeyError, TypeError):
-            message = f"{err.code} {err.reason}"
+            error, message = {}, f"{err.code} {err.reason}"
+        if err.code == 503 and error.get("code") == "recovering":
+            return False  # still recovering the previous server's runs: it will be ready
         raise _Refused(f"the codefy server answered {err.code}: {message}") from None
     except (urllib.error.URLError, OSError, ValueError):
         return False

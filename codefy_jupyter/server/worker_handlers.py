@@ -39,6 +39,8 @@ from .handlers import AUTH_RESOURCE, CodefyAPIHandler, api
 
 log = logging.getLogger("codefy.workers")
 
+CLOSE_TRY_AGAIN = 1013  # RFC 6455 "Try Again Later"
+
 # A tornado setting (ServerApp.tornado_settings) that shortens the hello deadline, for tests.
 HELLO_TIMEOUT_SETTING = "codefy_worker_hello_timeout_s"
 
@@ -108,7 +110,9 @@ class WorkerSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHan
             try:
                 self.service = await self.extensionapp.ready()
             except ServiceError as err:
-                self._refusal = (1011, str(err)[:120])
+                # Recovering (or no database): "try again later". The agent keeps its spool and
+                # dials again; nothing of its runs is judged before recovery has adopted them.
+                self._refusal = (CLOSE_TRY_AGAIN if err.code == "recovering" else 1011, str(err)[:120])
             else:
                 token = self._token()
                 self._credential = await self.service.workers.enrollment.authenticate(
