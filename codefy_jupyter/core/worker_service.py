@@ -106,6 +106,7 @@ class WorkerService:
         worker.loopback = loopback
         if credential.kind == "worker":
             worker.enrolled = True
+            worker.enrolled_by = credential.enrolled_by
             info = {"version": hello.version, "platform": hello.platform, "devices": worker.devices,
                     "capabilities": list(worker.capabilities), "machine_id": hello.machine_id,
                     "fingerprint_digest": digest(hello.fingerprint) if hello.fingerprint else None}

@@ -61,14 +61,15 @@ async def listing(jp_fetch, user: str) -> dict[str, dict[str, Any]]:
     return {w["name"]: w for w in body["workers"]}
 
 
-async def connect_with_server_token(jp_fetch, port: int, base: str, token: str, name: str) -> RawAgent:
+async def connect(jp_fetch, port: int, base: str, token: str, name: str, instance: str | None = None) -> RawAgent:
+    """A raw agent with `token` (the server's, or a worker token), welcomed as `name[.instance]`."""
     code, nodes = await as_user(jp_fetch, BOSS, "api", "nodes")
     assert code == 200
     agent = await RawAgent.connect(port, base, token=token)
-    await agent.send(wp.Hello(name=name, version=__version__, protocol_version=wp.PROTOCOL_VERSION,
+    await agent.send(wp.Hello(name=name, instance=instance, version=__version__, protocol_version=wp.PROTOCOL_VERSION,
                               catalog_hash=nodes["catalog"]["hash"], node_types=nodes["catalog"]["types"],
                               capabilities=["ack"], devices=[{"device": "cpu"}], platform="linux"))
-    assert (await agent.expect(wp.Welcome)).name == name
+    assert (await agent.expect(wp.Welcome)).name == (f"{name}.{instance}" if instance else name)
     return agent
 
 
@@ -92,7 +93,7 @@ async def test_every_worker_route_for_an_admin_the_owner_and_another_user(
         jp_fetch, jp_http_port, jp_base_url, server_token):
     await enroll_as(jp_fetch, ALICE, "alice-box")
     await enroll_as(jp_fetch, BOSS, "boss-box")
-    tok_agent = await connect_with_server_token(jp_fetch, jp_http_port, jp_base_url, server_token, "tok-box")
+    tok_agent = await connect(jp_fetch, jp_http_port, jp_base_url, server_token, "tok-box")
 
     # Everyone reads the listing and one worker, and sees who enrolled each.
     for user in (BOSS, ALICE, BOB):
@@ -152,6 +153,23 @@ async def test_every_worker_route_for_an_admin_the_owner_and_another_user(
         assert code == 204
     assert await tok_agent.closed() == 4410
     assert await listing(jp_fetch, BOB) == {}
+
+
+async def test_the_instances_of_a_users_worker_are_theirs_too(jp_fetch, jp_http_port, jp_base_url):
+    token = await enroll_as(jp_fetch, ALICE, "alice-box")
+    job = await connect(jp_fetch, jp_http_port, jp_base_url, token, "alice-box", instance="job1")
+    assert (await listing(jp_fetch, BOB))["alice-box.job1"]["enrolled_by"] == ALICE
+    for action in ("drain", "undrain"):
+        code, body = await as_user(jp_fetch, BOB, "api", "workers", "alice-box.job1", action, method="POST")
+        assert_refused(code, body, "alice-box.job1", ALICE, action)
+        code, body = await as_user(jp_fetch, ALICE, "api", "workers", "alice-box.job1", action, method="POST")
+        assert code == 200 and body["draining"] is (action == "drain")
+    code, body = await as_user(jp_fetch, BOB, "api", "workers", "alice-box.job1", method="DELETE")
+    assert_refused(code, body, "alice-box.job1", ALICE, "remove")
+    assert (await listing(jp_fetch, BOB))["alice-box.job1"]["state"] == "connected"
+    code, _ = await as_user(jp_fetch, ALICE, "api", "workers", "alice-box.job1", method="DELETE")
+    assert code == 204
+    assert await job.closed() == 4410
 
 
 @pytest.mark.slow

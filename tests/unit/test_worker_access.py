@@ -77,8 +77,11 @@ async def opened(tmp_path):
 async def test_the_issuer_of_the_token_is_who_enrolled_the_worker_and_a_reissue_keeps_it(tmp_path):
     async with opened(tmp_path) as (enrollment, store):
         issued = await enrollment.issue(created_by="alice")
-        row, _, _ = await enrollment.enroll({"token": issued.token, "name": "box"}, peer="p")
+        row, token, _ = await enrollment.enroll({"token": issued.token, "name": "box"}, peer="p")
         assert row["enrolled_by"] == "alice"
+        # The worker token says so too: its instances (`box.<instance>`) connect with it.
+        credential = await enrollment.authenticate(token, loopback=False, server_token="srv")
+        assert credential is not None and credential.enrolled_by == "alice"
         anonymous = await enrollment.issue()
         row, _, _ = await enrollment.enroll({"token": anonymous.token, "name": "local-box"}, peer="p")
         assert row["enrolled_by"] is None
