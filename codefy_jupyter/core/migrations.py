@@ -124,6 +124,20 @@ SCHEMA_STEPS: list[Step] = [
         )
         """,
     ),
+    # 3: who enrolled each worker (on a shared server they may drain or remove it, besides admins).
+    # NULL: enrolled by nobody in particular (the server's token, a single-user server), so only
+    # admins manage it. Workers enrolled before this step take the creator of the fresh (not
+    # re-issued) token that first enrolled their name, which is who enrolled the current row:
+    # a name is enrolled afresh only while no row holds it.
+    (
+        "ALTER TABLE workers ADD COLUMN enrolled_by TEXT",
+        """
+        UPDATE workers SET enrolled_by = (
+            SELECT e.created_by FROM worker_enrollments e
+            WHERE e.used_by = workers.name AND e.worker_id IS NULL AND e.used_at IS NOT NULL
+            ORDER BY e.used_at DESC LIMIT 1)
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(SCHEMA_STEPS)

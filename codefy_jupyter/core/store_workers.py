@@ -1,4 +1,4 @@
-"""The store's SQL for worker agents and their enrollment tokens (tables of migration 2).
+"""The store's SQL for worker agents and their enrollment tokens (tables of migrations 2 and 3).
 
 Only sha256 hashes of tokens reach the database (`token_hash`): the one-time enrollment tokens and
 the long-lived worker tokens alike, so a copy of the file lets nobody connect as a worker.
@@ -14,7 +14,7 @@ import json
 import sqlite3
 from typing import Any, Mapping
 
-_WORKER_COLUMNS = ("id", "name", "token_hash", "enrolled_at", "last_seen_at", "info")
+_WORKER_COLUMNS = ("id", "name", "token_hash", "enrolled_at", "last_seen_at", "info", "enrolled_by")
 
 
 class EnrollmentRefused(Exception):
@@ -47,14 +47,16 @@ def insert_enrollment(conn: sqlite3.Connection, token_hash: str, worker_id: str 
 def redeem_enrollment(conn: sqlite3.Connection, token_hash: str, name: str, worker_token_hash: str,
                       now: float) -> tuple[dict, str | None]:
     """Exchange a one-time token for a worker token under `name`, in one transaction. Returns the
-    worker row and the hash of the token it replaces (a re-issue), or raises EnrollmentRefused."""
+    worker row and the hash of the token it replaces (a re-issue), or raises EnrollmentRefused.
+    A new worker is enrolled by whoever issued the token; a re-enrolled one keeps its enroller
+    (an admin re-issuing a user's worker does not take it over)."""
     found = conn.execute(
-        "SELECT worker_id, expires_at, used_at FROM worker_enrollments WHERE token_hash = ?", (token_hash,)
-    ).fetchone()
+        "SELECT worker_id, expires_at, used_at, created_by FROM worker_enrollments WHERE token_hash = ?",
+        (token_hash,)).fetchone()
     if found is None:
         raise EnrollmentRefused("enrollment_unknown", "this enrollment token is not valid (it was never issued, "
                                 "or it was revoked)")
-    bound_id, expires_at, used_at = found
+    bound_id, expires_at, used_at, created_by = found
     if used_at is not None:
         raise EnrollmentRefused("enrollment_used", "this enrollment token was already used; ask for a new one")
     if now >= expires_at:
@@ -75,10 +77,10 @@ def redeem_enrollment(conn: sqlite3.Connection, token_hash: str, name: str, work
         replaced = holder[2]
         conn.execute("UPDATE workers SET token_hash = ?, enrolled_at = ? WHERE id = ?",
                      (worker_token_hash, now, holder[0]))
-        return _worker((holder[0], name, worker_token_hash, now, holder[4], holder[5])), replaced
-    conn.execute("INSERT INTO workers (id, name, token_hash, enrolled_at) VALUES (?, ?, ?, ?)",
-                 (name, name, worker_token_hash, now))
-    return _worker((name, name, worker_token_hash, now, None, None)), None
+        return _worker((holder[0], name, worker_token_hash, now, holder[4], holder[5], holder[6])), replaced
+    conn.execute("INSERT INTO workers (id, name, token_hash, enrolled_at, enrolled_by) VALUES (?, ?, ?, ?, ?)",
+                 (name, name, worker_token_hash, now, created_by))
+    return _worker((name, name, worker_token_hash, now, None, None, created_by)), None
 
 
 def select_workers(conn: sqlite3.Connection) -> list[dict]:

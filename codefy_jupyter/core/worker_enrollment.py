@@ -142,7 +142,7 @@ class Enrollment:
             if row is None:
                 return None
             return Credential(kind="worker", identity=f"worker:{row['id']}:{row['token_hash'][:16]}",
-                              bound_name=row["name"])
+                              bound_name=row["name"], enrolled_by=row.get("enrolled_by"))
         if loopback and server_token and hmac.compare_digest(token.encode(), server_token.encode()):
             return Credential(kind="server", identity="server")
         return None

@@ -54,11 +54,13 @@ class Credential:
     """How the socket authenticated. `kind`: `worker` (a worker token) or `server` (the server's own
     token from a loopback peer). `identity`: what tells two credentials apart (the worker id the token
     belongs to; `"server"` for the server token). `bound_name`: the worker name a worker token is
-    bound to (None for the server token, which may connect under any name)."""
+    bound to (None for the server token, which may connect under any name). `enrolled_by`: who
+    enrolled that worker (core/worker_access.py); its instances (`<name>.<instance>`) are theirs too."""
 
     kind: str
     identity: str
     bound_name: str | None = None
+    enrolled_by: str | None = None
 
 
 @dataclass(frozen=True)

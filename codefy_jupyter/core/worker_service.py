@@ -20,6 +20,7 @@ from .._version import __version__
 from .errors import BadRequest, NotFound
 from .fingerprint import digest
 from .scheduling import OfferedDevice, WorkerOffer
+from .worker_access import check_issue, check_manage
 from .worker_enrollment import Enrollment, Issued
 from .worker_executor import WorkerExecutor
 from .worker_handshake import Credential, Refused, ServerSide, check_hello
@@ -105,6 +106,7 @@ class WorkerService:
         worker.loopback = loopback
         if credential.kind == "worker":
             worker.enrolled = True
+            worker.enrolled_by = credential.enrolled_by
             info = {"version": hello.version, "platform": hello.platform, "devices": worker.devices,
                     "capabilities": list(worker.capabilities), "machine_id": hello.machine_id,
                     "fingerprint_digest": digest(hello.fingerprint) if hello.fingerprint else None}
@@ -191,8 +193,14 @@ class WorkerService:
             raise NotFound(f"no worker {name}", code="worker_not_found", params={"worker": name})
         return worker
 
-    def set_draining(self, name: str, draining: bool) -> dict[str, Any]:
+    def _managed(self, name: str, user: str | None, admin: bool, action: str) -> Worker:
         worker = self._get(name)
+        check_manage(name, worker.enrolled_by, user=user, admin=admin, action=action)
+        return worker
+
+    def set_draining(self, name: str, draining: bool, *, user: str | None = None,
+                     admin: bool = True) -> dict[str, Any]:
+        worker = self._managed(name, user, admin, "drain" if draining else "undrain")
         self.registry.set_draining(name, draining)
         if worker.link is not None:
             from .worker_protocol import Drain
@@ -201,9 +209,9 @@ class WorkerService:
         self._reschedule()
         return worker.view()
 
-    async def remove(self, name: str) -> None:
+    async def remove(self, name: str, *, user: str | None = None, admin: bool = True) -> None:
         """Revoke the worker's token, disconnect it, fail the runs queued for it and end its runs."""
-        worker = self._get(name)
+        worker = self._managed(name, user, admin, "remove")
         await self.runs.store.delete_worker(name)
         self.executor.remove_worker(worker)
         link = worker.link
@@ -215,7 +223,9 @@ class WorkerService:
                                          {"worker": name})
         self._reschedule()
 
-    async def issue(self, body: Any, *, created_by: str | None, control_url: str) -> dict[str, Any]:
+    async def issue(self, body: Any, *, created_by: str | None, control_url: str,
+                    admin: bool = True) -> dict[str, Any]:
+        """A one-time token that `created_by` issues; the worker it enrolls is theirs to manage."""
         if body is None:
             body = {}
         if not isinstance(body, dict):
@@ -227,6 +237,11 @@ class WorkerService:
             raise BadRequest(f"{field}: unknown key (allowed: expires_in_s, worker)", code="invalid_request",
                              params={"field": field})
         enrolled = {w.name for w in self.registry.workers() if w.enrolled}
+        reissue = body.get("worker")
+        if isinstance(reissue, str) and reissue in enrolled:
+            check_manage(reissue, self._get(reissue).enrolled_by, user=created_by, admin=admin, action="reissue")
+        else:
+            check_issue(user=created_by, admin=admin)
         issued: Issued = await self.enrollment.issue(worker=body.get("worker"), expires_in_s=body.get("expires_in_s"),
                                                      created_by=created_by, enrolled=enrolled)
         return {"token": issued.token, "expires_at": issued.expires_at, "worker": issued.worker,
@@ -234,7 +249,7 @@ class WorkerService:
 
     async def enroll(self, body: Any, *, peer: str) -> dict[str, Any]:
         row, token, replaced = await self.enrollment.enroll(body, peer=peer)
-        worker = self.registry.enrolled(row["name"], row.get("info"))
+        worker = self.registry.enrolled(row["name"], row.get("info"), enrolled_by=row.get("enrolled_by"))
         if replaced is not None and worker.link is not None and worker.credential is not None \
                 and worker.credential.kind == "worker":
             worker.link.close(CLOSE_CREDENTIALS, "this worker's token was re-issued")

@@ -64,6 +64,7 @@ class Worker:
     disconnect_reason: dict[str, Any] | None = None
     runs: set[str] = field(default_factory=set)
     info: dict[str, Any] = field(default_factory=dict)  # what the workers row remembers
+    enrolled_by: str | None = None  # who issued the token that enrolled it (core/worker_access.py)
 
     @property
     def worker_id(self) -> str:
@@ -93,6 +94,7 @@ class Worker:
         catalog = self.catalog
         return {
             "id": self.worker_id, "name": self.name, "state": self.state, "enrolled": self.enrolled,
+            "enrolled_by": self.enrolled_by,
             "draining": self.draining, "status": catalog.status if catalog else None,
             "missing_types": list(catalog.worker_lacks) if catalog else [],
             "extra_types": list(catalog.server_lacks) if catalog else [],
@@ -139,13 +141,15 @@ class WorkerRegistry:
             worker.enrolled = True
             worker.listed = True
             worker.info = dict(row.get("info") or {})
+            worker.enrolled_by = row.get("enrolled_by")
             if not worker.devices:
                 worker.devices = list(worker.info.get("devices") or [])
 
-    def enrolled(self, name: str, info: dict[str, Any] | None = None) -> Worker:
+    def enrolled(self, name: str, info: dict[str, Any] | None = None, *, enrolled_by: str | None = None) -> Worker:
         worker = self._workers.setdefault(name, Worker(name=name))
         worker.enrolled = True
         worker.listed = True
+        worker.enrolled_by = enrolled_by
         if info:
             worker.info = dict(info)
         return worker

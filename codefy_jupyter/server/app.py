@@ -48,11 +48,12 @@ class CodefyApp(ExtensionApp):
     locals().update(_setting_traits())
 
     shared_server = Bool(None, allow_none=True, help="Several people use this server: each may stop or "
-                         "delete only their own runs, unless listed in admin_users; everyone may read. "
+                         "delete only their own runs, and drain, undrain, remove or re-issue a token only "
+                         "for the workers they enrolled, unless listed in admin_users; everyone may read. "
                          "Unset (the default): detected, true on a JupyterHub single-user server (whose "
                          "owner is then an admin) or with a multi-user identity provider.").tag(config=True)
-    admin_users = List(Unicode(), help="Usernames who may stop or delete anyone's runs on a shared "
-                       "server.").tag(config=True)
+    admin_users = List(Unicode(), help="Usernames who may stop or delete anyone's runs and manage every "
+                       "worker on a shared server.").tag(config=True)
 
     service: RunService | None = None
     store: Store | None = None

@@ -11,7 +11,8 @@ connection's `WorkerLink` (send a frame, close with a code).
 REST: GET /workers (the agents, their devices and slots; this server's as `local`), GET/DELETE
 /workers/{id}, POST /workers/{id}/drain and /undrain, POST /workers/enrollments (a one-time token),
 all behind the server's auth like the run routes; POST /workers/enroll exchanges a one-time token for
-a worker token without a session token, rate-limited per client address.
+a worker token without a session token, rate-limited per client address. On a shared server only
+admins and the user who enrolled a worker may manage it (core/worker_access.py).
 """
 
 from __future__ import annotations
@@ -277,7 +278,7 @@ class WorkerHandler(CodefyAPIHandler):
     @authorized
     @api
     async def delete(self, worker_id: str) -> None:
-        await self.service.workers.remove(worker_id)
+        await self.service.workers.remove(worker_id, user=self.username, admin=self.is_admin)
         self.set_status(204)
         self.finish()
 
@@ -289,17 +290,12 @@ class DrainHandler(CodefyAPIHandler):
     @authorized
     @api
     async def post(self, worker_id: str) -> None:
-        self.send(200, self.service.workers.set_draining(worker_id, self.draining))
+        self.send(200, self.service.workers.set_draining(worker_id, self.draining, user=self.username,
+                                                         admin=self.is_admin))
 
 
 class UndrainHandler(DrainHandler):
     draining = False
-
-    @web.authenticated
-    @authorized
-    @api
-    async def post(self, worker_id: str) -> None:
-        self.send(200, self.service.workers.set_draining(worker_id, self.draining))
 
 
 class EnrollmentsHandler(CodefyAPIHandler):
@@ -309,7 +305,8 @@ class EnrollmentsHandler(CodefyAPIHandler):
     async def post(self) -> None:
         body = self.body()
         control = f"{self.request.protocol}://{self.request.host}{self.base_url}"
-        self.send(201, await self.service.workers.issue(body, created_by=self.username, control_url=control))
+        self.send(201, await self.service.workers.issue(body, created_by=self.username, control_url=control,
+                                                        admin=self.is_admin))
 
 
 class EnrollHandler(CodefyAPIHandler):
