@@ -72,6 +72,13 @@ def _log_prune_failure(done: asyncio.Future[Any]) -> None:
         log.warning("removing the folders of finished runs failed: %s", done.exception())
 
 
+def worth_another_dial(sent: str, rereads: bool, recorded: str | None) -> bool:
+    """After the token was refused: fatal, unless the token comes from the local server's record
+    and that record has no token now (the server is restarting) or another one than was sent (it
+    restarted with a new token): then the next dial, which reads it again, may well be let in."""
+    return rereads and recorded != sent
+
+
 class Fatal(Exception):
     """The agent cannot go on (the message says why)."""
 
@@ -288,17 +295,12 @@ class Agent:
             self.options.token = token
 
     def _token_refused(self, message: str) -> None:
-        """Fatal, unless the token comes from the local server's record and that record has no
-        token now (the server is restarting) or another one than we sent (it restarted with a new
-        token): then the next dial, which reads it again, may well be let in."""
         reread = self.options.reread_token
-        if reread is None:
-            raise Fatal(message)
-        token = reread()
-        if token == self.options.token:
+        recorded = reread() if reread is not None else None
+        if not worth_another_dial(self.options.token, reread is not None, recorded):
             raise Fatal(message)
         log.warning("%s; the local codefy server's token is %s: dialling again", message,
-                    "not recorded yet" if not token else "another one now")
+                    "not recorded yet" if not recorded else "another one now")
 
     async def _session(self) -> None:
         self._reread_token()
