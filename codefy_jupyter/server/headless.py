@@ -122,23 +122,28 @@ def stored_token(data_dir: Path) -> str:
     hold it."""
     path = data_dir / TOKEN_FILE
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        try:
-            token = path.read_text(encoding="utf-8").strip()
-        except OSError as err:
-            raise HeadlessError(f"cannot read the server token {path}: {err}") from None
-        if token:
-            with contextlib.suppress(OSError):
-                os.chmod(path, 0o600)
-            return token
-        # Empty: a start that died between creating and writing it. Write it whole this time.
-        token = secrets.token_hex(24)
-        _write_private(path, token + "\n")
+        token = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        token = ""
+    except OSError as err:
+        raise HeadlessError(f"cannot read the server token {path}: {err}") from None
+    if token:
+        with contextlib.suppress(OSError):
+            os.chmod(path, 0o600)
         return token
+    # Written whole under another name, then linked into place: a start racing this one either
+    # finds no file or the whole token, and the first one linked wins.
     token = secrets.token_hex(24)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(token + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    _write_private(tmp, token + "\n")
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        if path.read_text(encoding="utf-8").strip():
+            return stored_token(data_dir)
+        os.replace(tmp, path)  # an empty file (damaged): ours replaces it
+    finally:
+        tmp.unlink(missing_ok=True)
     return token
 
 
