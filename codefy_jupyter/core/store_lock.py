@@ -29,7 +29,7 @@ except ImportError:  # Windows
 
 DATABASE_FILE = "codefy.sqlite"
 LOCK_SUFFIX = ".lock"
-PROBE_RETRIES, PROBE_WAIT_S = 4, 0.02
+PROBE_RETRIES, PROBE_WAIT_S = 3, 0.01  # a prober holds it for microseconds
 WHERE_ELSE = ("give this one its own data dir: `codefy start --data-dir DIR`, the CODEFY_DATA_DIR "
               "environment variable, or c.CodefyApp.data_dir in the Jupyter config")
 
