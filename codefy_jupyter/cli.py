@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--ip", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     st.add_argument("--data-dir", help="the run database's folder (default: $CODEFY_DATA_DIR, else the Jupyter "
                     "data dir's codefy/)")
-    st.add_argument("--token", help="the token clients send (default: $JUPYTER_TOKEN, else a generated one)")
+    st.add_argument("--token", help="the token clients send, for this start only (default: $JUPYTER_TOKEN, else "
+                    "the one kept in <data dir>/token, generated on the first start)")
     st.add_argument("--foreground", action="store_true",
                     help="serve in this process and log to the terminal (Ctrl+C stops it)")
 

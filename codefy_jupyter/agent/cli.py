@@ -22,8 +22,9 @@ import signal
 import socket
 import sys
 import time
+from functools import partial
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..cli_args import EXIT_FAILED, EXIT_OK, EXIT_USAGE, seconds
 from .retention import DEFAULT_KEEP_RUNS
@@ -112,7 +113,9 @@ def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from ..core.worker_handshake import name_problem
-    from .credentials import CredentialError, CredentialStore, normalise_control, resolve_token
+    from .credentials import (
+        LOCAL_SERVER, CredentialError, CredentialStore, local_server_token, normalise_control, resolve_token,
+    )
     from .identity import Inventory, InventoryError
     from . import tls
 
@@ -149,7 +152,9 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 ssl_context = asyncio.run(_pinned(control, pin))
             token, source = resolve_token(control, name, args.token, CredentialStore(agent_dir), ssl_context)
             log.info("worker %s, folder %s, token from %s", registered, agent_dir, source)
-            code = asyncio.run(_serve(args, name, control, token, pin, agent_dir, inventory))
+            reread = (partial(local_server_token, control)
+                      if source == LOCAL_SERVER or token == local_server_token(control) else None)
+            code = asyncio.run(_serve(args, name, control, token, pin, agent_dir, inventory, reread))
             state.unlink(missing_ok=True)
             return code
     except AlreadyRunning as err:
@@ -176,7 +181,7 @@ async def _pinned(control: str, pin: bytes) -> Any:
 
 
 async def _serve(args: argparse.Namespace, name: str, control: str, token: str, pin: bytes | None,
-                 agent_dir: Path, inventory: Any) -> int:
+                 agent_dir: Path, inventory: Any, reread_token: Callable[[], str | None] | None) -> int:
     from .connection import Agent, AgentOptions
     from .identity import probe_catalog
     from .launch import AutoLauncher
@@ -185,7 +190,7 @@ async def _serve(args: argparse.Namespace, name: str, control: str, token: str, 
     catalog = await probe_catalog(env)
     options = AgentOptions(control=control, token=token, name=name, agent_dir=agent_dir, instance=args.instance,
                            one_shot=args.one_shot, run_id=args.run_id, ca_file=args.ca_file, pin=pin,
-                           keep_runs=args.keep_runs)
+                           keep_runs=args.keep_runs, reread_token=reread_token)
     agent = Agent(options, inventory=inventory, catalog=catalog, launcher=AutoLauncher(env, prefer_warm=not args.no_warm),
                   env=env)
     loop = asyncio.get_running_loop()

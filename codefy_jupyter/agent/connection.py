@@ -13,6 +13,8 @@ Fatal, the agent exits 1: a reject that will not change by retrying (versions, n
 closed for its credentials (4401) or Host/Origin (4003), the worker removed (4410) or replaced by
 another agent of the same name (4409), a pinned key that does not match, a 404 for the socket's URL.
 Anything else (the control plane restarting, the network) is retried with a capped, jittered backoff.
+One exception to 4401: an agent using the token of a `codefy start` server on its own machine reads
+that server's record again and, if the token there changed or is not written yet, dials again.
 
 Test hook (and an operator's "reconnect now"): SIGUSR1 drops the socket without a close handshake,
 as a network failure would; the agent dials again and replays.
@@ -28,7 +30,7 @@ import uuid
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from tornado.httpclient import HTTPClientError, HTTPRequest
@@ -60,6 +62,7 @@ STOP_ACK_WAIT_S = 10.0  # then the last frames get this long to be acknowledged
 FATAL_CLOSE_CODES = {4003: "refused for its Host or Origin header", 4401: "refused: the token is not valid here",
                      4409: "replaced by another agent connecting with the same name",
                      4410: "this worker was removed from the control plane"}
+CLOSE_CREDENTIALS = 4401
 TRANSIENT_REJECTS = frozenset({"name_taken", "hello_timeout", "shutting_down"})
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -67,6 +70,13 @@ EXIT_OK, EXIT_FAILED = 0, 1
 def _log_prune_failure(done: asyncio.Future[Any]) -> None:
     if not done.cancelled() and done.exception() is not None:
         log.warning("removing the folders of finished runs failed: %s", done.exception())
+
+
+def worth_another_dial(sent: str, rereads: bool, recorded: str | None) -> bool:
+    """After the token was refused: fatal, unless the token comes from the local server's record
+    and that record has no token now (the server is restarting) or another one than was sent (it
+    restarted with a new token): then the next dial, which reads it again, may well be let in."""
+    return rereads and recorded != sent
 
 
 class Fatal(Exception):
@@ -109,6 +119,9 @@ class AgentOptions:
     ca_file: str | None = None
     pin: bytes | None = None
     keep_runs: int = DEFAULT_KEEP_RUNS  # finished runs' folders kept (retention.py); negative: all
+    # Where the token came from, read again before each dial: the local `codefy start` server's
+    # server.json, whose token may change when that server restarts. None: the token is fixed.
+    reread_token: Callable[[], str | None] | None = None
 
     @property
     def registered_name(self) -> str:
@@ -265,13 +278,32 @@ class Agent:
             return await websocket_connect(request, max_message_size=MAX_FRAME_BYTES)
         except HTTPClientError as err:
             if err.code in (401, 403):
-                raise Fatal(f"{self.url}: {err.code}: the token was refused") from None
+                self._token_refused(f"{self.url}: {err.code}: the token was refused")
+                raise
             if err.code == 404:
                 raise Fatal(f"{self.url}: 404: no worker socket there (is --control the control plane's base URL, "
                             "with the codefy extension enabled?)") from None
             raise
 
+    def _reread_token(self) -> None:
+        reread = self.options.reread_token
+        if reread is None:
+            return
+        token = reread()
+        if token and token != self.options.token:
+            log.info("the local codefy server's token changed (it restarted): using the new one")
+            self.options.token = token
+
+    def _token_refused(self, message: str) -> None:
+        reread = self.options.reread_token
+        recorded = reread() if reread is not None else None
+        if not worth_another_dial(self.options.token, reread is not None, recorded):
+            raise Fatal(message)
+        log.warning("%s; the local codefy server's token is %s: dialling again", message,
+                    "not recorded yet" if not recorded else "another one now")
+
     async def _session(self) -> None:
+        self._reread_token()
         try:
             ws = await self._dial()
         except tls.TLSSetupError as err:
@@ -322,8 +354,12 @@ class Agent:
         if self.exit_code is not None:
             return
         if code in FATAL_CLOSE_CODES:
-            raise Fatal(f"the control plane closed the connection ({code}): {FATAL_CLOSE_CODES[code]}"
-                        + (f" ({ws.close_reason})" if ws.close_reason else ""))
+            message = (f"the control plane closed the connection ({code}): {FATAL_CLOSE_CODES[code]}"
+                       + (f" ({ws.close_reason})" if ws.close_reason else ""))
+            if code != CLOSE_CREDENTIALS:
+                raise Fatal(message)
+            self._token_refused(message)
+            return
         log.warning("connection to %s closed (%s); dialling again", self.options.control,
                     f"{code} {ws.close_reason or ''}".strip() if code else "dropped")
 

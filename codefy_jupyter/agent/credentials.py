@@ -8,7 +8,9 @@
 - any other T (a worker token, or the server's own token for an agent on the server's machine) is
   used as it is.
 Without `--token`: the stored worker token of this name for this control plane, else `$CODEFY_TOKEN`,
-else the token of a `codefy start` server on this machine at the same address.
+else the token of a `codefy start` server on this machine at the same address. That last one (or a
+`--token` equal to it) is read again from the server's `server.json` before each dial, so the agent
+follows a server restarted with another token instead of being locked out.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+LOCAL_SERVER = "the codefy start server on this machine"  # a token source the agent re-reads
 ENROLLMENT_TOKEN = re.compile(r"[0-9A-Za-z]{4,16}\.[0-9A-Za-z]{16,128}")
 ENROLL_TIMEOUT_S = 30.0
 
@@ -137,6 +140,6 @@ def resolve_token(control: str, name: str, token: str | None, store: CredentialS
         return env["CODEFY_TOKEN"], "$CODEFY_TOKEN"
     local = local_server_token(control)
     if local:
-        return local, "the codefy start server on this machine"
+        return local, LOCAL_SERVER
     raise CredentialError(f"no token for worker {name!r} at {control}: pass --token (a one-time token from the "
                           "Workers panel or POST codefy/api/workers/enrollments, or a worker token)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -160,6 +161,23 @@ def _check_is_sqlite(path: Path) -> None:
         raise StoreError(f"{path} is not an SQLite database; refusing to use it (it was left unchanged)", path=path)
 
 
+def _make_private(path: Path) -> None:
+    """The database (and its -wal, -shm, -journal) readable by the owner only: runs hold graphs,
+    parameters and outputs. SQLite gives its side files the database file's mode, so creating the
+    database 0600 before SQLite does is enough for new files; older, wider ones are narrowed."""
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    except OSError as exc:
+        raise StoreError(f"cannot open the database file {path}: {exc}", path=path) from exc
+    for side in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.chmod(f"{path}{side}", 0o600)
+        except FileNotFoundError:
+            pass
+        except PermissionError:
+            log.warning("store: cannot make %s%s private to its owner", path, side)
+
+
 # ---------------------------------------------------------------------------------------------
 # The store
 
@@ -195,7 +213,8 @@ class Store:
             raise ValueError("max_batch must be at least 1")
         path = Path(path).expanduser().absolute()
         _check_is_sqlite(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _make_private(path)
         try:
             writer = await WriterThread.start("codefy-store-writer", partial(_connect_writer, path, synchronous),
                                               batch_window_s=batch_window_s, max_batch=max_batch)

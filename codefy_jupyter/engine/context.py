@@ -189,7 +189,10 @@ class ExecutionContext:
     def data_dir(self) -> Path:
         """Where nodes write run files (checkpoints, saved models). Created on first use."""
         path = self._run.data_dir
-        path.mkdir(parents=True, exist_ok=True)
+        # Owner only, and its parent too (the server's runs/ folder): checkpoints and saved models
+        # are as private as the graph that made them.
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
         return path
 
     # -- cancel ---------------------------------------------------------------------------------

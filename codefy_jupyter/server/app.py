@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from typing import Any
 
 from jupyter_server._tz import utcnow
@@ -21,6 +22,7 @@ from ..core.scheduling import LocalMachine, OfferedDevice
 from ..core.run_service import RunService
 from ..core.errors import Unavailable
 from ..core.store import Store
+from ..core.store_lock import DATABASE_FILE, DatabaseLock, DatabaseLocked
 from ..core.store_queries import StoreError
 from .handlers import route_table
 from .sharing import Sharing, decide_sharing
@@ -83,8 +85,14 @@ class CodefyApp(ExtensionApp):
         reconnected first would have its adopted runs taken for strays (and their frames dropped)."""
         settings = self.codefy_settings
         data_dir = settings.resolved_data_dir()
-        data_dir.mkdir(parents=True, exist_ok=True)
-        store = await Store.open(data_dir / "codefy.sqlite")
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        database = data_dir / DATABASE_FILE
+        lock = await self._lock_database(database)
+        try:
+            store = await Store.open(database)
+        except BaseException:
+            lock.release()  # the next request tries again, and must not meet our own lock
+            raise
         try:
             inventory = probe_inventory(settings.device_inventory)
             devices = [d["key"] for d in inventory]
@@ -95,21 +103,36 @@ class CodefyApp(ExtensionApp):
             await service.start()
         except BaseException:
             await store.close()
+            lock.release()
             raise
-        self.store, self.service = store, service
+        self._database_lock, self.store, self.service = lock, store, service
         self._activity = PeriodicCallback(self._report_activity, ACTIVITY_INTERVAL_S * 1000)
         self._activity.start()
-        self.log.info("codefy: run queue ready (database %s, devices: %s)", data_dir / "codefy.sqlite",
+        self.log.info("codefy: run queue ready (database %s, devices: %s)", database,
                       ", ".join(["cpu", *devices]))
         return service
+
+    async def _lock_database(self, database: Path) -> DatabaseLock:
+        """This process's hold on the database, before migrations or recovery touch it: a second
+        server on the same file (a `codefy start` beside this Lab, a second Lab) answers 503
+        `store_locked` on every route instead of sharing it."""
+        try:
+            return await asyncio.to_thread(DatabaseLock.acquire, database, url=self.serverapp.connection_url)
+        except DatabaseLocked as err:
+            if getattr(self, "_reported_holder", None) != err.holder:  # once, not on every request
+                self._reported_holder = err.holder
+                self.log.error("codefy: the run queue is unavailable: %s", err)
+            raise Unavailable(str(err), code="store_locked",
+                              params={"path": str(database), **err.holder.params()}) from None
 
     async def ready(self, wait_s: Any = _DEFAULT_WAIT) -> RunService:
         """The run service once it has started and recovered; started on first use.
 
         While it starts (a restart's recovery can take seconds on a large database), callers wait
         up to `wait_s` (default: the ready_wait_s setting; None: as long as it takes), then get a
-        503 `recovering` that says when to try again. A database that cannot be opened (not SQLite, a newer schema) is reported on every
-        request as a 503 naming the file; the file is never touched."""
+        503 `recovering` that says when to try again. A database that cannot be opened (not SQLite,
+        a newer schema) or that another server holds is reported on every request as a 503 naming
+        the file; the file is never touched."""
         if self.service is not None:
             return self.service
         if self._starting is None or self._starting.done():
@@ -150,3 +173,5 @@ class CodefyApp(ExtensionApp):
             await self.service.shutdown()
         if self.store is not None:
             await self.store.close()
+        if getattr(self, "_database_lock", None) is not None:
+            self._database_lock.release()

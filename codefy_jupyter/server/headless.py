@@ -4,9 +4,13 @@ For GPU boxes with no JupyterLab. The server process is a plain `ServerApp` with
 `jpserver_extensions={"codefy_jupyter": True}` and nothing else, whatever the Jupyter config
 enables. It records where it runs in `<data_dir>/server.json` (pid, url, port, token, base_url,
 started_at; mode 0600, since it holds the token), which clients read to find it and `codefy stop`
-reads to stop it. It holds an exclusive lock on `<data_dir>/server.lock` for its whole life, so two
-servers never share one database, and a state file whose process is gone is recognised as stale
-even when its pid was reused.
+reads to stop it. It holds an exclusive lock on `<data_dir>/server.lock` for its whole life, so a
+state file whose process is gone is recognised as stale even when its pid was reused. The database
+itself is locked by the extension (`core/store_lock.py`), as in any other server; `codefy start`
+refuses up front when some server (a Lab, say) holds it.
+
+Without `--token` or `$JUPYTER_TOKEN`, the token is the one in `<data_dir>/token` (0600), generated
+on the first start: a restart keeps it, so agents and clients holding it reconnect.
 
 `codefy start` spawns `python -m codefy_jupyter.server.headless serve ...` as a detached process
 (its own session, output appended to `<data_dir>/server.log`) and returns once the server answers
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -34,6 +39,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..core.store_lock import DATABASE_FILE, WHERE_ELSE, held_message, holder_of
 from .event_loop import LOOP_ENV, LoopChoiceError, loop_choice, new_server_loop
 
 try:
@@ -44,6 +50,7 @@ except ImportError:  # Windows: no advisory locks; the pid check alone decides
 STATE_FILE = "server.json"
 LOCK_FILE = "server.lock"
 LOG_FILE = "server.log"
+TOKEN_FILE = "token"  # the generated token, kept across restarts so agents and clients stay connected
 TOKEN_ENV = "_CODEFY_HEADLESS_TOKEN"  # hands the token to the server process without putting it on argv
 
 DEFAULT_IP = "127.0.0.1"
@@ -97,17 +104,7 @@ def running_server(data_dir: str | os.PathLike[str] | None = None) -> dict[str, 
 
 def _write_state(path: Path, state: dict[str, Any]) -> None:
     """Atomically, readable by the owner only (it holds the token)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(state, f, indent=2)
-            f.write("\n")
-        os.chmod(tmp, 0o600)  # a umask cannot widen it, but an old file of that name might be wider
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    _write_private(path, json.dumps(state, indent=2) + "\n")
 
 
 def _remove_state_if_ours(path: Path, pid: int) -> None:
@@ -117,6 +114,67 @@ def _remove_state_if_ours(path: Path, pid: int) -> None:
         return
     if isinstance(state, dict) and state.get("pid") == pid:
         path.unlink(missing_ok=True)
+
+
+def stored_token(data_dir: Path) -> str:
+    """The token this data dir's server uses when none is given: generated on the first start and
+    kept (0600) in `<data_dir>/token`, so a restart does not lock out the agents and clients that
+    hold it."""
+    path = data_dir / TOKEN_FILE
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        token = ""
+    except OSError as err:
+        raise HeadlessError(f"cannot read the server token {path}: {err}") from None
+    if token:
+        with contextlib.suppress(OSError):
+            os.chmod(path, 0o600)
+        return token
+    # Written whole under another name, then linked into place: a start racing this one either
+    # finds no file or the whole token, and the first one linked wins.
+    token = secrets.token_hex(24)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    _write_private(tmp, token + "\n")
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        if path.read_text(encoding="utf-8").strip():
+            return stored_token(data_dir)
+        os.replace(tmp, path)  # an empty file (damaged): ours replaces it
+    finally:
+        tmp.unlink(missing_ok=True)
+    return token
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Atomically, readable by the owner only."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o600)  # a umask cannot widen it, but an old file of that name might be wider
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _refuse_if_database_held(data_dir: Path) -> None:
+    """Another server (a Lab with the extension, say) holds this data dir's database: refuse before
+    starting one that would only answer 503."""
+    database = data_dir / DATABASE_FILE
+    holder = holder_of(database)
+    if holder is not None:
+        raise HeadlessError(held_message(database, holder))
+
+
+def _open_log(path: Path) -> TextIO:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with contextlib.suppress(OSError):
+        os.fchmod(fd, 0o600)  # a log from before logs were private
+    return os.fdopen(fd, "a", encoding="utf-8")
 
 
 # -- processes ------------------------------------------------------------------------------------
@@ -174,7 +232,7 @@ def _acquire_lock(data_dir: Path) -> int:
             state = read_state(data_dir) or {}
             where = f" at {state['url']} (pid {state['pid']})" if state.get("url") else ""
             raise HeadlessError(f"a codefy server is already running on {data_dir}{where}; "
-                                "`codefy stop` stops it") from None
+                                f"`codefy stop` stops it, or {WHERE_ELSE}") from None
     return fd
 
 
@@ -201,12 +259,18 @@ def _log_tail(path: Path | None, lines: int = 30) -> str:
 def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, token: str | None = None,
           log_path: Path | None = None, foreground: bool = False, out: TextIO | None = None) -> int:
     """Run the headless server in this process until it is stopped. Returns the exit code."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     # The CLI's choice of data dir beats any CODEFY_DATA_DIR the caller's environment had: the
     # extension reads it from here, and the state file sits next to the database it describes.
     os.environ["CODEFY_DATA_DIR"] = str(data_dir)
-    token = token or os.environ.pop(TOKEN_ENV, None) or os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
     lock_fd = _acquire_lock(data_dir)
+    try:
+        _refuse_if_database_held(data_dir)
+        token = (token or os.environ.pop(TOKEN_ENV, None) or os.environ.get("JUPYTER_TOKEN")
+                 or stored_token(data_dir))
+    except BaseException:
+        os.close(lock_fd)
+        raise
     path = state_path(data_dir)
     stale = read_state(data_dir)
     if stale is not None:  # the lock was free, so whoever wrote it is gone (kill -9, power cut)
@@ -364,21 +428,23 @@ def start(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
           timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
     """Spawn a detached server and wait until it answers. Returns its state."""
     _checked_loop_choice()  # refused here, not in a detached process's log
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     existing = read_state(data_dir)
     if existing is not None and _server_alive(data_dir, existing["pid"]):
         raise HeadlessError(f"a codefy server is already running at {existing.get('url')} "
-                            f"(pid {existing['pid']}, {state_path(data_dir)}); `codefy stop` stops it")
+                            f"(pid {existing['pid']}, {state_path(data_dir)}); `codefy stop` stops it, "
+                            f"or {WHERE_ELSE}")
+    _refuse_if_database_held(data_dir)
     log_path = data_dir / LOG_FILE
     argv = [sys.executable, "-m", "codefy_jupyter.server.headless", "serve", "--data-dir", str(data_dir),
             "--ip", ip, "--log", str(log_path)]
     if port is not None:
         argv += ["--port", str(port)]
     env = dict(os.environ)
-    env[TOKEN_ENV] = token or os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
+    env[TOKEN_ENV] = token or os.environ.get("JUPYTER_TOKEN") or stored_token(data_dir)
     env["CODEFY_DATA_DIR"] = str(data_dir)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    with open(log_path, "a", encoding="utf-8") as log:
+    with _open_log(log_path) as log:
         log.write(f"\n=== codefy start {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n")
         log.flush()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

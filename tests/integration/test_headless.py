@@ -311,3 +311,47 @@ def test_graceful_stop_retires_runs_as_server_shutdown(servers):
     for run in runs:  # the two that ran and the one that waited
         assert_retired(restarted, run["id"], "server_shutdown")
     assert servers.stop().returncode == 0
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_the_token_survives_a_restart_unless_one_is_given(servers):
+    state = servers.start()
+    token_file = servers.data_dir / "token"
+    assert token_file.read_text().strip() == state["token"] and mode(token_file) == 0o600
+    assert servers.stop().returncode == 0
+
+    again = servers.start()
+    assert again["token"] == state["token"]
+    assert api(again, "GET", "runs")[0] == 200  # a client holding the old token gets in
+    assert servers.stop().returncode == 0
+
+    given = servers.codefy("start", "--data-dir", str(servers.data_dir), "--port", str(free_port()),
+                           "--token", "given-for-this-start")
+    assert given.returncode == 0, given.stderr
+    servers.pids.add(servers.state()["pid"])
+    assert servers.state()["token"] == "given-for-this-start"
+    assert token_file.read_text().strip() == state["token"]  # a given token is not stored
+    assert servers.stop().returncode == 0
+    assert servers.start()["token"] == state["token"]
+    assert servers.stop().returncode == 0
+
+
+def test_the_server_files_are_private_to_their_owner(servers):
+    old = os.umask(0o022)  # what SQLite and open() would otherwise turn into 0644
+    try:
+        state = servers.start()
+    finally:
+        os.umask(old)
+    run = submit(state, SMALL)
+    assert wait_status(state, run["id"], {"succeeded", "failed"})["status"] == "succeeded"
+    d = servers.data_dir
+    assert mode(d) == 0o700
+    present = [p.name for p in d.iterdir()]
+    for name in ("codefy.sqlite", "codefy.sqlite-wal", "codefy.sqlite-shm", "codefy.sqlite.lock", "server.log",
+                 "server.lock", "server.json", "token"):
+        assert name in present, (name, present)
+        assert mode(d / name) == 0o600, name
+    assert servers.stop().returncode == 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import stat
 
 import pytest
 from test_server_runs import SMALL, call, sleepy, wait_status
@@ -138,7 +140,44 @@ class TestBrokenDatabase:
         assert code == 503 and body["error"]["code"] == "store_unavailable"
         assert "codefy.sqlite" in body["error"]["message"]
         assert (tmp_path / "codefy" / "codefy.sqlite").read_bytes() == b"this is not a database, keep me"
-        assert sorted(p.name for p in (tmp_path / "codefy").iterdir()) == ["codefy.sqlite"]
+        # Only the lock beside it, taken (and let go) before the file was read.
+        assert sorted(p.name for p in (tmp_path / "codefy").iterdir()) == ["codefy.sqlite", "codefy.sqlite.lock"]
+
+
+class TestPrivateFiles:
+    """Inside a jupyter server as in `codefy start`: what the run queue creates is its owner's only."""
+
+    @pytest.fixture
+    def jp_server_config(self, tmp_path):
+        return _config(tmp_path)
+
+    @pytest.fixture(autouse=True)
+    def _usual_umask(self):
+        old = os.umask(0o022)  # which would leave all this 0644 / 0755
+        yield
+        os.umask(old)
+
+    async def test_the_database_its_lock_and_run_folders(self, jp_fetch, jp_serverapp, tmp_path):
+        from codefy_jupyter.engine import default_registry
+
+        reg = default_registry()
+        if reg.get("WritesAFile") is None:
+            @reg.node("WritesAFile", outputs={"done": "bool"})
+            def writes_a_file(ctx):
+                (ctx.data_dir / "model.pt").write_bytes(b"weights")
+                return {"done": True}
+
+        code, run = await call(jp_fetch, "api", "runs", method="POST",
+                               body={"graph": {"nodes": [{"id": "w", "type": "WritesAFile"}]}})
+        assert code == 201, run
+        await wait_status(jp_fetch, run["id"], {"succeeded"})
+        data = tmp_path / "codefy"
+        assert stat.S_IMODE(data.stat().st_mode) == 0o700
+        for name in ("codefy.sqlite", "codefy.sqlite-wal", "codefy.sqlite-shm", "codefy.sqlite.lock"):
+            assert stat.S_IMODE((data / name).stat().st_mode) == 0o600, name
+        for folder in (data / "runs", data / "runs" / run["id"]):
+            assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+        assert (data / "runs" / run["id"] / "model.pt").read_bytes() == b"weights"
 
 
 async def eventually(check, timeout=10.0):

@@ -422,7 +422,7 @@ async def test_a_hard_stopped_control_plane_adopts_the_run_and_it_finishes_in_th
     state = servers.start(port)
     code, issued = headless.api(state, "POST", "workers/enrollments", {})
     assert code == 201, issued
-    # An enrolled worker token outlives the restart (the server's own token is generated anew).
+    # An enrolled worker token outlives the restart (as the server's own token now does too).
     agent = AgentProcess(tmp_path, state["url"], name="box", token=issued["token"])
     request.addfinalizer(agent.cleanup)
 

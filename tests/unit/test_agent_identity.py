@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from codefy_jupyter.agent import credentials as cr
-from codefy_jupyter.agent.connection import Backoff, Fatal, socket_url
+from codefy_jupyter.agent.connection import Backoff, Fatal, socket_url, worth_another_dial
 from codefy_jupyter.agent.identity import Inventory, restrict_to_visible
 from codefy_jupyter.cli import main
 
@@ -57,6 +57,13 @@ def test_backoff_doubles_to_a_cap_and_resets():
     assert 0.75 <= delays[0] <= 1.25 and 3 <= delays[-1] <= 5
     b.reset()
     assert b.next() <= 1.25
+
+
+def test_a_refused_token_is_fatal_unless_the_local_server_now_records_another():
+    assert not worth_another_dial("t1", rereads=False, recorded=None)  # --token, a worker token: fixed
+    assert not worth_another_dial("t1", rereads=True, recorded="t1")  # the server's own token, refused
+    assert worth_another_dial("t1", rereads=True, recorded="t2")  # restarted with another token
+    assert worth_another_dial("t1", rereads=True, recorded=None)  # restarting: not recorded yet
 
 
 def test_enrollment_tokens_are_told_apart():
