@@ -172,3 +172,75 @@ async def test_runs_on_a_real_agent_survive_twenty_hard_restarts_with_slow_recov
         assert len(adopted_runs) >= 2
     finally:
         agent.cleanup()
+
+
+def during_recovery(port: int, method: str, path: str) -> tuple[int, dict[str, Any], str | None]:
+    """A request to a server that may not listen yet: retried until it answers."""
+    deadline = time.monotonic() + 60
+    while True:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/codefy/api/{path}", method=method,
+                                         data=b"" if method == "POST" else None,
+                                         headers={"Authorization": f"token {TOKEN}"})
+        try:
+            with urllib.request.urlopen(request, timeout=15) as response:
+                return response.status, json.loads(response.read()), response.headers.get("Retry-After")
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read()), err.headers.get("Retry-After")
+        except OSError:
+            assert time.monotonic() < deadline, "the server never listened"
+            time.sleep(0.01)
+
+
+async def test_while_recovery_runs_every_route_says_recovering_and_nothing_acts_on_stale_state(servers, tmp_path):
+    from tornado.httpclient import HTTPClientError, HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    port = free_port()
+    state = servers.start(port)
+    code, run = api(state, "POST", "runs", {"graph": naps(1, 60), "name": "caught"})
+    assert code == 201
+    wait_status(state, run["id"], {"running"})
+    os.kill(state["pid"], signal.SIGKILL)
+    wait_gone(state["pid"])
+    add_waiting_runs(servers.data_dir / "codefy.sqlite", 2 * WAITING_ROWS)
+
+    env = {**servers.env, "CODEFY_READY_WAIT_S": "0"}  # answer at once instead of waiting
+    log = open(tmp_path / "foreground.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "codefy_jupyter.cli", "start", "--foreground", "--data-dir",
+                             str(servers.data_dir), "--port", str(port)], cwd=tmp_path, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    servers.pids.add(proc.pid)
+    try:
+        code, body, retry = during_recovery(port, "GET", f"runs/{run['id']}")
+        assert (code, body["error"]["code"], retry) == (503, "recovering", "2"), (code, body)
+        assert body["error"]["params"] == {"retry_after_s": 2}
+        code, body, retry = during_recovery(port, "POST", f"runs/{run['id']}/cancel")
+        assert (code, body["error"]["code"], retry) == (503, "recovering", "2"), (code, body)
+
+        base = f"ws://127.0.0.1:{port}/codefy/ws/"
+        auth = {"Authorization": f"token {TOKEN}"}
+        with pytest.raises(HTTPClientError) as refused:
+            await websocket_connect(HTTPRequest(base + "execution", headers=auth))
+        assert refused.value.code == 503
+        assert json.loads(refused.value.response.body)["error"]["code"] == "recovering"
+        assert refused.value.response.headers["Retry-After"] == "2"
+        worker = await websocket_connect(HTTPRequest(base + "worker", headers=auth))
+        assert await worker.read_message() is None  # closed before any frame: try again later
+        worker.close()
+        assert worker.close_code == 1013 and "recovering" in worker.close_reason
+
+        # Once recovered, the run the dead process left is what recovery made of it.
+        deadline = time.monotonic() + 60
+        while True:
+            code, body, _ = during_recovery(port, "GET", f"runs/{run['id']}")
+            if code == 200:
+                break
+            assert code == 503 and time.monotonic() < deadline, (code, body)
+            time.sleep(0.1)
+        assert body["status"] == "interrupted", body["status"]
+        events = all_events({"url": f"http://127.0.0.1:{port}/", "token": TOKEN}, run["id"])
+        assert events[-1]["payload"]["reason"]["code"] == "server_restart"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        log.close()
