@@ -36,7 +36,7 @@ from codefy_jupyter.agent.delivery import Deliveries
 from codefy_jupyter.agent.isolation import CPU
 from codefy_jupyter.agent.launch import SpawnLauncher, WarmLauncher
 from codefy_jupyter.agent.runner import Runner, RunRequest
-from codefy_jupyter.core import worker_protocol as wp
+from codefy_jupyter.wire import protocol as wp
 
 from common import publish
 from run_queue import Http, codefy_server

@@ -118,7 +118,7 @@ def _fail(message: str, as_json: bool, error: dict[str, Any] | None = None) -> i
 
 
 def _exec(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .core.devices import DeviceError, resolve_device
+    from .wire.devices import DeviceError, resolve_device
 
     path = Path(args.graph)
     try:

@@ -2,7 +2,7 @@
 runs each assigned run in a subprocess of its own.
 
 The agent process never imports torch or `codefy_jupyter.server` (its WebSocket client is tornado's,
-installed with jupyter-server anyway): it speaks the protocol of `codefy_jupyter.core.worker_protocol`
+installed with jupyter-server anyway): it speaks the protocol of `codefy_jupyter.wire.protocol`
 and keeps each run's frames in `spool.RunSpool` until the control plane acknowledges them. Only the
 run subprocess (`child.py`, forked from the warm process `warm.py` or spawned) imports torch.
 

@@ -12,7 +12,7 @@ import sys
 
 
 def gather() -> dict:
-    from ..core.fingerprint import environment_document
+    from ..wire.fingerprint import environment_document
     from ..engine import default_registry
 
     catalog = default_registry().catalog()

@@ -77,7 +77,7 @@ class Sink:
     """Engine callbacks -> messages. Called by the engine one event at a time (it holds a lock)."""
 
     def __init__(self, link: Link, run_id: str, payload_cap_bytes: int) -> None:
-        from ..core import run_events as ev
+        from ..wire import run_events as ev
 
         self._ev = ev
         self.link = link
@@ -183,7 +183,7 @@ def environment_facts() -> dict[str, Any]:
     installed package again."""
     global _FINGERPRINT
     if _FINGERPRINT is None:
-        from ..core.fingerprint import digest, environment_document
+        from ..wire.fingerprint import digest, environment_document
         from ..engine import default_registry
 
         document = environment_document(default_registry().catalog())
@@ -219,7 +219,7 @@ def _peak_memory(aliases: dict[str, str]) -> dict[str, Any] | None:
 
 
 def _jsonable(value: Any) -> Any:
-    from ..core.run_events import jsonable
+    from ..wire.run_events import jsonable
 
     return jsonable(value)
 

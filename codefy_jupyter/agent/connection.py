@@ -38,7 +38,7 @@ from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClientConnection, WebSocketClosedError, websocket_connect
 
 from .._version import __version__
-from ..core.worker_protocol import (
+from ..wire.protocol import (
     AGENT_STOPPED, DEFAULT_GRACE_S, MAX_FRAME_BYTES, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Ack, Assign, Cancel, Drain,
     Frame, Heartbeat,
     Hello, ProtocolError, Reject, RunAlive, Welcome, decode, encode,
@@ -510,6 +510,6 @@ class Agent:
 
 
 def machine_id() -> str | None:
-    from ..core.machine_identity import machine_id_digest
+    from ..wire.machine_identity import machine_id_digest
 
     return machine_id_digest()

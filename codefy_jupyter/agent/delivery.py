@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from ..core.worker_protocol import (
+from ..wire.protocol import (
     BATCH_MAX_BYTES, BATCH_MAX_FRAMES, ProtocolError, RunFinished, RunFrame, encode_batch,
 )
 from .frames import too_large_warning

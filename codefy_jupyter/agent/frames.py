@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.worker_protocol import (
+from ..wire.protocol import (
     Artifact, Event, Metrics, RunFacts, RunFinished, RunFrame, RunStarted, RunWarning,
 )
 from .isolation import Visibility

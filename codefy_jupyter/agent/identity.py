@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..core.devices import InventoryError, inventory_from_file
+from ..wire.devices import InventoryError, inventory_from_file
 from .isolation import CPU, OfferedDevice
 
 log = logging.getLogger("codefy.agent")

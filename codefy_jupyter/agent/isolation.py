@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from ..core.devices import DeviceError, canonical_device
+from ..wire.devices import DeviceError, canonical_device
 
 REMOVED_VARIABLES: frozenset[str] = frozenset({
     "CODEFY_TOKEN", "CODEFY_HEADLESS_TOKEN", "CODEFY_AGENT_TOKEN", "CODEFY_ENROLL_TOKEN", "CODEFY_S3_CREDENTIALS",

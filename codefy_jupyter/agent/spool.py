@@ -28,7 +28,7 @@ from collections import deque
 from pathlib import Path
 from typing import Iterable
 
-from ..core.worker_protocol import Outbox, ProtocolError, RunFrame, decode, encode, numbered
+from ..wire.protocol import Outbox, ProtocolError, RunFrame, decode, encode, numbered
 
 SPOOL_FILE = "spool.jsonl"
 # Compact once this many acked frames sit in the file (and they outnumber the unacked ones).

@@ -36,8 +36,8 @@ from typing import Any, NoReturn
 
 MAX_MESSAGE = 1024 * 1024
 # Imported before the first fork. torch is optional (a pack-free install runs without it).
-PRELOAD = ("numpy", "torch", "codefy_jupyter.engine", "codefy_jupyter.core.run_events",
-           "codefy_jupyter.core.fingerprint", "codefy_jupyter.agent.child")
+PRELOAD = ("numpy", "torch", "codefy_jupyter.engine", "codefy_jupyter.wire.run_events",
+           "codefy_jupyter.wire.fingerprint", "codefy_jupyter.agent.child")
 
 
 def supported() -> bool:

@@ -16,14 +16,14 @@ from traitlets import Bool, Int, List, Unicode
 
 from .._version import __version__
 from ..core.config import SETTINGS, Settings
-from ..core.devices import probe_inventory
-from ..core.machine_identity import machine_id_digest
-from ..core.scheduling import LocalMachine, OfferedDevice
-from ..core.run_service import RunService
+from ..wire.devices import probe_inventory
+from ..wire.machine_identity import machine_id_digest
+from ..core.scheduling.queue import LocalMachine, OfferedDevice
+from ..core.runs.service import RunService
 from ..core.errors import Unavailable
-from ..core.store import Store
-from ..core.store_lock import DATABASE_FILE, DatabaseLock, DatabaseLocked
-from ..core.store_queries import StoreError
+from ..core.store.database import Store
+from ..core.store.lock import DATABASE_FILE, DatabaseLock, DatabaseLocked
+from ..core.store.queries import StoreError
 from .handlers import route_table
 from .sharing import Sharing, decide_sharing
 

@@ -14,8 +14,8 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web, websocket
 
 from ..core.errors import ServiceError
-from ..core.requests import SchemaError
-from ..core.run_service import RunService
+from ..core.runs.requests import SchemaError
+from ..core.runs.service import RunService
 from .handlers import AUTH_RESOURCE, error_body, owner_name
 from .ws_frames import write_texts
 

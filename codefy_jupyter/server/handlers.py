@@ -24,9 +24,9 @@ from jupyter_server.prometheus.log_functions import prometheus_log_method
 from tornado import web
 
 from ..core.errors import ServiceError
-from ..core.requests import SchemaError
-from ..core.run_service import RunService
-from ..core.scheduling import SubmitError
+from ..core.runs.requests import SchemaError
+from ..core.runs.service import RunService
+from ..core.scheduling.queue import SubmitError
 
 AUTH_RESOURCE = "codefy"
 

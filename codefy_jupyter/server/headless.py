@@ -6,7 +6,7 @@ enables. It records where it runs in `<data_dir>/server.json` (pid, url, port, t
 started_at; mode 0600, since it holds the token), which clients read to find it and `codefy stop`
 reads to stop it. It holds an exclusive lock on `<data_dir>/server.lock` for its whole life, so a
 state file whose process is gone is recognised as stale even when its pid was reused. The database
-itself is locked by the extension (`core/store_lock.py`), as in any other server; `codefy start`
+itself is locked by the extension (`core/store/lock.py`), as in any other server; `codefy start`
 refuses up front when some server (a Lab, say) holds it.
 
 Without `--token` or `$JUPYTER_TOKEN`, the token is the one in `<data_dir>/token` (0600), generated
@@ -39,7 +39,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..core.store_lock import DATABASE_FILE, WHERE_ELSE, held_message, holder_of
+from ..core.store.lock import DATABASE_FILE, WHERE_ELSE, held_message, holder_of
 from .event_loop import LOOP_ENV, LoopChoiceError, loop_choice, new_server_loop
 
 try:

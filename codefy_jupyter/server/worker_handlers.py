@@ -5,14 +5,14 @@ before reading anything: 4003 for a Host outside the allowed list or any Origin 
 none, and no web page has a reason to open this socket), 4401 for credentials. Credentials come as
 `Authorization: token <T>`, `X-Codefy-Token: <T>` or `?token=<T>`: a worker token (from any peer)
 or the server's own token from a loopback peer. Then `hello` within 10 s, judged by
-core/worker_handshake.py; every later frame goes to the WorkerService. The handler is the
+core/workers/handshake.py; every later frame goes to the WorkerService. The handler is the
 connection's `WorkerLink` (send a frame, close with a code).
 
 REST: GET /workers (the agents, their devices and slots; this server's as `local`), GET/DELETE
 /workers/{id}, POST /workers/{id}/drain and /undrain, POST /workers/enrollments (a one-time token),
 all behind the server's auth like the run routes; POST /workers/enroll exchanges a one-time token for
 a worker token without a session token, rate-limited per client address. On a shared server only
-admins and the user who enrolled a worker may manage it (core/worker_access.py).
+admins and the user who enrolled a worker may manage it (core/workers/access.py).
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web, websocket
 
 from ..core.errors import NotFound, ServiceError
-from ..core.run_service import RunService
-from ..core.worker_handshake import Credential
-from ..core.worker_protocol import (
+from ..core.runs.service import RunService
+from ..core.workers.handshake import Credential
+from ..wire.protocol import (
     HELLO_TIMEOUT_S, MAX_FRAME_BYTES, Batch, Frame, Hello, ProtocolError, Reject, RunFrame, decode, encode, unpack,
 )
-from ..core.worker_service import (
+from ..core.workers.service import (
     CLOSE_CREDENTIALS, CLOSE_HELLO_TIMEOUT, CLOSE_HOST_ORIGIN, CLOSE_REJECTED,
 )
 from .handlers import AUTH_RESOURCE, CodefyAPIHandler, api

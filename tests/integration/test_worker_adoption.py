@@ -13,7 +13,7 @@ from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
 from codefy_jupyter._version import __version__
-from codefy_jupyter.core import worker_protocol as wp
+from codefy_jupyter.wire import protocol as wp
 
 from test_headless import SMALL, Servers, all_events, api, free_port, wait_gone, wait_status
 from test_worker_handlers import RawAgent, node_event

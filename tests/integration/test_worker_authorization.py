@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from codefy_jupyter._version import __version__
-from codefy_jupyter.core import worker_protocol as wp
+from codefy_jupyter.wire import protocol as wp
 from codefy_jupyter.server.worker_handlers import HELLO_TIMEOUT_SETTING
 
 from test_server_runs import call, wait_status

@@ -1,5 +1,5 @@
 """/codefy/ws/worker and /codefy/api/workers on a real jupyter-server with a real SQLite file, driven
-by a raw WebSocket client that speaks the worker protocol (core/worker_protocol.py) itself: the
+by a raw WebSocket client that speaks the worker protocol (wire/protocol.py) itself: the
 checks before accept, the hello, enrollment, a run on a worker from assign to its final status,
 cancel, a dropped connection and its resume, the grace, and a late result."""
 
@@ -14,7 +14,7 @@ from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
 from codefy_jupyter._version import __version__
-from codefy_jupyter.core import worker_protocol as wp
+from codefy_jupyter.wire import protocol as wp
 from codefy_jupyter.server.worker_handlers import HELLO_TIMEOUT_SETTING
 
 from test_server_runs import SMALL, all_events, call, wait_status

@@ -15,7 +15,7 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from codefy_jupyter.core import worker_protocol as wp
+from codefy_jupyter.wire import protocol as wp
 
 from test_server_runs import all_events, call, wait_status
 from test_worker_handlers import (  # noqa: F401  (fixtures)

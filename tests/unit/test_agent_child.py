@@ -15,7 +15,7 @@ import pytest
 from agent_helpers import install_pack, pythonpath
 from codefy_jupyter.agent import child, pipe
 from codefy_jupyter.agent.isolation import child_environment, removed_variable, visibility, OfferedDevice
-from codefy_jupyter.core import run_events as ev
+from codefy_jupyter.wire import run_events as ev
 
 
 def edge(s: str, sp: str, t: str, tp: str) -> dict[str, str]:

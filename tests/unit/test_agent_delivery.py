@@ -7,7 +7,7 @@ import asyncio
 import json
 
 from codefy_jupyter.agent.delivery import Deliveries
-from codefy_jupyter.core.worker_protocol import (
+from codefy_jupyter.wire.protocol import (
     BATCH_MAX_BYTES, BATCH_MAX_FRAMES, MAX_FRAME_BYTES, Batch, Event, RunFinished, RunStarted, decode, unpack,
 )
 

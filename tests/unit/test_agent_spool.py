@@ -8,7 +8,7 @@ import json
 import pytest
 
 from codefy_jupyter.agent.spool import SPOOL_FILE, RunSpool, SpoolError, run_dir, spooled_runs
-from codefy_jupyter.core.worker_protocol import (
+from codefy_jupyter.wire.protocol import (
     Event, Metrics, ProtocolError, RunFinished, RunInbox, RunStarted, decode, encode,
 )
 
@@ -239,7 +239,7 @@ def test_the_agent_side_imports_neither_torch_nor_the_server():
     import subprocess
     import sys
 
-    code = ("import sys, codefy_jupyter.agent.spool, codefy_jupyter.core.worker_protocol; "
+    code = ("import sys, codefy_jupyter.agent.spool, codefy_jupyter.wire.protocol; "
             "print([m for m in ('torch', 'tornado', 'jupyter_server', 'codefy_jupyter.server') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"

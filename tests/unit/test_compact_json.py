@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codefy_jupyter.core import compact_json
+from codefy_jupyter.wire import compact_json
 
 _values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from codefy_jupyter.core.device_sets import SubmitError, best_accelerator, parse_device_set, resolve_run_device
+from codefy_jupyter.core.scheduling.device_sets import SubmitError, best_accelerator, parse_device_set, resolve_run_device
 
 GPUS = ["cpu", "cuda:0", "cuda:1", "cuda:2"]
 
@@ -162,5 +162,5 @@ def test_parse_device_set():
 
 
 def test_the_scheduler_module_is_one_import_point():
-    from codefy_jupyter.core import scheduling
+    from codefy_jupyter.core.scheduling import queue as scheduling
     assert scheduling.resolve_run_device is resolve_run_device and scheduling.SubmitError is SubmitError

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from codefy_jupyter.core.devices import (
+from codefy_jupyter.wire.devices import (
     DeviceError, InventoryError, canonical_device, inventory_from_file, probe_inventory, resolve_device,
 )
 

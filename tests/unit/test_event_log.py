@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from codefy_jupyter.core import run_events as ev
-from codefy_jupyter.core.event_log import EventLog
-from codefy_jupyter.core.store import Store
+from codefy_jupyter.wire import run_events as ev
+from codefy_jupyter.core.runs.event_log import EventLog
+from codefy_jupyter.core.store.database import Store
 
 
 def status(run_id: str, node: str, state: str) -> ev.RunEvent:
@@ -71,7 +71,7 @@ def test_payloads_over_the_cap_are_elided_and_others_kept_as_emitted(tmp_path):
 
 
 def test_only_the_newest_finished_runs_keep_their_tail_in_memory(tmp_path, monkeypatch):
-    from codefy_jupyter.core import event_log
+    from codefy_jupyter.core.runs import event_log
 
     monkeypatch.setattr(event_log, "CLOSED_TAILS_KEPT", 3)
 

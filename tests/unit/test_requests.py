@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from codefy_jupyter.core.requests import SchemaError, Target, parse_submit
+from codefy_jupyter.core.runs.requests import SchemaError, Target, parse_submit
 
 GRAPH = {"nodes": [], "edges": []}
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from codefy_jupyter.core import run_events as ev
+from codefy_jupyter.wire import run_events as ev
 from codefy_jupyter.engine import NodeRegistry, param, run_graph
 
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from codefy_jupyter.core import run_state as rs
+from codefy_jupyter.core.runs import state as rs
 
 
 @pytest.mark.parametrize("state,event,after", [

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from codefy_jupyter.core.scheduling import (
+from codefy_jupyter.core.scheduling.queue import (
     INTERACTIVE, Limits, Notice, Placement, Run, RunQueue, SubmitError, build_limits, parse_concurrency_overrides,
 )
 

@@ -16,7 +16,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codefy_jupyter.core.scheduling import INTERACTIVE, QUEUED, Limits, Run, RunQueue, SubmitError
+from codefy_jupyter.core.scheduling.queue import INTERACTIVE, QUEUED, Limits, Run, RunQueue, SubmitError
 
 DEVICES = ["cpu", "cuda:0", "cuda:1", "cuda:2"]
 CARDS = DEVICES[1:]

@@ -18,7 +18,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codefy_jupyter.core.scheduling import (
+from codefy_jupyter.core.scheduling.queue import (
     CONNECTED, DISCONNECTED, DRAINING, Limits, LocalMachine, OfferedDevice, Run, RunQueue, SubmitError,
     WorkerOffer,
 )

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from codefy_jupyter.core.migrations import (
+from codefy_jupyter.core.store.migrations import (
     SCHEMA_STEPS,
     SCHEMA_VERSION,
     SchemaVersionError,
     migrate,
     read_schema_version,
 )
-from codefy_jupyter.core.store import EVENT_ENVELOPE_BYTES, Store, StoredEvent, StoreError
-from codefy_jupyter.core.store_queries import apply_batch, encode_events, insert_run, select_events_page, select_run
+from codefy_jupyter.core.store.database import EVENT_ENVELOPE_BYTES, Store, StoredEvent, StoreError
+from codefy_jupyter.core.store.queries import apply_batch, encode_events, insert_run, select_events_page, select_run
 
 
 class FakeClock:
@@ -269,7 +269,7 @@ def test_an_acknowledged_write_is_visible_to_reads_at_once_and_after_reopen(tmp_
 
 CRASHING_WRITER = textwrap.dedent("""
     import asyncio, os, signal, sys
-    from codefy_jupyter.core.store import Store
+    from codefy_jupyter.core.store.database import Store
 
     async def main():
         store = await Store.open(sys.argv[1])

@@ -1,4 +1,4 @@
-"""One server per run database (`core/store_lock.py`), and the database's files private to their
+"""One server per run database (`core/store/lock.py`), and the database's files private to their
 owner. The rival holders are real processes: `flock` is per open file, and the OS drops it when
 its process dies."""
 
@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from codefy_jupyter.core.store import Store
-from codefy_jupyter.core.store_lock import (
+from codefy_jupyter.core.store.database import Store
+from codefy_jupyter.core.store.lock import (
     DatabaseLock, DatabaseLocked, Holder, held_message, holder_of, lock_path,
 )
 
 HOLD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from codefy_jupyter.core.store_lock import DatabaseLock
+    from codefy_jupyter.core.store.lock import DatabaseLock
     lock = DatabaseLock.acquire(Path(sys.argv[1]), url="http://127.0.0.1:9999/lab/")
     print("held", flush=True)
     time.sleep(120)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codefy_jupyter.core import run_events as ev
+from codefy_jupyter.wire import run_events as ev
 from codefy_jupyter.engine import run_graph
 from codefy_jupyter.kernel.widgets.run_state_view import (MAX_WARNINGS, RunViewState, apply_row, decimate, fold,
                                                           fold_all, progress_entry, summary, to_traits)

@@ -10,11 +10,11 @@ import sqlite3
 import pytest
 
 from codefy_jupyter.core.errors import Forbidden
-from codefy_jupyter.core.migrations import SCHEMA_STEPS, migrate
-from codefy_jupyter.core.store import Store
-from codefy_jupyter.core.worker_access import ACTIONS, check_issue, check_manage, may_manage
-from codefy_jupyter.core.worker_enrollment import Enrollment, RateLimiter
-from codefy_jupyter.core.workers import WorkerRegistry
+from codefy_jupyter.core.store.migrations import SCHEMA_STEPS, migrate
+from codefy_jupyter.core.store.database import Store
+from codefy_jupyter.core.workers.access import ACTIONS, check_issue, check_manage, may_manage
+from codefy_jupyter.core.workers.enrollment import Enrollment, RateLimiter
+from codefy_jupyter.core.workers.registry import WorkerRegistry
 
 # asker -> (user, admin). "anonymous": a shared token on a shared server (no name, not an admin).
 ASKERS = {"admin": ("boss", True), "owner": ("alice", False), "other": ("bob", False),

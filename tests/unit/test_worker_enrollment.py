@@ -9,11 +9,11 @@ import sqlite3
 import pytest
 
 from codefy_jupyter.core.errors import ServiceError
-from codefy_jupyter.core.store import Store
-from codefy_jupyter.core.worker_enrollment import Enrollment, RateLimiter, token_hash
-from codefy_jupyter.core.worker_handshake import Accepted, CatalogDiff, Credential
-from codefy_jupyter.core.worker_protocol import Heartbeat, Hello
-from codefy_jupyter.core.workers import CONNECTED, DISCONNECTED, DRAINING, OFFLINE, WorkerRegistry
+from codefy_jupyter.core.store.database import Store
+from codefy_jupyter.core.workers.enrollment import Enrollment, RateLimiter, token_hash
+from codefy_jupyter.core.workers.handshake import Accepted, CatalogDiff, Credential
+from codefy_jupyter.wire.protocol import Heartbeat, Hello
+from codefy_jupyter.core.workers.registry import CONNECTED, DISCONNECTED, DRAINING, OFFLINE, WorkerRegistry
 
 
 class Clock:

@@ -7,10 +7,10 @@ import asyncio
 
 from codefy_jupyter._version import __version__
 from codefy_jupyter.core.config import Settings
-from codefy_jupyter.core.run_service import RunService
-from codefy_jupyter.core.store import Store
-from codefy_jupyter.core.worker_handshake import Credential
-from codefy_jupyter.core.worker_protocol import (
+from codefy_jupyter.core.runs.service import RunService
+from codefy_jupyter.core.store.database import Store
+from codefy_jupyter.core.workers.handshake import Credential
+from codefy_jupyter.wire.protocol import (
     AGENT_STOPPED, PROTOCOL_VERSION, Ack, Assign, Cancel, Event, Hello, RunFinished, RunStarted,
 )
 

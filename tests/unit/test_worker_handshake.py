@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from codefy_jupyter.core import worker_handshake as wh
-from codefy_jupyter.core.worker_handshake import Accepted, Credential, Refused, ServerSide, check_hello
-from codefy_jupyter.core.worker_protocol import PROTOCOL_VERSION, Hello, Welcome, decode, encode
+from codefy_jupyter.core.workers import handshake as wh
+from codefy_jupyter.core.workers.handshake import Accepted, Credential, Refused, ServerSide, check_hello
+from codefy_jupyter.wire.protocol import PROTOCOL_VERSION, Hello, Welcome, decode, encode
 from codefy_jupyter.engine.presets import PresetLibrary
 from codefy_jupyter.engine.registry import default_registry
 

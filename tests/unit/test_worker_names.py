@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from codefy_jupyter.core.limits import parse_concurrency_overrides
-from codefy_jupyter.core.scheduling import WorkerOffer
-from codefy_jupyter.core.worker_handshake import RESERVED_NAMES, name_problem
-from codefy_jupyter.core.worker_names import RESERVED_WORKER_NAMES
+from codefy_jupyter.core.scheduling.limits import parse_concurrency_overrides
+from codefy_jupyter.core.scheduling.queue import WorkerOffer
+from codefy_jupyter.core.workers.handshake import RESERVED_NAMES, name_problem
+from codefy_jupyter.wire.names import RESERVED_WORKER_NAMES
 
 # The REST routes beside /codefy/api/workers/{id} (server/worker_handlers.py worker_routes).
 ROUTE_NAMES = ("enroll", "enrollments")

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from codefy_jupyter.core.scheduling import (
+from codefy_jupyter.core.scheduling.queue import (
     CONNECTED, DISCONNECTED, DRAINING, INTERACTIVE, OFFLINE, Limits, LocalMachine, OfferedDevice, Placement, Run,
     RunQueue, SubmitError, WorkerOffer,
 )
-from codefy_jupyter.core.slot_groups import Topology, split_slot
-from codefy_jupyter.core.device_sets import resolve_worker_device
+from codefy_jupyter.core.scheduling.slot_groups import Topology, split_slot
+from codefy_jupyter.core.scheduling.device_sets import resolve_worker_device
 
 MID = "a" * 64  # this server's machine-id digest
 OTHER = "b" * 64

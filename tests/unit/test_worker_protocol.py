@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codefy_jupyter.core import worker_protocol as wp
-from codefy_jupyter.core.worker_protocol import (
+from codefy_jupyter.wire import protocol as wp
+from codefy_jupyter.wire.protocol import (
     Ack, Assign, Event, Hello, Metrics, Outbox, ProtocolError, RunAlive, RunFinished, RunInbox, Welcome,
 )
 

@@ -9,8 +9,8 @@ Words
 - A *slot* is one device on one machine, named by a string. This server's slots are its bare
   canonical devices (`cpu`, `cuda:0`, `mps:0`); a worker's are `<worker>/<device>` in the worker's
   own numbering. A slot admits `Limits.limit(slot)` queued-lane runs at once (GPU 1, CPU 2, or an
-  override; a worker slot see core/slot_groups.py).
-- A *group* is the slots of one physical device (core/slot_groups.py): a CUDA card by NVML UUID
+  override; a worker slot see core/scheduling/slot_groups.py).
+- A *group* is the slots of one physical device (core/scheduling/slot_groups.py): a CUDA card by NVML UUID
   across this server and every worker offering it, and the cpu/mps:0 of a same-machine worker with
   this server's. Runs count against the group and the group's limit is its smallest. Without
   workers every slot is its own group, so the rules below read the same with "slot".
@@ -114,19 +114,19 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, NamedTuple
 
-from codefy_jupyter.core import worker_placement as wp
-from codefy_jupyter.core.device_sets import (  # noqa: F401  (re-exported: one import point for callers)
+from codefy_jupyter.core.scheduling import placement as wp
+from codefy_jupyter.core.scheduling.device_sets import (  # noqa: F401  (re-exported: one import point for callers)
     KIND_REQUESTS, Notice, ResolvedDevice, SubmitError, device_kind, parse_device_set, resolve_run_device,
     resolve_worker_device,
 )
-from codefy_jupyter.core.limits import (  # noqa: F401  (re-exported)
+from codefy_jupyter.core.scheduling.limits import (  # noqa: F401  (re-exported)
     Limits, build_limits, parse_concurrency_overrides, slot_device,
 )
-from codefy_jupyter.core.slot_groups import (  # noqa: F401  (re-exported)
+from codefy_jupyter.core.scheduling.slot_groups import (  # noqa: F401  (re-exported)
     CONNECTED, DISCONNECTED, DRAINING, LOCAL, OFFLINE, WORKER_NAME, LocalMachine, OfferedDevice, Topology,
     WorkerOffer, slot_name, split_slot,
 )
-from codefy_jupyter.core.worker_placement import ANY, ONE_SHOT, POOLS  # noqa: F401  (re-exported)
+from codefy_jupyter.core.scheduling.placement import ANY, ONE_SHOT, POOLS  # noqa: F401  (re-exported)
 
 QUEUED = "queued"
 INTERACTIVE = "interactive"

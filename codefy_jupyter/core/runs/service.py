@@ -11,7 +11,7 @@ threads (in batches) and calls `_on_engine_event` on it.
 
 Worker runs (`options.target`: a worker's name, `any`, or the one-shot pool) are checked and placed
 by the same scheduler; a placement on a worker starts through the WorkerExecutor
-(`self.workers`, core/worker_service.py), which writes the run's events itself and ends with an
+(`self.workers`, core/workers/service.py), which writes the run's events itself and ends with an
 `ExecutionOutcome` filed here like an in-process result. A run without a target, or with worker
 `local`, never reaches that code. At start, a worker run the previous process left running is
 adopted (`_adopt`) instead of retired, when its row has a resume point.
@@ -30,22 +30,22 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from ..engine import GraphError, NodeRegistry, RunResult, SessionCache, default_registry, validate_graph
-from . import run_events as ev
-from . import run_state as rs
-from .config import Settings
-from .errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError, Unavailable
+from ...engine import GraphError, NodeRegistry, RunResult, SessionCache, default_registry, validate_graph
+from ...wire import run_events as ev
+from . import state as rs
+from ..config import Settings
+from ..errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError, Unavailable
 from .event_log import EventLog
 from .executors import ExecutionOutcome, InProcessExecutor, RunHandle, RunSpec
-from .fingerprint import digest, environment_document
+from ...wire.fingerprint import digest, environment_document
 from .requests import SubmitRequest, parse_submit
-from .scheduling import (
+from ..scheduling.queue import (
     LOCAL, LocalMachine, OfferedDevice, Placement, Run, RunQueue, SubmitError, build_limits, resolve_run_device,
 )
-from .store import Store
-from .worker_executor import RESUME, WorkerRunHandle
-from .worker_handshake import graph_node_types
-from .worker_service import WorkerService
+from ..store.database import Store
+from ..workers.executor import RESUME, WorkerRunHandle
+from ..workers.handshake import graph_node_types
+from ..workers.service import WorkerService
 
 log = logging.getLogger("codefy.runs")
 

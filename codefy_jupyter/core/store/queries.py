@@ -1,7 +1,7 @@
 """The store's SQL: repository functions over a plain sqlite3 connection, and the types they return.
 
 Each function takes a connection rather than the Store, so it runs on any connection, a migrated
-`:memory:` one included. `core/store.py` runs the write functions in its writer's batched
+`:memory:` one included. `core/store/database.py` runs the write functions in its writer's batched
 transactions and the read functions on its reader connection.
 
 Write functions may run twice (`apply_batch` retries a failed batch one write at a time), so
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from .migrations import rollback_quietly
-from .run_state import FINISHED
+from ..runs.state import FINISHED
 
 # A run in any other status (queued, running, disconnected, or one we do not know) is active: it
 # is never pruned, and recovery looks at it.

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .store_queries import apply_batch
+from .queries import apply_batch
 
 log = logging.getLogger(__name__)
 

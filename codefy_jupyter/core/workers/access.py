@@ -17,7 +17,7 @@ Whose runs a worker takes is not decided here: any run may be placed on any work
 
 from __future__ import annotations
 
-from .errors import Forbidden
+from ..errors import Forbidden
 
 # What each action is called in a refusal ("only they or an admin may <action> it").
 ACTIONS = {"remove": "remove", "drain": "drain", "undrain": "undrain", "reissue": "re-issue a token for"}

@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
-from .worker_handshake import Accepted, CatalogDiff, Credential
-from .worker_protocol import HEARTBEAT_MISSES, Frame, Heartbeat, Hello
+from .handshake import Accepted, CatalogDiff, Credential
+from ...wire.protocol import HEARTBEAT_MISSES, Frame, Heartbeat, Hello
 
 OFFLINE, CONNECTED, DRAINING, DISCONNECTED = "offline", "connected", "draining", "disconnected"
 STATES = (OFFLINE, CONNECTED, DRAINING, DISCONNECTED)
@@ -64,7 +64,7 @@ class Worker:
     disconnect_reason: dict[str, Any] | None = None
     runs: set[str] = field(default_factory=set)
     info: dict[str, Any] = field(default_factory=dict)  # what the workers row remembers
-    enrolled_by: str | None = None  # who issued the token that enrolled it (core/worker_access.py)
+    enrolled_by: str | None = None  # who issued the token that enrolled it (core/workers/access.py)
 
     @property
     def worker_id(self) -> str:

@@ -20,8 +20,8 @@ from collections import deque
 from functools import partial
 from typing import Any, Callable
 
-from .run_events import RunEvent, cap_payload, encode, encode_storable
-from .store import Store
+from ...wire.run_events import RunEvent, cap_payload, encode, encode_storable
+from ..store.database import Store
 
 log = logging.getLogger("codefy.events")
 

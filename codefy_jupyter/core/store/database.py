@@ -29,10 +29,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from . import store_workers
-from .store_writer import Outcomes, Write, WriterThread, settle
+from . import workers as store_workers
+from .writer import Outcomes, Write, WriterThread, settle
 from .migrations import SCHEMA_VERSION, SchemaVersionError, migrate, read_schema_version
-from .store_queries import (
+from .queries import (
     EVENT_ENVELOPE_BYTES,
     EVENTS_PAGE_BYTES,
     FINISHED_STATUSES,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from codefy_jupyter.core.device_sets import Notice, device_kind
-from codefy_jupyter.core.devices import DeviceError, canonical_device
-from codefy_jupyter.core.worker_names import RESERVED_WORKER_NAMES
+from codefy_jupyter.core.scheduling.device_sets import Notice, device_kind
+from codefy_jupyter.wire.devices import DeviceError, canonical_device
+from codefy_jupyter.wire.names import RESERVED_WORKER_NAMES
 
 # Worker names as the worker registry accepts them (`<name>` or `<name>.<instance>`).
 _WORKER = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}(?:\.[a-z0-9][a-z0-9-]{0,62})?$")

@@ -20,17 +20,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol
 
-from ..engine.graph import MAX_NESTING
-from ..engine.presets import PresetError, PresetLibrary
-from .worker_names import RESERVED_WORKER_NAMES
-from .worker_protocol import (
+from ...engine.graph import MAX_NESTING
+from ...engine.presets import PresetError, PresetLibrary
+from ...wire.names import RESERVED_WORKER_NAMES
+from ...wire.protocol import (
     DEFAULT_GRACE_S, DEFAULT_HEARTBEAT_S, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Hello, Reject, Welcome,
     negotiate,
 )
 
 WORKER_NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,62}"
 _NAME = re.compile(WORKER_NAME_PATTERN)
-# Targets (`local`, `any`, `pool`) and REST paths (`enroll`, `enrollments`): see core/worker_names.py.
+# Targets (`local`, `any`, `pool`) and REST paths (`enroll`, `enrollments`): see wire/names.py.
 RESERVED_NAMES: frozenset[str] = RESERVED_WORKER_NAMES
 
 
@@ -55,7 +55,7 @@ class Credential:
     token from a loopback peer). `identity`: what tells two credentials apart (the worker id the token
     belongs to; `"server"` for the server token). `bound_name`: the worker name a worker token is
     bound to (None for the server token, which may connect under any name). `enrolled_by`: who
-    enrolled that worker (core/worker_access.py); its instances (`<name>.<instance>`) are theirs too."""
+    enrolled that worker (core/workers/access.py); its instances (`<name>.<instance>`) are theirs too."""
 
     kind: str
     identity: str

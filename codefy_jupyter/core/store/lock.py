@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .store_queries import StoreError
+from .queries import StoreError
 
 try:
     import fcntl

@@ -26,9 +26,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from codefy_jupyter.core.device_sets import device_kind
-from codefy_jupyter.core.devices import DeviceError, canonical_device
-from codefy_jupyter.core.worker_names import RESERVED_WORKER_NAMES
+from codefy_jupyter.core.scheduling.device_sets import device_kind
+from codefy_jupyter.wire.devices import DeviceError, canonical_device
+from codefy_jupyter.wire.names import RESERVED_WORKER_NAMES
 
 LOCAL = "local"
 CONNECTED = "connected"
@@ -37,7 +37,7 @@ DISCONNECTED = "disconnected"
 OFFLINE = "offline"  # enrolled (or known) but not connected since this server started
 WORKER_STATES = (CONNECTED, DRAINING, DISCONNECTED, OFFLINE)
 
-# `<name>` or `<name>.<instance>`; reserved names (core/worker_names.py) are never worker names.
+# `<name>` or `<name>.<instance>`; reserved names (wire/names.py) are never worker names.
 WORKER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}(?:\.[a-z0-9][a-z0-9-]{0,62})?$")
 RESERVED = RESERVED_WORKER_NAMES
 _SHARED_BY_MACHINE = ("cpu", "mps:0")

@@ -1,6 +1,6 @@
 """Where a worker-targeted run may go: device choices, submit refusals, wait reasons. Pure.
 
-`RunQueue` (core/scheduling.py) owns the state and calls these; they take plain values, so each
+`RunQueue` (core/scheduling/queue.py) owns the state and calls these; they take plain values, so each
 rule can be read and tested alone. The rules are the seed's (run-queue "Workers"; execution
 architecture "Scheduling" and "Why some refusals are immediate"):
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from codefy_jupyter.core.device_sets import KIND_REQUESTS, Notice, SubmitError, device_kind
+from codefy_jupyter.core.scheduling.device_sets import KIND_REQUESTS, Notice, SubmitError, device_kind
 
 ANY = "any"
 ONE_SHOT = "one-shot"

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from codefy_jupyter.core.devices import DeviceError, canonical_device
+from codefy_jupyter.wire.devices import DeviceError, canonical_device
 
 KINDS = ("cpu", "cuda", "mps")
 # A worker run may ask for a kind: the first free device of it on the worker (`<worker>/cuda`).

@@ -1,7 +1,7 @@
 """The control plane's side of worker agents, for the socket and REST handlers.
 
 It ties together the WorkerRegistry (who is connected), the WorkerExecutor (their runs), worker
-credentials (core/worker_enrollment.py) and the run queue, which learns every change of a worker
+credentials (core/workers/enrollment.py) and the run queue, which learns every change of a worker
 as a `WorkerOffer` (connected, draining, disconnected, offline, its devices and catalog) and then
 reschedules. No tornado here: the handler gives each connection a `WorkerLink` and calls
 `hello`, `frame` and `closed`.
@@ -16,21 +16,21 @@ import itertools
 import logging
 from typing import TYPE_CHECKING, Any, Awaitable
 
-from .._version import __version__
-from .errors import BadRequest, NotFound
-from .fingerprint import digest
-from .scheduling import OfferedDevice, WorkerOffer
-from .worker_access import check_issue, check_manage
-from .worker_enrollment import Enrollment, Issued
-from .worker_executor import WorkerExecutor
-from .worker_handshake import Credential, Refused, ServerSide, check_hello
-from .worker_protocol import (
+from ..._version import __version__
+from ..errors import BadRequest, NotFound
+from ...wire.fingerprint import digest
+from ..scheduling.queue import OfferedDevice, WorkerOffer
+from .access import check_issue, check_manage
+from .enrollment import Enrollment, Issued
+from .executor import WorkerExecutor
+from .handshake import Credential, Refused, ServerSide, check_hello
+from ...wire.protocol import (
     Frame, Heartbeat, Hello, Reject, RunAlive, RunFrame, Welcome,
 )
-from .workers import Worker, WorkerLink, WorkerRegistry
+from .registry import Worker, WorkerLink, WorkerRegistry
 
 if TYPE_CHECKING:
-    from .run_service import RunService
+    from ..runs.service import RunService
 
 log = logging.getLogger("codefy.workers")
 
@@ -203,7 +203,7 @@ class WorkerService:
         worker = self._managed(name, user, admin, "drain" if draining else "undrain")
         self.registry.set_draining(name, draining)
         if worker.link is not None:
-            from .worker_protocol import Drain
+            from ...wire.protocol import Drain
             worker.link.send(Drain(draining=draining))
         self.offer(worker)
         self._reschedule()

@@ -38,18 +38,18 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Awaitable, Callable, Protocol
 
-from . import run_events as ev
-from . import run_state as rs
-from .event_log import EventLog
-from .executors import ExecutionOutcome, RunSpec
-from .fingerprint import digest
-from .store import Store
-from .worker_handshake import check_graph_types, graph_node_types
-from .worker_protocol import (
+from ...wire import run_events as ev
+from ..runs import state as rs
+from ..runs.event_log import EventLog
+from ..runs.executors import ExecutionOutcome, RunSpec
+from ...wire.fingerprint import digest
+from ..store.database import Store
+from .handshake import check_graph_types, graph_node_types
+from ...wire.protocol import (
     AGENT_STOPPED, INBOX_MAX_FRAMES, Ack, Artifact, Assign, Cancel, Drain, Event, Metrics, RunAlive, RunFacts, RunFinished,
     RunFrame, RunInbox, RunStarted, RunWarning, should_pause_reading,
 )
-from .workers import Worker, WorkerRegistry
+from .registry import Worker, WorkerRegistry
 
 log = logging.getLogger("codefy.workers")
 

@@ -23,10 +23,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import BadRequest, Forbidden, NotFound, TooManyRequests, Unauthorized
-from .store import Store
-from .store_workers import EnrollmentRefused
-from .worker_handshake import Credential, name_problem
+from ..errors import BadRequest, Forbidden, NotFound, TooManyRequests, Unauthorized
+from ..store.database import Store
+from ..store.workers import EnrollmentRefused
+from .handshake import Credential, name_problem
 
 ENROLLMENT_TTL_S = 24 * 3600
 ENROLLMENT_TTL_MAX_S = 7 * 24 * 3600
