@@ -118,6 +118,7 @@ def _fail(message: str, as_json: bool, error: dict[str, Any] | None = None) -> i
 
 
 def _exec(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .core.devices import torch_devices
     from .wire.devices import DeviceError, resolve_device
 
     path = Path(args.graph)
@@ -133,7 +134,7 @@ def _exec(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     settings = graph.get("settings") if isinstance(graph, dict) and isinstance(graph.get("settings"), dict) else {}
     seed = None if args.no_seed else (args.seed if args.seed is not None else settings.get("seed"))
     try:
-        device, note = resolve_device(args.device or settings.get("device") or "cpu")
+        device, note = resolve_device(args.device or settings.get("device") or "cpu", torch_devices)
     except DeviceError as err:
         if args.device:
             parser.error(str(err))

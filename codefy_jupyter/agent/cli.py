@@ -112,7 +112,7 @@ def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 # -- start --------------------------------------------------------------------------------------------
 
 def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ..core.workers.handshake import name_problem
+    from ..wire.names import name_problem
     from .credentials import (
         LOCAL_SERVER, CredentialError, CredentialStore, local_server_token, normalise_control, resolve_token,
     )

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..wire import local_server
+
 LOCAL_SERVER = "the codefy start server on this machine"  # a token source the agent re-reads
 ENROLLMENT_TOKEN = re.compile(r"[0-9A-Za-z]{4,16}\.[0-9A-Za-z]{16,128}")
 ENROLL_TIMEOUT_S = 30.0
@@ -108,9 +110,7 @@ def enroll(control: str, token: str, name: str, ssl_context: ssl.SSLContext | No
 def local_server_token(control: str) -> str | None:
     """The token of a `codefy start` server on this machine serving `control`, if there is one."""
     try:
-        from ..core.config import Settings
-
-        state = json.loads((Settings.load().resolved_data_dir() / "server.json").read_text(encoding="utf-8"))
+        state = json.loads(local_server.state_path().read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(state, dict) or normalise_control(str(state.get("url", ""))) != normalise_control(control):

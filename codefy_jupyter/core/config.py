@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..wire import local_server
+
 ENV_PREFIX = "CODEFY_"
 
 
@@ -128,13 +130,7 @@ class Settings:
         return cls(**values, sources=sources)
 
     def resolved_data_dir(self) -> Path:
-        if self.data_dir:
-            return Path(self.data_dir).expanduser()
-        try:
-            from jupyter_core.paths import jupyter_data_dir
-        except ImportError:  # jupyter_core is there whenever the server is; this is for bare installs
-            return Path.home() / ".local" / "share" / "jupyter" / "codefy"
-        return Path(jupyter_data_dir()) / "codefy"
+        return local_server.data_dir(self.data_dir, env={})
 
 
 def _check_table_matches_dataclass() -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..wire import local_server
 from .errors import CodefyError
 
 PROBE_TIMEOUT_S = 2.0
@@ -58,10 +59,7 @@ def discover(url: str | None = None, token: str | None = None, data_dir: str | N
 
 
 def _state_file(data_dir: str | None) -> Path:
-    from ..core.config import BY_NAME, Settings
-
-    chosen = data_dir or os.environ.get(BY_NAME["data_dir"].env) or ""
-    return Settings(data_dir=str(chosen)).resolved_data_dir() / "server.json"
+    return local_server.state_path(data_dir)
 
 
 def _pid_alive(pid: Any) -> bool:

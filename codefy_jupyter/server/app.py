@@ -16,7 +16,7 @@ from traitlets import Bool, Int, List, Unicode
 
 from .._version import __version__
 from ..core.config import SETTINGS, Settings
-from ..wire.devices import probe_inventory
+from ..core.devices import probe_inventory
 from ..wire.machine_identity import machine_id_digest
 from ..core.scheduling.queue import LocalMachine, OfferedDevice
 from ..core.runs.service import RunService
@@ -24,7 +24,7 @@ from ..core.errors import Unavailable
 from ..core.store.database import Store
 from ..core.store.lock import DATABASE_FILE, DatabaseLock, DatabaseLocked
 from ..core.store.queries import StoreError
-from .handlers import route_table
+from .routes import route_table
 from .sharing import Sharing, decide_sharing
 
 ACTIVITY_INTERVAL_S = 30

@@ -270,31 +270,3 @@ class OpenAPIHandler(CodefyAPIHandler):
     async def get(self) -> None:
         spec = (Path(__file__).with_name("openapi.yaml")).read_text(encoding="utf-8")
         self.finish(spec, set_content_type="application/yaml; charset=utf-8")
-
-
-def route_table(base: str) -> list[tuple[str, type, dict[str, Any]]]:
-    run = r"(?P<run_id>[^/]+)"
-    return [
-        (f"{base}codefy/api/runs", RunsHandler, {}),
-        (f"{base}codefy/api/runs/{run}", RunHandler, {}),
-        (f"{base}codefy/api/runs/{run}/cancel", CancelHandler, {}),
-        (f"{base}codefy/api/runs/{run}/events", EventsHandler, {}),
-        (f"{base}codefy/api/runs/{run}/metrics", MetricsHandler, {}),
-        (f"{base}codefy/api/runs/{run}/artifacts", ArtifactsHandler, {}),
-        (f"{base}codefy/api/nodes", NodesHandler, {}),
-        (f"{base}codefy/api/openapi.yaml", OpenAPIHandler, {}),
-        (f"{base}codefy/ws/execution", _execution_socket(), {}),
-        *_worker_routes(base),
-    ]
-
-
-def _execution_socket() -> type:
-    from .execution_socket import ExecutionSocket  # it builds on this module's error shape
-
-    return ExecutionSocket
-
-
-def _worker_routes(base: str) -> list[tuple[str, type, dict[str, Any]]]:
-    from .worker_handlers import worker_routes  # it builds on this module's handlers
-
-    return worker_routes(base)

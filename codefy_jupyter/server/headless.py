@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..core.store.lock import DATABASE_FILE, WHERE_ELSE, held_message, holder_of
+from ..wire import local_server
+from ..wire.local_server import STATE_FILE
 from .event_loop import LOOP_ENV, LoopChoiceError, loop_choice, new_server_loop
 
 try:
@@ -47,7 +49,6 @@ try:
 except ImportError:  # Windows: no advisory locks; the pid check alone decides
     fcntl = None  # type: ignore[assignment]
 
-STATE_FILE = "server.json"
 LOCK_FILE = "server.lock"
 LOG_FILE = "server.log"
 TOKEN_FILE = "token"  # the generated token, kept across restarts so agents and clients stay connected
@@ -70,11 +71,7 @@ class HeadlessError(RuntimeError):
 # -- where things are -----------------------------------------------------------------------------
 def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
     """`--data-dir`, else `CODEFY_DATA_DIR`, else the Jupyter data dir's codefy/ folder."""
-    from ..core.config import BY_NAME, Settings
-
-    chosen = data_dir or os.environ.get(BY_NAME["data_dir"].env) or ""
-    # Only the data dir: a malformed value of another setting is the server's to report.
-    return Settings(data_dir=str(chosen)).resolved_data_dir().resolve()
+    return local_server.data_dir(data_dir).resolve()
 
 
 def state_path(data_dir: Path) -> Path:

@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from codefy_jupyter.wire.devices import (
-    DeviceError, InventoryError, canonical_device, inventory_from_file, probe_inventory, resolve_device,
-)
+from codefy_jupyter.core.devices import probe_inventory
+from codefy_jupyter.wire.devices import DeviceError, InventoryError, canonical_device, inventory_from_file, resolve_device
 
 
 @pytest.mark.parametrize("name,key", [("cpu", "cpu"), ("CUDA", "cuda:0"), ("cuda:3", "cuda:3"), ("mps", "mps:0"),

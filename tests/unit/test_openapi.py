@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from codefy_jupyter.server.handlers import route_table
+from codefy_jupyter.server.routes import route_table
 
 SPEC = yaml.safe_load((Path(__file__).resolve().parents[2] / "codefy_jupyter/server/openapi.yaml").read_text())
 

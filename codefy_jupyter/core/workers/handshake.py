@@ -22,27 +22,11 @@ from typing import Any, Iterable, Mapping, Protocol
 
 from ...engine.graph import MAX_NESTING
 from ...engine.presets import PresetError, PresetLibrary
-from ...wire.names import RESERVED_WORKER_NAMES
+from ...wire.names import RESERVED_NAMES, WORKER_NAME_PATTERN, name_problem  # noqa: F401  (re-exported)
 from ...wire.protocol import (
     DEFAULT_GRACE_S, DEFAULT_HEARTBEAT_S, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Hello, Reject, Welcome,
     negotiate,
 )
-
-WORKER_NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,62}"
-_NAME = re.compile(WORKER_NAME_PATTERN)
-# Targets (`local`, `any`, `pool`) and REST paths (`enroll`, `enrollments`): see wire/names.py.
-RESERVED_NAMES: frozenset[str] = RESERVED_WORKER_NAMES
-
-
-def name_problem(name: Any, *, what: str = "worker name") -> str | None:
-    """Why `name` cannot be a worker name (or instance), or None when it can."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        return (f"{what} {name!r} is not valid: use 1 to 63 lowercase letters, digits and '-', "
-                "starting with a letter or digit")
-    if name in RESERVED_NAMES:
-        return f"{what} {name!r} is reserved ({', '.join(sorted(RESERVED_NAMES))})"
-    return None
-
 
 def registered_name(hello: Hello) -> str:
     """The name a hello registers under: `<name>.<instance>` for an instance, else `<name>`."""

@@ -1,0 +1,30 @@
+"""Every route of the extension under `{base_url}codefy/`: the REST handlers (handlers.py), the
+ws/execution socket (execution_socket.py) and the workers' socket and routes (worker_handlers.py).
+Assembled here, above all three, so that none of them imports another's module but the shared base."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .execution_socket import ExecutionSocket
+from .handlers import (
+    ArtifactsHandler, CancelHandler, EventsHandler, MetricsHandler, NodesHandler, OpenAPIHandler, RunHandler,
+    RunsHandler,
+)
+from .worker_handlers import worker_routes
+
+
+def route_table(base: str) -> list[tuple[str, type, dict[str, Any]]]:
+    run = r"(?P<run_id>[^/]+)"
+    return [
+        (f"{base}codefy/api/runs", RunsHandler, {}),
+        (f"{base}codefy/api/runs/{run}", RunHandler, {}),
+        (f"{base}codefy/api/runs/{run}/cancel", CancelHandler, {}),
+        (f"{base}codefy/api/runs/{run}/events", EventsHandler, {}),
+        (f"{base}codefy/api/runs/{run}/metrics", MetricsHandler, {}),
+        (f"{base}codefy/api/runs/{run}/artifacts", ArtifactsHandler, {}),
+        (f"{base}codefy/api/nodes", NodesHandler, {}),
+        (f"{base}codefy/api/openapi.yaml", OpenAPIHandler, {}),
+        (f"{base}codefy/ws/execution", ExecutionSocket, {}),
+        *worker_routes(base),
+    ]

@@ -1,0 +1,172 @@
+"""DESIGN.md's dependency rules, held against the import graph read from the code (every import,
+lazy ones inside functions included; only `if TYPE_CHECKING:` blocks are left out, since they never
+run). A newcomer who breaks a rule learns it here, with the file and the import that broke it."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = "codefy_jupyter"
+STDLIB = frozenset(sys.stdlib_module_names)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node except what sits under `if TYPE_CHECKING:`."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                stack.extend(child.orelse)
+                continue
+            stack.append(child)
+
+
+@lru_cache(maxsize=None)
+def import_graph() -> dict[str, set[str]]:
+    """module -> the modules it imports (ours resolved to the deepest module that exists; others by
+    their top-level name)."""
+    ours = {_module_name(p): p for p in (ROOT / PKG).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in ours.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        found: set[str] = set()
+        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    mod = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                # `from pkg import submodule` imports the submodule
+                targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in ours else mod for a in node.names]
+            else:
+                continue
+            for target in targets:
+                if target.split(".")[0] != PKG:
+                    found.add(target.split(".")[0])
+                    continue
+                while target not in ours and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target != name:
+                    found.add(target)
+        graph[name] = found
+    return graph
+
+
+def _in(module: str, room: str) -> bool:
+    return module == f"{PKG}.{room}" or module.startswith(f"{PKG}.{room}.")
+
+
+def _ours(graph_targets: set[str]) -> set[str]:
+    return {t for t in graph_targets if t.startswith(PKG + ".") or t == PKG}
+
+
+def violations(room: str, allowed_rooms: tuple[str, ...], third_party: frozenset[str] | None = None,
+               exceptions: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+    """Imports from modules of `room` that reach outside `allowed_rooms` (ours) or, when
+    `third_party` is given, outside the standard library and those packages. `exceptions`: for one
+    module, more rooms or packages it may import."""
+    found = []
+    for module, targets in sorted(import_graph().items()):
+        if not _in(module, room):
+            continue
+        extra = (exceptions or {}).get(module, ())
+        for target in sorted(targets):
+            if target.startswith(PKG):
+                if target != PKG and not any(_in(target, r) for r in (*allowed_rooms, *extra)):
+                    found.append(f"{module} imports {target}")
+            elif third_party is not None and target not in STDLIB and target not in third_party \
+                    and target not in extra:
+                found.append(f"{module} imports {target}")
+    return found
+
+
+def test_the_engine_imports_nothing_of_ours_but_itself():
+    assert violations("engine", ("engine", "_version")) == []
+
+
+def test_wire_is_pure_and_imports_only_the_standard_library():
+    # jupyter_core only to find the Jupyter data dir (lazily, with a fallback when it is missing).
+    assert violations("wire", ("wire",), third_party=frozenset(),
+                      exceptions={f"{PKG}.wire.local_server": ("jupyter_core",)}) == []
+
+
+def test_core_imports_neither_tornado_nor_jupyter_server_nor_the_outer_rooms():
+    assert violations("core", ("core", "wire", "engine", "_version"),
+                      third_party=frozenset({"numpy", "psutil", "pynvml", "yaml", "torch"})) == []
+
+
+# The agent's and the kernel's uses of the CLI's argument types and server lookup, until the CLI is
+# one package with a public client API (issue 12's next step removes these).
+_UNTIL_CLI_PACKAGE = {f"{PKG}.agent.cli": ("cli_args",), f"{PKG}.kernel.widgets.queue_form": ("cli_args",),
+                      f"{PKG}.kernel.magics": ("run_cli",)}
+
+
+_CLI_CIRCLE_UNTIL_CLI_PACKAGE = {f"{PKG}.run_cli", f"{PKG}.runs_cli"}
+
+
+def test_the_agent_imports_wire_and_only_its_run_child_imports_the_engine():
+    # The run child (and the warm parent it forks from, and the catalog it reports) runs graphs.
+    child_side = {f"{PKG}.agent.{m}": ("engine",) for m in ("child", "warm", "catalog")}
+    assert violations("agent", ("agent", "wire", "_version"), exceptions={**child_side, **_UNTIL_CLI_PACKAGE}) == []
+
+
+def test_the_kernel_side_uses_the_api_not_the_control_plane():
+    assert violations("kernel", ("kernel", "wire", "engine", "_version", "terminal"),
+                      exceptions=_UNTIL_CLI_PACKAGE) == []
+
+
+def test_there_are_no_import_circles():
+    graph = {m: _ours(t) for m, t in import_graph().items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    circles: list[list[str]] = []
+    counter = [0]
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in graph:
+                continue
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    circles = [c for c in circles if set(c) != _CLI_CIRCLE_UNTIL_CLI_PACKAGE]
+    assert circles == [], "\n".join(" <-> ".join(c) for c in circles)
