@@ -139,7 +139,9 @@ def parse_graph(
         raise GraphError([Problem("invalid_graph", f"a graph is a JSON object, got {type(data).__name__}")])
     raw_nodes = data.get("nodes")
     raw_edges = data.get("edges", [])
-    settings = data.get("settings") or {}
+    settings = data.get("settings")
+    if settings is None:  # absent or null; `false` or `[]` are not settings
+        settings = {}
     if not isinstance(raw_nodes, list):
         problems.append(Problem("invalid_field", "'nodes' must be a list", field="nodes"))
         raw_nodes = []
@@ -255,7 +257,9 @@ def _parse_node(
     if nd is None:
         problems.append(Problem("unknown_type", f"unknown node type {type_!r}", nid, "type", {"type": type_}))
         return None
-    raw_params = raw.get("params", {}) or {}
+    raw_params = raw.get("params")
+    if raw_params is None:
+        raw_params = {}
     if not isinstance(raw_params, dict):
         problems.append(Problem("invalid_field", "params must be an object", nid, "params"))
         return None
