@@ -85,8 +85,8 @@ def _parse(text: str, max_depth: int) -> Any:
     if n <= INLINE_CHARS:
         try:
             value, end = _scan_once(text, start)
-        except StopIteration:
-            raise json.JSONDecodeError("Expecting value", text, start) from None
+        except StopIteration as err:  # the C scanner's "no value at err.value"
+            raise json.JSONDecodeError("Expecting value", text, err.value) from None
         except RecursionError:  # deeper than the C parser goes: find the path the slow way
             value, end = _Slices(text, max_depth).value(start, 0, "")
     else:
@@ -113,15 +113,18 @@ class _Slices:
         if ch not in ("[", "{"):
             try:
                 return _scan_once(text, i)  # a scalar: its own size bounds the call
-            except StopIteration:
-                raise json.JSONDecodeError("Expecting value", text, i) from None
+            except StopIteration as err:
+                raise json.JSONDecodeError("Expecting value", text, err.value) from None
         if depth >= self.max_depth:
             raise _TooDeep(path)
         window = _FIRST_WINDOW
         while window <= WINDOW:
             try:
                 if i + window >= self.n:  # the rest of the text fits: its errors are real ones
-                    return _scan_once(text, i)
+                    try:
+                        return _scan_once(text, i)
+                    except StopIteration as err:
+                        raise json.JSONDecodeError("Expecting value", text, err.value) from None
                 value, end = _scan_once(text[i:i + window], 0)
                 return value, i + end
             except (StopIteration, json.JSONDecodeError):

@@ -65,7 +65,7 @@ def _shows(logger: logging.Logger, level: int) -> bool:
 
 
 def error_body(err: Exception) -> tuple[int, dict[str, Any]]:
-    if isinstance(err, (ServiceError, SchemaError, SubmitError)):
+    if isinstance(err, (ServiceError, SchemaError, SubmitError, CodefyHTTPError)):
         return getattr(err, "status", 400), {"error": err.to_dict()}
     return 500, {"error": {"code": "internal_error", "message": "internal error", "params": {}}}
 

@@ -31,6 +31,13 @@ class CodefyHTTPError(web.HTTPError):
         self.params = params or {}
         self.message = message
 
+    @property
+    def status(self) -> int:
+        return self.status_code
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "params": self.params}
+
 
 def too_large(limit: int, size: int | None = None) -> CodefyHTTPError:
     size_text = f" ({size} bytes)" if size is not None else ""
