@@ -69,6 +69,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("device_inventory", str, "",
             "A JSON file declaring this machine's devices, used instead of probing NVML/MPS (machines whose "
             "devices are declared, and tests)."),
+    Setting("request_max_body_bytes", int, 16777216,
+            "Largest request body a REST route reads, and largest /ws/execution message; a larger one is "
+            "refused with 413 body_too_large (an error frame on the socket) before it is read."),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}
@@ -110,6 +113,7 @@ class Settings:
     run_events_response_cap_bytes: int = 4194304
     mount_label: str = "data"
     device_inventory: str = ""
+    request_max_body_bytes: int = 16777216
     # Where each value came from ("default", "config", "env"), for the startup log.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

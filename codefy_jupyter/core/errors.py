@@ -48,6 +48,11 @@ class Conflict(ServiceError):
     code = "conflict"
 
 
+class TooLarge(ServiceError):
+    status = 413
+    code = "body_too_large"
+
+
 class Unavailable(ServiceError):
     status = 503
     code = "unavailable"

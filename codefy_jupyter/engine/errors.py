@@ -42,25 +42,56 @@ class EngineError(Exception):
     code = "engine_error"
 
 
+# A graph can have millions of problems (a body of `"nodes": [1, 1, ...]`); listing them all cost
+# minutes and gigabytes. The first ones are listed, the rest counted.
+MAX_PROBLEMS_LISTED = 100
+
+
+class Problems(list):
+    """A list of problems that keeps the first `limit` and counts the rest in `more`."""
+
+    def __init__(self, limit: int = MAX_PROBLEMS_LISTED) -> None:
+        super().__init__()
+        self.limit = limit
+        self.more = 0
+
+    def append(self, problem: Problem) -> None:  # type: ignore[override]
+        if len(self) < self.limit:
+            super().append(problem)
+        else:
+            self.more += 1
+
+    def extend(self, problems: Any) -> None:  # type: ignore[override]
+        for problem in problems:
+            self.append(problem)
+        self.more += getattr(problems, "more", 0)
+
+
 class GraphError(EngineError):
-    """A graph that cannot run. Lists every problem found."""
+    """A graph that cannot run. Lists its problems (the first MAX_PROBLEMS_LISTED; `more` counts
+    the others)."""
 
     code = "invalid_graph"
 
     def __init__(self, problems: list[Problem]):
         if not problems:
             raise ValueError("GraphError needs at least one problem")
-        self.problems = list(problems)
+        listed = Problems()
+        listed.extend(problems)
+        self.problems = listed
+        self.more = listed.more
         lines = "\n".join(f"  - {p}" for p in self.problems)
-        noun = "problem" if len(self.problems) == 1 else "problems"
-        super().__init__(f"graph has {len(self.problems)} {noun}:\n{lines}")
+        if self.more:
+            lines += f"\n  - and {self.more} more"
+        total = len(self.problems) + self.more
+        noun = "problem" if total == 1 else "problems"
+        super().__init__(f"graph has {total} {noun}:\n{lines}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "message": str(self),
-            "params": {"problems": [p.to_dict() for p in self.problems]},
-        }
+        params: dict[str, Any] = {"problems": [p.to_dict() for p in self.problems]}
+        if self.more:
+            params["more"] = self.more
+        return {"code": self.code, "message": str(self), "params": params}
 
 
 class RegistryError(EngineError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import GraphError, Problem
+from .errors import GraphError, Problem, Problems
 from .registry import NodeDef, NodeRegistry, PortSpec, types_compatible
 
 MAX_NESTING = 16
@@ -134,12 +134,14 @@ def parse_graph(
         from .presets import PresetLibrary
 
         presets = PresetLibrary.default()
-    problems: list[Problem] = []
+    problems = Problems()
     if not isinstance(data, dict):
         raise GraphError([Problem("invalid_graph", f"a graph is a JSON object, got {type(data).__name__}")])
     raw_nodes = data.get("nodes")
     raw_edges = data.get("edges", [])
-    settings = data.get("settings") or {}
+    settings = data.get("settings")
+    if settings is None:  # absent or null; `false` or `[]` are not settings
+        settings = {}
     if not isinstance(raw_nodes, list):
         problems.append(Problem("invalid_field", "'nodes' must be a list", field="nodes"))
         raw_nodes = []
@@ -156,6 +158,12 @@ def parse_graph(
     local_ids: dict[str, str] = {}  # local id -> full id
     seen: set[str] = set()
     for i, raw in enumerate(raw_nodes):
+        if type(raw) is not dict:  # inline: a list of a million non-objects must cost little
+            if len(problems) < problems.limit:
+                problems.append(Problem("invalid_field", "a node is a JSON object", field=f"nodes[{i}]"))
+            else:
+                problems.more += 1
+            continue
         spec = _parse_node(raw, i, prefix, registry, resolver, seen, problems)
         if spec is not None:
             nodes[spec.id] = spec
@@ -165,6 +173,12 @@ def parse_graph(
     consumers: dict[str, list[str]] = {nid: [] for nid in nodes}
     aimed: set[tuple[str, str]] = set()  # inputs some edge points at, even a rejected one
     for i, raw in enumerate(raw_edges):
+        if type(raw) is not dict:
+            if len(problems) < problems.limit:
+                problems.append(Problem("invalid_field", "an edge is a JSON object", field=f"edges[{i}]"))
+            else:
+                problems.more += 1
+            continue
         _parse_edge(raw, i, prefix, nodes, seen, inputs, consumers, problems, aimed)
 
     bound_full = {(prefix + n, p) for n, p in (bound or ())} | aimed
@@ -243,7 +257,9 @@ def _parse_node(
     if nd is None:
         problems.append(Problem("unknown_type", f"unknown node type {type_!r}", nid, "type", {"type": type_}))
         return None
-    raw_params = raw.get("params", {}) or {}
+    raw_params = raw.get("params")
+    if raw_params is None:
+        raw_params = {}
     if not isinstance(raw_params, dict):
         problems.append(Problem("invalid_field", "params must be an object", nid, "params"))
         return None

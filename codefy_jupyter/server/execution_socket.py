@@ -13,10 +13,11 @@ from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web, websocket
 
-from ..core.errors import ServiceError
+from ..core.errors import ServiceError, TooLarge
 from ..core.runs.requests import SchemaError
 from ..core.runs.service import RunService
 from .handlers import AUTH_RESOURCE, error_body, owner_name
+from .request_body import parse, write_error_shape
 from .ws_frames import write_texts
 
 
@@ -61,6 +62,18 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
             return
         await websocket.WebSocketHandler.get(self, *args, **kwargs)
 
+    @property
+    def max_message_size(self) -> int:  # type: ignore[override]
+        # Read past the cap by a margin, so a message a little over it gets a clear error frame;
+        # one beyond the margin is closed by tornado with 1009 ("message too big").
+        return self._max_body_bytes() + MESSAGE_MARGIN_BYTES
+
+    def _max_body_bytes(self) -> int:
+        return int(self.extensionapp.codefy_settings.request_max_body_bytes)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        write_error_shape(self, status_code, **kwargs)  # refusals before the upgrade (no login)
+
     def open(self, *args: Any, **kwargs: Any) -> None:
         self._follows: dict[str, asyncio.Task[None]] = {}
         self.session = self.get_argument("session", None) or f"ws-{uuid.uuid4().hex[:12]}"
@@ -68,10 +81,11 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
     async def on_message(self, message: str | bytes) -> None:
         request_id = None
         try:
-            try:
-                frame = json.loads(message)
-            except ValueError as err:
-                raise SchemaError("", f"frame is not JSON: {err}") from None
+            limit = self._max_body_bytes()
+            if len(message) > limit:
+                raise TooLarge(f"the message ({len(message)} bytes) is over the limit of {limit} bytes "
+                               "(setting request_max_body_bytes)", params={"limit_bytes": limit})
+            frame = await parse(message, what="the frame")  # bad JSON, too deep, lone surrogates: refused
             if not isinstance(frame, dict):
                 raise SchemaError("", "a frame is a JSON object")
             request_id = frame.get("request_id")
@@ -90,7 +104,7 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
                     raise SchemaError("run_id", "subscribe needs a run_id (or \"all\": true)")
                 if not isinstance(cursor, int) or isinstance(cursor, bool) or cursor < 0:
                     raise SchemaError("cursor", "expected an integer >= 0")
-                await self.service.get(run_id)  # 404 shape for unknown runs
+                await self.service.check_cursor(run_id, cursor)  # 404 unknown run, 400 cursor past the end
                 self._follow_task(run_id, self._follow(run_id, cursor))
             elif kind == "unsubscribe":
                 task = self._follows.pop("*" if frame.get("all") is True else frame.get("run_id"), None)
@@ -224,6 +238,7 @@ class _Batch:
         self.size = 0
 
 
+MESSAGE_MARGIN_BYTES = 1 << 20
 BATCH_BYTES = 1 << 20  # a batch frame closes once it holds this much (a replay can be long)
 FRAMES_KEPT_BYTES = 1 << 20  # the shared frames kept (the newest), in bytes: one round of followers
 # Every follower of a run at the live edge sends the same frame: encode it once for all of them.

@@ -12,6 +12,7 @@ import functools
 import io
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from ..core.errors import ServiceError
 from ..core.runs.requests import SchemaError
 from ..core.runs.service import RunService
 from ..core.scheduling.queue import SubmitError
+from .request_body import CappedBody, CodefyHTTPError, write_error_shape
 
 AUTH_RESOURCE = "codefy"
 
@@ -63,12 +65,12 @@ def _shows(logger: logging.Logger, level: int) -> bool:
 
 
 def error_body(err: Exception) -> tuple[int, dict[str, Any]]:
-    if isinstance(err, (ServiceError, SchemaError, SubmitError)):
+    if isinstance(err, (ServiceError, SchemaError, SubmitError, CodefyHTTPError)):
         return getattr(err, "status", 400), {"error": err.to_dict()}
     return 500, {"error": {"code": "internal_error", "message": "internal error", "params": {}}}
 
 
-class CodefyAPIHandler(ExtensionHandlerMixin, APIHandler):
+class CodefyAPIHandler(CappedBody, ExtensionHandlerMixin, APIHandler):
     auth_resource = AUTH_RESOURCE
     service: RunService
 
@@ -89,12 +91,6 @@ class CodefyAPIHandler(ExtensionHandlerMixin, APIHandler):
         sharing = self.extensionapp.sharing
         return not sharing.shared or self.username in sharing.admins
 
-    def body(self) -> Any:
-        try:
-            return json.loads(self.request.body or b"null")
-        except ValueError as err:
-            raise ServiceError(f"the request body is not JSON: {err}", code="invalid_json") from None
-
     def send(self, status: int, payload: Any) -> None:
         self.set_status(status)
         self.finish(json.dumps(payload, allow_nan=False, default=str))
@@ -104,9 +100,24 @@ class CodefyAPIHandler(ExtensionHandlerMixin, APIHandler):
         if status == 500:
             self.log.exception("codefy: unexpected error", exc_info=err)
         retry_after = getattr(err, "retry_after_s", None)
+        if retry_after is None and status == 429:
+            retry_after = max(1, math.ceil(float(payload["error"]["params"].get("retry_after_s", 1))))
         if retry_after is not None:
             self.set_header("Retry-After", str(retry_after))
         self.send(status, payload)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """HTTP errors raised outside `api` (no login, 405, 413, a URL that is not UTF-8) in the
+        one error shape, not jupyter-server's `{"message": ...}`."""
+        write_error_shape(self, status_code, **kwargs)
+
+    def decode_argument(self, value: bytes, name: str | None = None) -> str:
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            field = name or "url"
+            raise CodefyHTTPError(400, f"{field} is not valid UTF-8", code="invalid_unicode",
+                                  params={"field": field}) from None
 
     def set_signed_cookie(self, name: str, value: str | bytes, expires_days: float | None = 30,
                           version: int | None = None, **kwargs: Any) -> None:
@@ -166,6 +177,8 @@ def api(method: Any) -> Any:
 
     @functools.wraps(method)
     async def wrapper(self: CodefyAPIHandler, *args: Any, **kwargs: Any) -> None:
+        if self._finished:  # refused while its body arrived (over the size cap)
+            return
         try:
             await method(self, *args, **kwargs)
         except Exception as err:
@@ -187,7 +200,7 @@ class RunsHandler(CodefyAPIHandler):
     @authorized
     @api
     async def post(self) -> None:
-        self.send(201, await self.service.submit(self.body(), owner=self.username))
+        self.send(201, await self.service.submit(await self.body(), owner=self.username))
 
 
 class RunHandler(CodefyAPIHandler):

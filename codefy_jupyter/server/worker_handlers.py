@@ -245,7 +245,7 @@ def _run_id_of(message: str | bytes | Any) -> str | None:
     if isinstance(message, (str, bytes)):
         try:
             raw = json.loads(message)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return None
     else:
         raw = message
@@ -303,7 +303,7 @@ class EnrollmentsHandler(CodefyAPIHandler):
     @authorized
     @api
     async def post(self) -> None:
-        body = self.body()
+        body = await self.body()
         control = f"{self.request.protocol}://{self.request.host}{self.base_url}"
         self.send(201, await self.service.workers.issue(body, created_by=self.username, control_url=control,
                                                         admin=self.is_admin))
@@ -321,7 +321,7 @@ class EnrollHandler(CodefyAPIHandler):
     async def post(self) -> None:
         service = await self.extensionapp.ready()
         _warn_plaintext(self, "an enrollment token")
-        self.send(201, await service.workers.enroll(self.body(), peer=self.request.remote_ip or ""))
+        self.send(201, await service.workers.enroll(await self.body(), peer=self.request.remote_ip or ""))
 
 
 def worker_routes(base: str) -> list[tuple[str, type, dict[str, Any]]]:

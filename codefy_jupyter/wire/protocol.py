@@ -92,7 +92,7 @@ def negotiate(offered: Iterable[str], supported: Iterable[str] = SUPPORTED_CAPAB
 class ProtocolError(Exception):
     """The peer sent a frame we cannot use.
 
-    code: `not_json`, `not_object`, `missing_type`, `unknown_type`, `wrong_direction`,
+    code: `not_json`, `too_deep`, `not_object`, `missing_type`, `unknown_type`, `wrong_direction`,
           `missing_field`, `bad_field`, `bad_value`, `frame_too_large`, `ack_ahead`.
     path: the offending field (`assign.devices[0]`), or None for the frame as a whole.
     """
@@ -507,6 +507,8 @@ def decode(data: str | bytes, *, sender: str | None = None) -> Frame:
         raw = json.loads(data)
     except (ValueError, UnicodeDecodeError) as err:
         raise ProtocolError("not_json", f"frame is not JSON: {err}") from None
+    except RecursionError:  # nested ~1000 levels: a clean refusal, not a dropped connection
+        raise ProtocolError("too_deep", "frame is nested too deeply to read") from None
     if type(raw) is not dict:
         raise ProtocolError("not_object", f"frame must be a JSON object, got {_kind(raw)}")
     return from_dict(raw, sender=sender)

@@ -52,6 +52,9 @@ log = logging.getLogger("codefy.runs")
 SHUTDOWN_GRACE_S = 5.0
 FINAL_STATUSES_KEPT = 10000
 LIST_LIMIT = 50
+OFFSET_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset cannot even be bound
+# Graphs with more nodes and edges than this are validated in a thread (a few ms of work inline).
+VALIDATE_INLINE_ITEMS = 2000
 
 
 @dataclass
@@ -203,7 +206,11 @@ class RunService:
                               code="shutting_down")
         req = parse_submit(body)  # SchemaError: 422
         graph = req.graph
-        problems = validate_graph(graph, self.registry)
+        if _size(graph.get("nodes")) + _size(graph.get("edges")) > VALIDATE_INLINE_ITEMS:
+            # A big graph is checked in a thread (pure code that yields the GIL): the loop serves on.
+            problems = await asyncio.to_thread(validate_graph, graph, self.registry)
+        else:
+            problems = validate_graph(graph, self.registry)
         if problems:
             err = GraphError(problems)
             raise BadRequest(str(err), code="invalid_graph", params=err.to_dict()["params"])
@@ -562,8 +569,9 @@ class RunService:
                                  params={"field": "status", "allowed": sorted(rs.STATES)})
         if not 1 <= limit <= LIST_LIMIT:
             raise BadRequest(f"limit must be from 1 to {LIST_LIMIT}", code="invalid_limit", params={"field": "limit"})
-        if offset < 0:
-            raise BadRequest("offset must not be negative", code="invalid_offset", params={"field": "offset"})
+        if not 0 <= offset <= OFFSET_MAX:
+            raise BadRequest(f"offset must be from 0 to {OFFSET_MAX}", code="invalid_offset",
+                             params={"field": "offset"})
         rows, total = await self.store.list_runs(statuses, offset=offset, limit=limit)
         return {"runs": [self._view(r) for r in rows], "total": total, "offset": offset, "limit": limit}
 
@@ -582,12 +590,18 @@ class RunService:
             raise NotFound(f"no run {run_id}", code="run_not_found", params={"run_id": run_id})
         return found
 
-    async def events_page(self, run_id: str, cursor: int = 0, wait: float = 0.0) -> dict[str, Any]:
+    async def check_cursor(self, run_id: str, cursor: int) -> tuple[str, int]:
+        """(status, last seq) of a run whose log reaches `cursor`; a cursor past its end is refused
+        (400 cursor_past_end) the same way on REST and on /ws/execution."""
         status, last_seq = await self._status(run_id)
         last = max(last_seq, self.events.flushed_seq(run_id) or 0)
         if cursor > last:
             raise BadRequest(f"cursor {cursor} is past the end of run {run_id}'s log ({last})",
                              code="cursor_past_end", params={"field": "cursor", "last_seq": last})
+        return status, last
+
+    async def events_page(self, run_id: str, cursor: int = 0, wait: float = 0.0) -> dict[str, Any]:
+        status, last = await self.check_cursor(run_id, cursor)
         if wait > 0 and cursor >= last and status in rs.ACTIVE:
             await self.events.wait_beyond(run_id, cursor, min(wait, 60.0))
         # The status first, then the events: a run's closing event commits with its final status,
@@ -645,6 +659,10 @@ class RunService:
     @property
     def active_count(self) -> int:
         return len(self._active) + len(self.queue.waiting())
+
+
+def _size(items: Any) -> int:
+    return len(items) if isinstance(items, list) else 0
 
 
 def _log_failed_write(what: str, future: asyncio.Future) -> None:
