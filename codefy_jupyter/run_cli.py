@@ -161,7 +161,7 @@ def _fail(message: str, as_json: bool, error: dict[str, Any] | None = None) -> i
 
 def _describe(err: Any, url: str | None = None) -> str:
     """A CodefyError as the message a person reads: the server's message, its field, its status."""
-    if err.status == 403 and err.code == "http_error":
+    if err.status == 403 and err.code in ("http_error", "unauthenticated"):
         return (f"the codefy server at {url or 'its address'} refused the request (403 Forbidden): wrong or "
                 "missing token; pass --token or set CODEFY_TOKEN")
     text = str(err)
