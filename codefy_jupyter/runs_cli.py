@@ -108,6 +108,11 @@ async def _show(client: Any, args: argparse.Namespace) -> int:
         _out(_row("Seed", run["seed"]))
     if run.get("deterministic"):
         _out(_row("Deterministic", "yes"))
+    budget = (run.get("execution_facts") or {}).get("cpu_threads")
+    if budget:
+        _out(_row("CPU threads", _cpu_threads(budget)))
+    elif (run.get("options") or {}).get("cpu_threads"):
+        _out(_row("CPU threads", f"{run['options']['cpu_threads']} (asked)"))
     _out(_row("Submitted", _time(run.get("submitted_at"))))
     _out(_row("Started", _time(run.get("started_at"))))
     _out(_row("Finished", _time(run.get("finished_at"))))
@@ -127,6 +132,13 @@ async def _show(client: Any, args: argparse.Namespace) -> int:
         for (node, name), values in series.items():
             _out(_row(f"  {name}", f"{_fmt(values[-1])}" + (f"  ({node})" if node else "")))
     return EXIT_OK
+
+
+def _cpu_threads(budget: dict[str, Any]) -> str:
+    if budget.get("source") == "auto":
+        return f"{budget.get('threads')} ({budget.get('cores')} cores / {budget.get('slots')} cpu slots)"
+    why = {"option": "options.cpu_threads", "setting": "run_cpu_threads"}.get(budget.get("source"), budget.get("source"))
+    return f"{budget.get('threads')} ({why})"
 
 
 async def _cancel(client: Any, args: argparse.Namespace) -> int:

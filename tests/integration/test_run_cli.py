@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+from codefy_jupyter.core.cpu_threads import available_cores
 from test_headless import Servers, api, edge, submit, wait_status
 
 pytestmark = pytest.mark.slow
@@ -365,6 +366,11 @@ def test_runs_show_text_and_json(cli, finished):
     assert re.search(r"mean\s+2\s+\(avg\)", ok.stdout)
     doc = json.loads(cli("runs", "show", finished["ok"], "--json").stdout)
     assert doc["id"] == finished["ok"] and doc["status"] == "succeeded"
+    # The CPU thread budget it ran with, and why (the server's default: 2 cpu slots).
+    cores = available_cores()
+    assert re.search(rf"CPU threads\s+{max(1, cores // 2)} \({cores} cores / 2 cpu slots\)", ok.stdout), ok.stdout
+    assert doc["execution_facts"]["cpu_threads"] == {"threads": max(1, cores // 2), "source": "auto", "cores": cores,
+                                                     "slots": 2}
 
 
 def test_runs_events_text_json_cursor_and_follow(cli, finished):
