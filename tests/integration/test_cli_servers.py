@@ -97,3 +97,48 @@ def test_agent_start_without_control_uses_the_local_codefy_start_server(tmp_path
             agent.wait(timeout=30)
         log.close()
     assert servers.stop().returncode == 0
+
+
+KERNEL_LOOKUP = ("import json, sys; from codefy_jupyter.kernel.discovery import discover; s = discover(); "
+                 "print(json.dumps([s.url, s.source, s.why, 'jupyter_server' in sys.modules]))")
+
+
+def run_in_a_kernel(state: dict, runtime_dir: Path, code: str) -> str:
+    """`code` run in a real ipykernel the server started (POST api/kernels); what it printed."""
+    from jupyter_client import BlockingKernelClient
+
+    status, kernel = api_root(state, "POST", "api/kernels", {"name": "python3"})
+    assert status == 201, kernel
+    client = BlockingKernelClient(connection_file=str(runtime_dir / f"kernel-{kernel['id']}.json"))
+    client.load_connection_file()
+    client.start_channels()
+    printed: list[str] = []
+    try:
+        client.wait_for_ready(timeout=60)
+        reply = client.execute_interactive(code, timeout=60, output_hook=lambda msg: printed.append(
+            msg["content"].get("text", "")) if msg["msg_type"] == "stream" else None)
+        assert reply["content"]["status"] == "ok", reply["content"]
+    finally:
+        client.stop_channels()
+        api_root(state, "DELETE", f"api/kernels/{kernel['id']}")
+    return "".join(printed)
+
+
+def api_root(state: dict, method: str, path: str, body: dict | None = None):
+    import urllib.request
+
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(state["url"] + path, data=data, method=method,
+                                     headers={"Authorization": f"token {state['token']}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        raw = response.read()
+        return response.status, json.loads(raw) if raw else None
+
+
+def test_in_a_kernel_the_server_running_it_is_found_without_jupyter_server(two):
+    a, b = two
+    sa, sb = a.start(), b.start()
+    # A kernel of B finds B, with A listed in the same runtime dir.
+    printed = run_in_a_kernel(sb, Path(b.env["JUPYTER_RUNTIME_DIR"]), KERNEL_LOOKUP)
+    assert json.loads(printed) == [sb["url"], "kernel", "the Jupyter server running this kernel", False], printed
+    assert a.stop().returncode == 0 and b.stop().returncode == 0
