@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/run_queue.py
 	$(PY) benchmarks/workers.py
 	$(PY) benchmarks/cpu_threads.py
+	$(PY) benchmarks/discovery.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,4 +1,4 @@
-"""`codefy runs ls|show|cancel|rm|events|metrics`: reading and managing runs from a terminal,
+"""`codefy runs ls|show|watch|cancel|rm|events|metrics`: reading and managing runs from a terminal,
 `--json` everywhere for scripts. The arguments are declared with `codefy run`'s in run_cli.py."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from .run_cli import (  # shared helpers of the terminal client
     _row,
     _run_client,
     _time,
+    announce,
 )
 
 
@@ -34,6 +35,10 @@ def runs_command(args: argparse.Namespace) -> int:
     if action is None:
         args.runs_parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if action == "watch":
+        from .run_cli import watch_command
+
+        return watch_command(args)
     handlers = {"ls": _ls, "show": _show, "cancel": _cancel, "rm": _rm, "events": _events, "metrics": _metrics}
     as_json = bool(getattr(args, "json", False))
     return _run_client(args, as_json, lambda client: handlers[action](client, args))
@@ -50,7 +55,7 @@ async def _ls(client: Any, args: argparse.Namespace) -> int:
 
     page = await client.list(status=args.status, offset=args.offset, limit=args.limit)
     if args.json:
-        _dump(page)
+        _dump(page, client.server)
         return EXIT_OK
 
     async def loss(run: dict[str, Any]) -> Any:
@@ -89,7 +94,7 @@ async def _show(client: Any, args: argparse.Namespace) -> int:
 
     run = await client.get(args.run_id)
     if args.json:
-        _dump(run)
+        _dump(run, client.server)
         return EXIT_OK
     _out(_row("Run ID", run["id"]))
     _out(_row("Name", run.get("name") or "-"))
@@ -144,7 +149,7 @@ def _cpu_threads(budget: dict[str, Any]) -> str:
 async def _cancel(client: Any, args: argparse.Namespace) -> int:
     run = await client.cancel(args.run_id)
     if args.json:
-        _dump(run)
+        _dump(run, client.server)
         return EXIT_OK
     if run["status"] == "cancelled":
         _out(f"■ run {run['id']} cancelled")
@@ -156,7 +161,7 @@ async def _cancel(client: Any, args: argparse.Namespace) -> int:
 async def _rm(client: Any, args: argparse.Namespace) -> int:
     await client.delete(args.run_id)
     if args.json:
-        _dump({"deleted": args.run_id})
+        _dump({"deleted": args.run_id}, client.server)
     else:
         _out(f"deleted run {args.run_id}")
     return EXIT_OK
@@ -175,6 +180,8 @@ def _event_line(event: dict[str, Any]) -> str:
 
 async def _events(client: Any, args: argparse.Namespace) -> int:
     if args.follow:
+        if args.json:  # JSON lines have no document to say it in
+            announce(client.server)
         await client.get(args.run_id)  # an unknown id fails here, clearly
         async for event in client.follow(args.run_id, args.cursor, reconnect_s=_reconnect_s()):
             _out(json.dumps(event, default=str) if args.json else _event_line(event))
@@ -187,7 +194,7 @@ async def _events(client: Any, args: argparse.Namespace) -> int:
         if not page["more"]:
             break
     if args.json:
-        _dump({"run_id": args.run_id, "status": page["status"], "cursor": cursor, "events": events})
+        _dump({"run_id": args.run_id, "status": page["status"], "cursor": cursor, "events": events}, client.server)
         return EXIT_OK
     for event in events:
         _out(_event_line(event))
@@ -225,7 +232,7 @@ async def _metrics(client: Any, args: argparse.Namespace) -> int:
         return EXIT_OK
     points = await client.metrics(args.run_id)
     if args.json:
-        _dump({"run_id": args.run_id, "metrics": points})
+        _dump({"run_id": args.run_id, "metrics": points}, client.server)
         return EXIT_OK
     series = _series(points)
     if not series:
