@@ -31,6 +31,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/run_queue.py
 	$(PY) benchmarks/workers.py
+	$(PY) benchmarks/cpu_threads.py
+	$(PY) benchmarks/discovery.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

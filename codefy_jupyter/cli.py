@@ -1,7 +1,8 @@
 """The `codefy` command.
 
 Exit codes, shared by every subcommand: 0 success, 1 the work failed (the error is printed),
-2 bad arguments, 130 interrupted (Ctrl+C).
+2 bad arguments, 130 interrupted (Ctrl+C), 141 whoever read the output went away (`| head`): the
+command stops quietly, as a tool that SIGPIPE ends.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from ._version import __version__
 
-from .cli_args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SEED_MAX, int_in, seconds
+from .cli_args import EXIT_CLOSED_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SEED_MAX, int_in, seconds
 
 
 _seed = int_in("seed", 0, SEED_MAX)
@@ -77,6 +78,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _dispatch(argv)
+    except BrokenPipeError:
+        # The reader closed the pipe: nothing more can be said to it. Point stdout and stderr at
+        # /dev/null so the interpreter's final flush does not print a traceback of its own. (Not
+        # SIG_DFL for SIGPIPE: that would also kill the process on a server socket closing.)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                os.dup2(devnull, stream.fileno())
+            except (OSError, ValueError):  # not a real file (captured, closed): nothing to redirect
+                pass
+        os.close(devnull)
+        return EXIT_CLOSED_PIPE
+
+
+def _dispatch(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "exec":

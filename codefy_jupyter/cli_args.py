@@ -7,6 +7,7 @@ import math
 from typing import Callable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool a closed pipe ended
 SEED_MAX = 2**32 - 1
 
 

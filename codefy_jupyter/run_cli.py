@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
@@ -90,7 +91,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     _server_args(run)
 
     runs = sub.add_parser("runs", help="list, inspect, cancel and delete the runs of a codefy server",
-                          description="The runs of a codefy server: ls, show, cancel, rm, events, metrics.")
+                          description="The runs of a codefy server: ls, show, watch, cancel, rm, events, metrics.")
     runs.set_defaults(runs_parser=runs)
     rsub = runs.add_subparsers(dest="runs_command", metavar="ACTION")
 
@@ -107,6 +108,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     show.add_argument("run_id", metavar="ID")
     show.add_argument("--json", action="store_true", help="print the run as one JSON document")
     _server_args(show)
+
+    watch = rsub.add_parser("watch", help="the live view of a run, as `codefy run` shows it",
+                            description="The live view `codefy run` shows, for a run already submitted: replayed "
+                            "from the run's log, then followed live until the run ends (a finished run is shown "
+                            "whole). Ctrl+C stops watching, not the run. Exit codes as `codefy run`: 0 succeeded, "
+                            "1 failed, cancelled, interrupted or timed out, 130 Ctrl+C.")
+    watch.add_argument("run_id", metavar="ID")
+    watch.add_argument("--timeout", type=_positive_seconds, metavar="S",
+                       help="stop watching after S seconds and exit 1 (the run keeps going on the server)")
+    watch.add_argument("--json", action="store_true", help="no live view: print the final run as one JSON document")
+    _server_args(watch)
 
     cancel = rsub.add_parser("cancel", help="cancel a queued or running run",
                              description="Cancel a run: a queued one leaves the line at once, a running one "
@@ -147,13 +159,16 @@ def _out(text: str = "", stream: TextIO | None = None) -> None:
     print(text, file=stream or sys.stdout, flush=True)
 
 
-def _dump(doc: Any) -> None:
+def _dump(doc: Any, server: Any = None) -> None:
+    """One JSON document on stdout; with `server`, a dict also says which server answered."""
+    if server is not None and isinstance(doc, dict):
+        doc = {**doc, "server": server.as_dict()}
     print(json.dumps(doc, indent=2, default=str), flush=True)
 
 
-def _fail(message: str, as_json: bool, error: dict[str, Any] | None = None) -> int:
+def _fail(message: str, as_json: bool, error: dict[str, Any] | None = None, server: Any = None) -> int:
     if as_json:
-        _dump({"status": "failed", "error": error or {"code": "error", "message": message}})
+        _dump({"status": "failed", "error": error or {"code": "error", "message": message}}, server)
     else:
         _out(f"error: {message}", sys.stderr)
     return EXIT_FAILED
@@ -161,7 +176,7 @@ def _fail(message: str, as_json: bool, error: dict[str, Any] | None = None) -> i
 
 def _describe(err: Any, url: str | None = None) -> str:
     """A CodefyError as the message a person reads: the server's message, its field, its status."""
-    if err.status == 403 and err.code == "http_error":
+    if err.status == 403 and err.code in ("http_error", "unauthenticated"):
         return (f"the codefy server at {url or 'its address'} refused the request (403 Forbidden): wrong or "
                 "missing token; pass --token or set CODEFY_TOKEN")
     text = str(err)
@@ -177,7 +192,7 @@ def _error_doc(err: Any) -> dict[str, Any]:
 
 
 def _server_info(args: argparse.Namespace) -> Any:
-    from .kernel.discovery import ServerInfo, _codefy_start_state, discover
+    from .kernel.discovery import _codefy_start_state, discover
 
     url = args.url
     if not url and (args.host or args.port):
@@ -189,8 +204,16 @@ def _server_info(args: argparse.Namespace) -> Any:
             token = state.token
     info = discover(url=url, token=token)
     if token is not None and info.token != token:  # a --token beats the one discovery found
-        info = ServerInfo(info.url, token, info.source)
+        info = replace(info, token=token)
     return info
+
+
+def announce(server: Any, stream: TextIO | None = None) -> None:
+    """The server a command uses, and why, as dim lines on stderr (stdout stays the command's own)."""
+    stream = stream or sys.stderr
+    dim = bool(getattr(stream, "isatty", lambda: False)()) and not os.environ.get("NO_COLOR")
+    for line in server.describe():
+        print(f"\x1b[2m{line}\x1b[0m" if dim else line, file=stream, flush=True)
 
 
 def _time(ts: float | None) -> str:
@@ -227,6 +250,8 @@ def _run_client(args: argparse.Namespace, as_json: bool, body: Callable[[Any], A
         server = _server_info(args)
     except CodefyError as err:
         return _fail(str(err), as_json, _error_doc(err))
+    if not as_json:
+        announce(server)
 
     async def main() -> int:
         client = AsyncClient(server=server)
@@ -238,7 +263,7 @@ def _run_client(args: argparse.Namespace, as_json: bool, body: Callable[[Any], A
     try:
         return asyncio.run(main())
     except CodefyError as err:
-        return _fail(_describe(err, server.url), as_json, _error_doc(err))
+        return _fail(_describe(err, server.url), as_json, _error_doc(err), server)
     except KeyboardInterrupt:
         _out("\n■ interrupted", sys.stderr)
         return EXIT_INTERRUPTED
@@ -276,6 +301,8 @@ def run_command(args: argparse.Namespace) -> int:
         server = _server_info(args)
     except CodefyError as err:
         return _fail(str(err), args.json, _error_doc(err))
+    if not args.json:
+        announce(server)
 
     watcher = RunWatcher(server, graph=graph, graph_name=Path(args.graph).name, options=submit_options(args),
                          detach=args.detach, timeout=args.timeout, as_json=args.json)
@@ -285,8 +312,27 @@ def run_command(args: argparse.Namespace) -> int:
         return watcher.interrupted()
 
 
+def watch_command(args: argparse.Namespace) -> int:
+    """`codefy runs watch ID`: `codefy run`'s live view of a run already submitted, replayed from its
+    log (so a finished run shows whole) and followed live to its end."""
+    from .kernel.errors import CodefyError
+
+    try:
+        server = _server_info(args)
+    except CodefyError as err:
+        return _fail(str(err), args.json, _error_doc(err))
+    if not args.json:
+        announce(server)
+    watcher = RunWatcher(server, graph=None, graph_name=None, options={}, detach=False, timeout=args.timeout,
+                         as_json=args.json)
+    try:
+        return asyncio.run(watcher.main(args.run_id))
+    except KeyboardInterrupt:
+        return watcher.interrupted()
+
+
 class RunWatcher:
-    def __init__(self, server: Any, *, graph: dict[str, Any], graph_name: str, options: dict[str, Any],
+    def __init__(self, server: Any, *, graph: dict[str, Any] | None, graph_name: str | None, options: dict[str, Any],
                  detach: bool, timeout: float | None, as_json: bool) -> None:
         from .terminal import LiveView
 
@@ -296,26 +342,37 @@ class RunWatcher:
         self.view = None if as_json else LiveView(sys.stdout)
         self.client: Any = None
 
-    async def main(self) -> int:
+    async def main(self, run_id: str | None = None) -> int:
+        """Submit the graph and watch its run; with `run_id`, watch that run instead, from the start
+        of its log (`codefy runs watch`)."""
         from .kernel.client import AsyncClient
         from .kernel.errors import CodefyError
 
         self.client = AsyncClient(server=self.server)
         try:
-            try:
-                self.run = await self.client.submit(self.graph, **self.options)
-            except CodefyError as err:
-                if err.status is None or err.status == 403:
-                    return _fail(_describe(err, self.server.url), self.as_json, _error_doc(err))
-                return _fail(f"the server refused the run: {_describe(err)}", self.as_json, _error_doc(err))
-            if self.detach:
-                if self.as_json:
-                    _dump(self.run)
-                else:
-                    self._submitted()
-                return EXIT_OK
-            if not self.as_json:
-                self._submitted()
+            if run_id is not None:
+                try:
+                    self.run = await self.client.get(run_id)
+                except CodefyError as err:
+                    return _fail(_describe(err, self.server.url), self.as_json, _error_doc(err), self.server)
+                if not self.as_json:
+                    self._header("=== Run ===")
+            else:
+                try:
+                    self.run = await self.client.submit(self.graph, **self.options)
+                except CodefyError as err:
+                    if err.status is None or err.status == 403:
+                        return _fail(_describe(err, self.server.url), self.as_json, _error_doc(err), self.server)
+                    return _fail(f"the server refused the run: {_describe(err)}", self.as_json, _error_doc(err),
+                                 self.server)
+                if self.detach:
+                    if self.as_json:
+                        _dump(self.run, self.server)
+                    else:
+                        self._header("=== Run submitted ===")
+                    return EXIT_OK
+                if not self.as_json:
+                    self._header("=== Run submitted ===")
             try:
                 if self.timeout is not None:
                     return await asyncio.wait_for(self._watch(), self.timeout)
@@ -328,21 +385,22 @@ class RunWatcher:
                     return _fail(f"lost the codefy server at {self.server.url} while watching run {self.run['id']} "
                                  f"(no answer for {_reconnect_s():g} s): {err}\n  The run may still be going on "
                                  f"the server; check it with `codefy runs show {self.run['id']}` once it is back.",
-                                 self.as_json, _error_doc(err))
+                                 self.as_json, _error_doc(err), self.server)
                 self._close_view()
-                return _fail(_describe(err, self.server.url), self.as_json, _error_doc(err))
+                return _fail(_describe(err, self.server.url), self.as_json, _error_doc(err), self.server)
         finally:
             await self.client.close()
 
     # -- output -------------------------------------------------------------------------------
-    def _submitted(self) -> None:
+    def _header(self, title: str) -> None:
         run = self.run or {}
         target = (run.get("options") or {}).get("target") or {}
-        _out("=== Run submitted ===")
+        _out(title)
         _out(_row("Run ID", run.get("id")))
         if run.get("name"):
             _out(_row("Name", run["name"]))
-        _out(_row("Graph", self.graph_name))
+        if self.graph_name:
+            _out(_row("Graph", self.graph_name))
         _out(_row("Target", run.get("worker_id") or target.get("worker") or "local"))
         _out(_row("Device", run.get("device")))
         if len(run.get("devices") or []) > 1:
@@ -352,8 +410,8 @@ class RunWatcher:
         if run.get("seed") is not None:
             _out(_row("Seed", run["seed"]))
         _out(_row("Status", run.get("status")))
-        _out(_row("Server", self.server.url))
-        _out(_row("Watch", f"codefy runs events {run.get('id')} --follow"))
+        if self.graph_name:  # submitted here: how to come back to it
+            _out(_row("Watch", f"codefy runs watch {run.get('id')}"))
         _out()
 
     def _close_view(self) -> None:
@@ -367,7 +425,7 @@ class RunWatcher:
                  "(`codefy runs ls` shows it)", sys.stderr)
         else:
             _out(f"\n■ stopped watching (Ctrl+C): run {self.run['id']} keeps going on the server. "
-                 f"Follow it again with `codefy runs events {self.run['id']} --follow`, "
+                 f"Watch it again with `codefy runs watch {self.run['id']}`, "
                  f"stop it with `codefy runs cancel {self.run['id']}`.", sys.stderr)
         return EXIT_INTERRUPTED
 
@@ -384,9 +442,9 @@ class RunWatcher:
         except (CodefyError, asyncio.TimeoutError):
             pass
         message = (f"stopped watching after {self.timeout:g} s: run {run_id} is {status} and keeps going on the "
-                   f"server (`codefy runs show {run_id}`)")
+                   f"server (`codefy runs watch {run_id}`)")
         if self.as_json:
-            _dump({"status": "timeout", "message": message, "run": self.run})
+            _dump({"status": "timeout", "message": message, "run": self.run}, self.server)
         else:
             _out(f"⧗ {message}", sys.stderr)
         return EXIT_FAILED
@@ -441,7 +499,7 @@ class RunWatcher:
         self._close_view()
         final = await self._retrying(lambda: self.client.get(run_id))
         if self.as_json:
-            _dump(final)
+            _dump(final, self.server)
             return EXIT_OK if final["status"] == "succeeded" else EXIT_FAILED
         payload = (closing or {}).get("payload") or {}
         status = payload.get("status") or final["status"]
@@ -472,7 +530,8 @@ class RunWatcher:
             return
         engine = {"event": "warning" if kind == "run_warning" else kind, **payload}
         try:
-            self.view(engine)
+            # The log's own time paces a view fed from it: a replay throttles as the run did live.
+            self.view(engine, at=event.get("created_at"))
         except (KeyError, TypeError, ValueError):  # an event of a shape this view does not know
             pass
 

@@ -1,4 +1,4 @@
-"""`codefy runs ls|show|cancel|rm|events|metrics`: reading and managing runs from a terminal,
+"""`codefy runs ls|show|watch|cancel|rm|events|metrics`: reading and managing runs from a terminal,
 `--json` everywhere for scripts. The arguments are declared with `codefy run`'s in run_cli.py."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from .run_cli import (  # shared helpers of the terminal client
     _row,
     _run_client,
     _time,
+    announce,
 )
 
 
@@ -34,6 +35,10 @@ def runs_command(args: argparse.Namespace) -> int:
     if action is None:
         args.runs_parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if action == "watch":
+        from .run_cli import watch_command
+
+        return watch_command(args)
     handlers = {"ls": _ls, "show": _show, "cancel": _cancel, "rm": _rm, "events": _events, "metrics": _metrics}
     as_json = bool(getattr(args, "json", False))
     return _run_client(args, as_json, lambda client: handlers[action](client, args))
@@ -50,7 +55,7 @@ async def _ls(client: Any, args: argparse.Namespace) -> int:
 
     page = await client.list(status=args.status, offset=args.offset, limit=args.limit)
     if args.json:
-        _dump(page)
+        _dump(page, client.server)
         return EXIT_OK
 
     async def loss(run: dict[str, Any]) -> Any:
@@ -89,7 +94,7 @@ async def _show(client: Any, args: argparse.Namespace) -> int:
 
     run = await client.get(args.run_id)
     if args.json:
-        _dump(run)
+        _dump(run, client.server)
         return EXIT_OK
     _out(_row("Run ID", run["id"]))
     _out(_row("Name", run.get("name") or "-"))
@@ -108,6 +113,11 @@ async def _show(client: Any, args: argparse.Namespace) -> int:
         _out(_row("Seed", run["seed"]))
     if run.get("deterministic"):
         _out(_row("Deterministic", "yes"))
+    budget = (run.get("execution_facts") or {}).get("cpu_threads")
+    if budget:
+        _out(_row("CPU threads", _cpu_threads(budget)))
+    elif (run.get("options") or {}).get("cpu_threads"):
+        _out(_row("CPU threads", f"{run['options']['cpu_threads']} (asked)"))
     _out(_row("Submitted", _time(run.get("submitted_at"))))
     _out(_row("Started", _time(run.get("started_at"))))
     _out(_row("Finished", _time(run.get("finished_at"))))
@@ -129,10 +139,17 @@ async def _show(client: Any, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cpu_threads(budget: dict[str, Any]) -> str:
+    if budget.get("source") == "auto":
+        return f"{budget.get('threads')} ({budget.get('cores')} cores / {budget.get('slots')} cpu slots)"
+    why = {"option": "options.cpu_threads", "setting": "run_cpu_threads"}.get(budget.get("source"), budget.get("source"))
+    return f"{budget.get('threads')} ({why})"
+
+
 async def _cancel(client: Any, args: argparse.Namespace) -> int:
     run = await client.cancel(args.run_id)
     if args.json:
-        _dump(run)
+        _dump(run, client.server)
         return EXIT_OK
     if run["status"] == "cancelled":
         _out(f"■ run {run['id']} cancelled")
@@ -144,7 +161,7 @@ async def _cancel(client: Any, args: argparse.Namespace) -> int:
 async def _rm(client: Any, args: argparse.Namespace) -> int:
     await client.delete(args.run_id)
     if args.json:
-        _dump({"deleted": args.run_id})
+        _dump({"deleted": args.run_id}, client.server)
     else:
         _out(f"deleted run {args.run_id}")
     return EXIT_OK
@@ -163,6 +180,8 @@ def _event_line(event: dict[str, Any]) -> str:
 
 async def _events(client: Any, args: argparse.Namespace) -> int:
     if args.follow:
+        if args.json:  # JSON lines have no document to say it in
+            announce(client.server)
         await client.get(args.run_id)  # an unknown id fails here, clearly
         async for event in client.follow(args.run_id, args.cursor, reconnect_s=_reconnect_s()):
             _out(json.dumps(event, default=str) if args.json else _event_line(event))
@@ -175,7 +194,7 @@ async def _events(client: Any, args: argparse.Namespace) -> int:
         if not page["more"]:
             break
     if args.json:
-        _dump({"run_id": args.run_id, "status": page["status"], "cursor": cursor, "events": events})
+        _dump({"run_id": args.run_id, "status": page["status"], "cursor": cursor, "events": events}, client.server)
         return EXIT_OK
     for event in events:
         _out(_event_line(event))
@@ -213,7 +232,7 @@ async def _metrics(client: Any, args: argparse.Namespace) -> int:
         return EXIT_OK
     points = await client.metrics(args.run_id)
     if args.json:
-        _dump({"run_id": args.run_id, "metrics": points})
+        _dump({"run_id": args.run_id, "metrics": points}, client.server)
         return EXIT_OK
     series = _series(points)
     if not series:

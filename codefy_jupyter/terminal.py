@@ -1,7 +1,10 @@
 """Live terminal view of a run: a line per finished node, a progress bar for batches, metrics.
 
 Fed with engine events (the dicts of `engine.context`). On a terminal the progress bar redraws in
-place; into a pipe or file it prints a progress line at most every few seconds, so logs stay short.
+place and every step's metrics print. Into a pipe or file, progress (bars and metric lines) prints
+at most every few seconds per node, plus every state change (a node done, cached, failed or
+stopped, a warning, an artifact), and a node's last metrics just before its state changes: a
+600-epoch run is a few dozen lines, not 600.
 """
 
 from __future__ import annotations
@@ -34,27 +37,34 @@ class LiveView:
         self.clock = clock
         self.plain_interval_s = plain_interval_s
         self._bar_shown = False
-        self._last_plain: dict[str, float] = {}
+        self._last_plain: dict[tuple[str, str], float] = {}
         # Metrics of one node and step arrive one by one; they print as one line.
         self._metrics_key: tuple[str, Any] | None = None
         self._metrics: list[str] = []
+        self._metrics_at = 0.0
+        self._held: dict[str, str] = {}  # off a terminal: each node's latest metrics line not printed yet
         self._lock = threading.Lock()
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: dict[str, Any], at: float | None = None) -> None:
+        """One event; `at` is when it happened (a log's timestamp), else now by the view's clock."""
         with self._lock:
+            now = self.clock() if at is None else at
             kind = event.get("event", "")
             if kind == "metric":
                 key = (event["node_id"], event.get("step"))
                 if key != self._metrics_key:
                     self._flush_metrics()
-                    self._metrics_key = key
+                    self._metrics_key, self._metrics_at = key, now
                 self._metrics.append(f"{event['name']} {format_value(event['value'])}")
                 return
             self._flush_metrics()
             if kind.endswith("node_status"):
+                held = self._held.pop(event.get("node_id", ""), None)
+                if held is not None:
+                    self._line(held)
                 self._node_status(event)
             elif kind.endswith("progress"):
-                self._progress(event)
+                self._progress(event, now)
             elif kind == "execution_cached":
                 self._line(f"  cached: {', '.join(event['nodes'])}")
             elif kind == "warning":
@@ -67,8 +77,20 @@ class LiveView:
             return
         node_id, step = self._metrics_key
         at = f" step {step}" if step is not None else ""
-        self._line(f"  · {node_id}{at}: {' · '.join(self._metrics)}")
+        text = f"  · {node_id}{at}: {' · '.join(self._metrics)}"
         self._metrics_key, self._metrics = None, []
+        if self.tty or self._due(("metrics", node_id), self._metrics_at):
+            self._held.pop(node_id, None)
+            self._line(text)
+        else:
+            self._held[node_id] = text
+
+    def _due(self, key: tuple[str, str], now: float) -> bool:
+        """Off a terminal: whether this kind of progress line of this node may print again."""
+        if now - self._last_plain.get(key, -1e18) < self.plain_interval_s:
+            return False
+        self._last_plain[key] = now
+        return True
 
     def _node_status(self, event: dict[str, Any]) -> None:
         status = event["status"]
@@ -82,7 +104,7 @@ class LiveView:
         elif status == "cancelled":
             self._line(f"■ {name} stopped")
 
-    def _progress(self, event: dict[str, Any]) -> None:
+    def _progress(self, event: dict[str, Any], now: float) -> None:
         value, total = event.get("value") or 0, event.get("total")
         label = event.get("label") or ""
         node = event["node_id"]
@@ -97,10 +119,8 @@ class LiveView:
             self.stream.flush()
             self._bar_shown = True
             return
-        now = self.clock()
         done = bool(total) and value >= total
-        if done or now - self._last_plain.get(node, -1e9) >= self.plain_interval_s:
-            self._last_plain[node] = now
+        if self._due(("bar", node), now) or done:
             self.stream.write(text + "\n")
             self.stream.flush()
 
@@ -114,6 +134,9 @@ class LiveView:
     def close(self) -> None:
         with self._lock:
             self._flush_metrics()
+            for text in self._held.values():
+                self._line(text)
+            self._held.clear()
             if self._bar_shown:
                 self.stream.write("\r\x1b[2K")
                 self.stream.flush()

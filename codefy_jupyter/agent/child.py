@@ -135,12 +135,13 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
     sink = Sink(link, run_id, int(spec.get("payload_cap_bytes") or 0))
     facts = _start_facts(link, spec) if spec.get("facts") else None
     started = time.monotonic()
+    threads = spec.get("cpu_threads")
     try:
         result = asyncio.run(execute_graph(
             spec["graph"], seed=spec.get("seed"), device=spec.get("device") or "cpu",
             deterministic=bool(spec.get("deterministic")), max_parallel_nodes=int(spec.get("max_parallel_nodes") or 4),
             cancel=token, callbacks=EngineCallbacks.all_to(sink), data_dir=spec.get("data_dir"), run_id=run_id,
-            inline=True))
+            inline=True, cpu_threads=threads if type(threads) is int and threads >= 1 else None))
     except GraphError as err:
         info = err.to_dict()
         info["type"] = "GraphError"

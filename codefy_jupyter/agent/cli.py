@@ -56,10 +56,12 @@ def add_parser(sub: Any) -> None:
                            "it is given in a process of its own, on this machine's devices.")
     cmds = agent.add_subparsers(dest="agent_command", metavar="COMMAND")
     st = cmds.add_parser("start", help="connect to a control plane and take runs (until stopped)",
-                         description="Connect to the control plane at --control and take runs until stopped "
-                         "(SIGTERM, Ctrl+C or `codefy agent stop`). Reconnects by itself; runs go on meanwhile.")
-    st.add_argument("--control", required=True, metavar="URL",
-                    help="the control plane's base URL, e.g. https://lab.example.org/ or http://127.0.0.1:8888/")
+                         description="Connect to the control plane at --control (default: the `codefy start` "
+                         "server on this machine) and take runs until stopped (SIGTERM, Ctrl+C or `codefy agent "
+                         "stop`). Reconnects by itself; runs go on meanwhile.")
+    st.add_argument("--control", metavar="URL",
+                    help="the control plane's base URL, e.g. https://lab.example.org/ or http://127.0.0.1:8888/ "
+                    "(default: the `codefy start` server running on this machine, from its server.json)")
     st.add_argument("--token", help="a one-time enrollment token (exchanged once for a stored worker token), a "
                     "worker token, or the server's own token (same machine only). Default: the stored worker "
                     "token, else $CODEFY_TOKEN, else the local `codefy start` server's")
@@ -133,7 +135,17 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s codefy-agent %(levelname)s %(message)s")
     agent_dir = Path(args.data_dir).expanduser() if args.data_dir else default_agent_dir()
-    control = normalise_control(args.control)
+    if args.control:
+        control = normalise_control(args.control)
+    else:
+        local, state_file = local_control()
+        if local is None:
+            print(f"error: no --control given and no `codefy start` server is running on this machine (none "
+                  f"recorded in {state_file}): start one, or pass --control URL", file=sys.stderr)
+            return EXIT_USAGE
+        control = normalise_control(local)
+        log.info("control plane %s: the `codefy start` server on this machine (%s), as no --control was given",
+                 control, state_file)
     registered = f"{name}.{args.instance}" if args.instance else name
     try:
         pin = tls.parse_pin(args.pin_sha256) if args.pin_sha256 else None
@@ -163,6 +175,19 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (CredentialError, tls.TLSSetupError, ConnectionError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def local_control() -> tuple[str | None, Path]:
+    """The URL of the `codefy start` server on this machine if its process lives, and the file it is
+    recorded in (the data dir's server.json, as `codefy start` and the agent's token lookup read it)."""
+    from ..wire import local_server
+
+    path = local_server.state_path()
+    state = _read_state(path)
+    pid, url = state.get("pid"), state.get("url")
+    if not isinstance(pid, int) or pid <= 0 or not isinstance(url, str) or not url or not _alive(pid):
+        return None, path
+    return url, path
 
 
 def _token_is_for_enrollment(token: str) -> bool:

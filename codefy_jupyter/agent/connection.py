@@ -38,6 +38,7 @@ from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClientConnection, WebSocketClosedError, websocket_connect
 
 from .._version import __version__
+from ..wire.cpu_threads import available_cores
 from ..wire.protocol import (
     AGENT_STOPPED, DEFAULT_GRACE_S, MAX_FRAME_BYTES, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Ack, Assign, Cancel, Drain,
     Frame, Heartbeat,
@@ -400,7 +401,7 @@ class Agent:
             node_types=self.catalog.node_types, capabilities=sorted(SUPPORTED_CAPABILITIES),
             machine_id=machine_id(), devices=self.inventory.hello(), platform=platform_string(),
             one_shot=o.one_shot, one_shot_run_id=o.run_id if o.one_shot else None,
-            instance_id=self.instance_id, instance=o.instance)
+            instance_id=self.instance_id, instance=o.instance, cpu_count=available_cores())
 
     async def _heartbeats(self, every: float) -> None:
         while True:
@@ -482,7 +483,8 @@ class Agent:
             deterministic=options.get("deterministic") is True,
             max_parallel_nodes=parallel if isinstance(parallel, int) and parallel >= 1 else 4,
             payload_cap_bytes=cap if isinstance(cap, int) else 131072,
-            facts="run_facts" in (self.welcome.capabilities if self.welcome else ()), grace_s=frame.grace_s)
+            facts="run_facts" in (self.welcome.capabilities if self.welcome else ()), grace_s=frame.grace_s,
+            cpu_threads=frame.cpu_threads)
         self.one_shot_used = True
         self.deliveries.open(run_id)
         log.info("run %s: starting on %s", run_id, ", ".join(frame.devices) or frame.device)

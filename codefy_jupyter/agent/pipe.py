@@ -2,7 +2,7 @@
 `[kind, body]` per line.
 
 agent -> run process   ["assign", {run_id, graph, device, seed, deterministic, max_parallel_nodes,
-                                    data_dir, env, payload_cap_bytes, facts}]   (first, once)
+                                    data_dir, env, payload_cap_bytes, facts, cpu_threads}]   (first, once)
                        ["cancel", {"reason"}]
 run process -> agent   ["event", {"type", "payload"}]          (node-level vocabulary of run_events)
                        ["metrics", {"points": [{name, value, step, node_id}]}]

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..wire.cpu_threads import thread_environment
 from . import pipe
 from .isolation import OfferedDevice, Visibility, child_environment, visibility
 from .launch import LaunchError, Launched, ProcessExit
@@ -69,6 +70,7 @@ class RunRequest:
     payload_cap_bytes: int = 131072
     facts: bool = False
     grace_s: float | None = None  # the assign's cancel grace, for a cancel that names none
+    cpu_threads: int | None = None  # the run's CPU thread budget; None: the libraries' defaults
 
 
 OnStarted = Callable[[str, int, Visibility], None]
@@ -109,7 +111,11 @@ class RunProcess:
 
     async def run(self, view: Visibility) -> None:
         r = self.request
-        env = child_environment(self.runner.base_env, view)
+        # In the environment at spawn, the thread variables size OpenMP/MKL/OpenBLAS when the run's
+        # process first loads them; a process forked warm has them loaded already, so the child
+        # also applies the budget to torch itself (`cpu_threads` below).
+        threads = thread_environment(r.cpu_threads) if r.cpu_threads is not None else None
+        env = child_environment(self.runner.base_env, view, extra=threads)
         launched = await self.runner.launcher.launch(self.run_id, env, self.log_path)
         self.launched = launched
         self.runner.on_started(self.run_id, launched.pid, view)
@@ -118,7 +124,9 @@ class RunProcess:
             "deterministic": r.deterministic, "max_parallel_nodes": r.max_parallel_nodes,
             "data_dir": str(self.directory / "data"), "payload_cap_bytes": r.payload_cap_bytes, "facts": r.facts,
             "aliases": view.aliases,
-            "env": {"CUDA_DEVICE_ORDER": env["CUDA_DEVICE_ORDER"], "CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"]},
+            "env": {"CUDA_DEVICE_ORDER": env["CUDA_DEVICE_ORDER"], "CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"],
+                    **(threads or {})},
+            "cpu_threads": r.cpu_threads,
         }
         reader, writer = await asyncio.open_connection(sock=launched.sock, limit=pipe.MAX_LINE_BYTES)
         self._writer = writer

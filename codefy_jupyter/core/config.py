@@ -57,6 +57,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker_cancel_grace_s", int, 30,
             "Seconds a stopped worker run has to end cooperatively before its agent terminates the run's "
             "process (and kills it 5 s later)."),
+    Setting("run_cpu_threads", int, 0,
+            "CPU threads each run may use (torch intra/inter-op, OMP_NUM_THREADS, MKL_NUM_THREADS in a worker "
+            "run's process). 0: automatic, the machine's cores divided among its cpu queue's slots "
+            "(run_queue_max_concurrent_cpu, or its override), at least 1. A run's options.cpu_threads beats it."),
     Setting("max_parallel_nodes", int, 4, "Nodes executing concurrently inside one run (a seeded run uses 1)."),
     Setting("run_retention_keep_last", int, 200,
             "How many finished runs to keep. 0 keeps none; a negative value disables retention."),
@@ -107,6 +111,7 @@ class Settings:
     worker_one_shot_queue_timeout_s: int = 86400
     worker_heartbeat_s: int = 10
     worker_cancel_grace_s: int = 30
+    run_cpu_threads: int = 0
     max_parallel_nodes: int = 4
     run_retention_keep_last: int = 200
     run_event_payload_cap_bytes: int = 131072

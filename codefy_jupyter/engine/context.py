@@ -111,8 +111,10 @@ class RunState:
         callbacks: EngineCallbacks,
         cancel: CancelToken | threading.Event | None,
         clock: Callable[[], float] = time.monotonic,
+        cpu_threads: int | None = None,
     ) -> None:
         self.run_id = run_id
+        self.cpu_threads = cpu_threads
         self.seed = seed
         self.device = device
         self.deterministic = deterministic

@@ -513,14 +513,20 @@ async def execute_graph(
     keep_outputs: str = "outputs",
     inline: bool = False,
     clock: Callable[[], float] = time.monotonic,
+    cpu_threads: int | None = None,
 ) -> RunResult:
     """Run a graph on the current event loop. Raises GraphError before running an invalid graph.
+
+    `cpu_threads`: the run's CPU thread budget, applied to torch on every thread that executes one
+    of its nodes (see torch_threads.py); None leaves torch's own defaults.
 
     `inline=True` lets cheap sync nodes run on the loop's thread; only pass it when this loop
     serves nothing else (run_graph's own loop), since a node then blocks the loop while it runs.
     """
     if keep_outputs not in ("outputs", "all"):
         raise ValueError("keep_outputs must be 'outputs' or 'all'")
+    if cpu_threads is not None and (type(cpu_threads) is not int or cpu_threads < 1):
+        raise ValueError(f"cpu_threads must be a positive integer or None, got {cpu_threads!r}")
     registry = registry or default_registry()
     presets = presets or PresetLibrary.default()
     parsed = graph if isinstance(graph, Graph) else parse_graph(graph, registry, presets)
@@ -542,7 +548,8 @@ async def execute_graph(
     run = RunState(
         run_id=run_id, seed=seed, device=device, deterministic=deterministic,
         data_dir=Path(data_dir) if data_dir else Path.cwd() / ".codefy-data" / "runs" / run_id,
-        callbacks=EngineCallbacks(base.status, base.inner_status, signal), cancel=cancel, clock=clock)
+        callbacks=EngineCallbacks(base.status, base.inner_status, signal), cancel=cancel, clock=clock,
+        cpu_threads=cpu_threads)
     run.presets = presets
     cache = cache if cache is not None else NoCache()
     started = clock()

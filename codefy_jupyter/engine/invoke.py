@@ -17,6 +17,7 @@ from .context import ExecutionContext, RunState, seed_everything
 from .errors import NodeOutputError, RunCancelled
 from .expansion import Expand
 from .graph import NodeSpec
+from .torch_threads import use as use_cpu_threads
 
 
 @dataclass
@@ -31,6 +32,8 @@ class Outcome:
 
 def _start(run: RunState, spec: NodeSpec) -> tuple[ExecutionContext, float]:
     ctx = ExecutionContext(run, spec.id, spec.type)
+    if run.cpu_threads is not None:  # the node may run on any of the run's threads
+        use_cpu_threads(run.cpu_threads)
     if run.reports_status:
         run.emit_status({"event": "node_status", "node_id": spec.id, "node_type": spec.type, "status": "running"})
     if run.seed is not None:

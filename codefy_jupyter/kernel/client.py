@@ -39,13 +39,37 @@ def load_graph(graph: dict[str, Any] | str | Path | Any) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CodefyError(f"graph file not found: {path}", code="file_not_found") from None
+        raise not_found(path) from None
     except json.JSONDecodeError as err:
         raise CodefyError(f"{path} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}",
                           code="invalid_json") from None
     if not isinstance(data, dict):
         raise CodefyError(f"{path} does not hold a graph object", code="invalid_json")
     return data
+
+
+MAX_PARENTS_SEARCHED = 5
+
+
+def not_found(path: Path, cwd: Path | None = None) -> CodefyError:
+    """A graph file that is not there, said with where it was looked for: a relative path is read
+    from the working directory, which in a notebook kernel is the notebook's folder, not the
+    project's. A parent folder that has the path is suggested."""
+    cwd = cwd or Path.cwd()
+    resolved = path if path.is_absolute() else cwd / path
+    text = f"graph file not found: {resolved}"
+    if not path.is_absolute():
+        text = f"graph file not found: {path} (looked for {resolved})"
+    text += f"; working directory {cwd}"
+    params: dict[str, Any] = {"path": str(resolved), "cwd": str(cwd)}
+    if not path.is_absolute():
+        for up, parent in enumerate(list(cwd.parents)[:MAX_PARENTS_SEARCHED], start=1):
+            if (parent / path).is_file():
+                suggestion = Path(*[".."] * up) / path
+                text += f"; there is {suggestion} ({parent / path})"
+                params["suggestion"] = str(suggestion)
+                break
+    return CodefyError(text, code="file_not_found", params=params)
 
 
 class AsyncClient:

@@ -193,7 +193,10 @@ class CodefyMagics(Magics):
         if chosen or os.environ.get("CODEFY_URL"):  # cheap to read each time, and may change
             server = _server_info(args)
         else:  # discovery probes Jupyter servers over HTTP: once per kernel, not once per cell
-            self._found = self._found or _server_info(args)
+            if self._found is None:
+                self._found = _server_info(args)
+                for line in self._found.describe():  # which server, and why: said once per kernel
+                    print(line)
             server = self._found
         key = (server.url, server.token)
         if key not in self._clients:

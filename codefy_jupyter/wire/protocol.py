@@ -134,7 +134,8 @@ class Hello(Frame):
     `<name>.<instance>`. `node_types` maps each node type to the sha256 of its definition (as
     `NodeRegistry.catalog()["types"]`); `catalog_hash`/`node_types` None means "no catalog reported".
     `devices`: `[{"device": "cuda:0", "name"?, "uuid"?, "total_memory"?, "free_memory"?}, ...]`.
-    `machine_id`: sha256 digest of the machine id, for same-machine detection."""
+    `machine_id`: sha256 digest of the machine id, for same-machine detection. `cpu_count`: the
+    cores the agent may run on, for its runs' automatic CPU thread budget (absent from older agents)."""
 
     type: ClassVar[str] = "hello"
     sender: ClassVar[str] = "agent"
@@ -153,6 +154,7 @@ class Hello(Frame):
     one_shot_run_id: str | None = None
     instance_id: str | None = None
     instance: str | None = None
+    cpu_count: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,7 +292,9 @@ class Reject(Frame):
 @dataclass(frozen=True, kw_only=True)
 class Assign(Frame):
     """Run this graph. `devices`: the run's cards in order (the child's CUDA_VISIBLE_DEVICES);
-    `device`: the run's device as the run names it. The graph has its SECRET values restored."""
+    `device`: the run's device as the run names it. The graph has its SECRET values restored.
+    `cpu_threads`: the run's CPU thread budget (OMP_NUM_THREADS, MKL_NUM_THREADS and torch's
+    threads in its process); absent: no budget. Older agents ignore it, as every unknown field."""
 
     type: ClassVar[str] = "assign"
     sender: ClassVar[str] = "server"
@@ -300,6 +304,7 @@ class Assign(Frame):
     device: str
     devices: list[str] = field(default_factory=list)
     grace_s: float | None = None
+    cpu_threads: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -479,6 +484,10 @@ def _check_values(frame: Frame) -> None:
         value = getattr(frame, name, None)
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise ProtocolError("bad_value", f"must be a finite number >= 0, got {value}", path=f"{t}.{name}")
+    for name in ("cpu_threads", "cpu_count"):
+        value = getattr(frame, name, None)
+        if value is not None and value < 1:
+            raise ProtocolError("bad_value", f"must be at least 1, got {value}", path=f"{t}.{name}")
     if isinstance(frame, Welcome) and frame.heartbeat_s <= 0:
         raise ProtocolError("bad_value", "must be above 0", path="welcome.heartbeat_s")
     if isinstance(frame, Batch) and not frame.frames:

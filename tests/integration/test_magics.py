@@ -251,3 +251,15 @@ def test_kernel_setup_installs_the_startup_file_that_loads_the_magics(tmp_path):
     removed = run("-m", "codefy_jupyter.cli", "kernel-setup", "--remove")
     assert removed.returncode == 0 and not installed.exists()
     assert run("-m", "IPython", "--no-banner", "-c", probe).stdout.strip().endswith("False []")
+
+
+async def test_a_graph_file_not_found_says_the_resolved_path_and_the_working_directory(shell, tmp_path):
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "g.json").write_text("{}")
+    notebooks = tmp_path / "kernels"
+    notebooks.mkdir()
+    shell.ip.run_line_magic("cd", str(notebooks))  # a notebook's kernel starts in the notebook's folder
+    message = await shell.refused("%codefy run examples/g.json")
+    assert message == (f"graph file not found: examples/g.json (looked for {notebooks / 'examples' / 'g.json'}); "
+                       f"working directory {notebooks}; there is ../examples/g.json "
+                       f"({tmp_path / 'examples' / 'g.json'})")

@@ -10,9 +10,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from codefy_jupyter.wire.cpu_threads import available_cores
 from test_headless import Servers, api, edge, submit, wait_status
 
 pytestmark = pytest.mark.slow
@@ -126,7 +128,7 @@ def test_run_succeeds_with_node_lines_and_a_result_block(cli):
     assert "=== Run submitted ===" in out
     assert re.search(r"Name\s+small one", out) and re.search(r"Graph\s+small\.json", out)
     assert re.search(r"Device\s+cpu", out) and re.search(r"Seed\s+7", out)
-    assert f"codefy runs events {run_id} --follow" in out
+    assert f"codefy runs watch {run_id}" in out
     assert "▸ started on cpu, seed 7" in out
     for line in ("✓ l (List)", "✓ avg (Mean)", "✓ k (Float)", "✓ s (Scale)", "· avg: mean 2"):
         assert line in out, out
@@ -190,6 +192,7 @@ def test_ctrl_c_stops_watching_only(cli):
     code, out, err = finish(proc)
     assert code == 130, out + err
     assert f"stopped watching (Ctrl+C): run {run_id} keeps going on the server" in err
+    assert f"Watch it again with `codefy runs watch {run_id}`" in err
     time.sleep(0.3)
     assert wait_status(cli.state, run_id, {"running"})["finished_at"] is None
 
@@ -365,6 +368,11 @@ def test_runs_show_text_and_json(cli, finished):
     assert re.search(r"mean\s+2\s+\(avg\)", ok.stdout)
     doc = json.loads(cli("runs", "show", finished["ok"], "--json").stdout)
     assert doc["id"] == finished["ok"] and doc["status"] == "succeeded"
+    # The CPU thread budget it ran with, and why (the server's default: 2 cpu slots).
+    cores = available_cores()
+    assert re.search(rf"CPU threads\s+{max(1, cores // 2)} \({cores} cores / 2 cpu slots\)", ok.stdout), ok.stdout
+    assert doc["execution_facts"]["cpu_threads"] == {"threads": max(1, cores // 2), "source": "auto", "cores": cores,
+                                                     "slots": 2}
 
 
 def test_runs_events_text_json_cursor_and_follow(cli, finished):
@@ -418,7 +426,7 @@ def test_runs_cancel_and_rm(cli):
     assert removed.returncode == 0 and removed.stdout.strip() == f"deleted run {run['id']}"
     assert api(cli.state, "GET", f"runs/{run['id']}")[0] == 404
     as_json = cli("runs", "rm", submit_done(cli.state), "--json")
-    assert as_json.returncode == 0 and set(json.loads(as_json.stdout)) == {"deleted"}
+    assert as_json.returncode == 0 and set(json.loads(as_json.stdout)) == {"deleted", "server"}
 
 
 def submit_done(state) -> str:
@@ -435,3 +443,115 @@ def test_runs_with_an_unknown_id(cli, action):
     as_json = cli("runs", action, "0123456789abcdef", "--json")
     assert as_json.returncode == 1
     assert json.loads(as_json.stdout)["error"]["code"] == "run_not_found"
+
+
+# -- which server, pipes, watch ---------------------------------------------------------------
+
+
+def many_epochs(epochs: int) -> dict[str, Any]:
+    """The example training graph, tiny per epoch (one batch), run for many epochs."""
+    graph = json.loads((Path(__file__).parents[2] / "examples" / "train_mlp.json").read_text())
+    params = {"data": {"n_samples": 96}, "loader": {"batch_size": 96}, "train": {"epochs": epochs},
+              "model": {"hidden": 8}}
+    for n in graph["nodes"]:
+        n.setdefault("params", {}).update(params.get(n["id"], {}))
+    return graph
+
+
+def test_every_command_says_which_server_it_uses_and_why(cli, finished):
+    said = f"server {cli.state['url']} — the `codefy start` server recorded in {cli.servers.state_file}"
+    for args in (["runs", "ls"], ["runs", "show", finished["ok"]], ["runs", "metrics", finished["ok"], "--csv"],
+                 ["runs", "events", finished["ok"], "--follow", "--json"], ["run", cli.graph("s.json", SMALL)]):
+        proc = cli(*args)
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert proc.stderr.splitlines()[0] == said, (args, proc.stderr)
+        assert said not in proc.stdout
+    as_json = cli("runs", "show", finished["ok"], "--json")
+    assert said not in as_json.stderr
+    assert json.loads(as_json.stdout)["server"] == {
+        "url": cli.state["url"], "source": "codefy start", "others": [],
+        "why": f"the `codefy start` server recorded in {cli.servers.state_file}"}
+    ran = json.loads(cli("run", cli.graph("s.json", SMALL), "--json").stdout)
+    assert ran["status"] == "succeeded" and ran["server"]["url"] == cli.state["url"]
+    given = cli("runs", "ls", "--url", cli.state["url"], "--token", cli.state["token"])
+    assert given.stderr.startswith(f"server {cli.state['url']} — given with --url/--host/--port")
+
+
+def test_a_closed_pipe_ends_a_command_quietly(cli, finished):
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line is written
+    proc = subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", "runs", "show", finished["ok"]],
+                          cwd=cli.cwd, env=cli.env, stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)
+    os.close(write)
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr and "Exception" not in proc.stderr
+
+
+def test_runs_events_into_head_stops_quietly_and_a_piped_run_prints_few_lines(cli):
+    proc = cli("run", cli.graph("long.json", many_epochs(400)), "--seed", "1", timeout=110)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) <= 45, proc.stdout  # not one line per epoch
+    assert any(re.match(r"  · train step 400: train_loss", line) for line in lines), proc.stdout
+    assert "✓ run complete" in proc.stdout
+    run_id = run_id_of(proc.stdout)
+
+    # Its log is long (a metric event per epoch): far more than a pipe holds, so head goes first.
+    events = subprocess.Popen([sys.executable, "-m", "codefy_jupyter.cli", "runs", "events", run_id],
+                              cwd=cli.cwd, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    head = subprocess.run(["head", "-n", "3"], stdin=events.stdout, capture_output=True, timeout=60)
+    events.stdout.close()
+    err = events.stderr.read().decode()
+    events.stderr.close()
+    assert events.wait(timeout=60) == 141, err
+    assert len(head.stdout.decode().splitlines()) == 3
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception" not in err
+
+
+def test_runs_watch_replays_a_finished_run_like_codefy_run(cli, finished):
+    ok = cli("runs", "watch", finished["ok"])
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.startswith("=== Run ===\n") and re.search(rf"Run ID\s+{finished['ok']}", ok.stdout)
+    assert re.search(r"Name\s+listed ok", ok.stdout) and re.search(r"Status\s+succeeded", ok.stdout)
+    for line in ("▸ started on cpu", "✓ avg (Mean)", "· avg: mean 2", "✓ run complete", "(4 executed, 0 cached)"):
+        assert line in ok.stdout, ok.stdout
+    assert re.search(r"Result\s+succeeded", ok.stdout)
+
+    bad = cli("runs", "watch", finished["bad"])
+    assert bad.returncode == 1
+    assert "✗ run failed" in bad.stdout and re.search(r"Node\s+div \(Divide\)", bad.stdout)
+    as_json = cli("runs", "watch", finished["bad"], "--json")
+    assert as_json.returncode == 1 and json.loads(as_json.stdout)["status"] == "failed"
+    unknown = cli("runs", "watch", "0123456789abcdef")
+    assert unknown.returncode == 1 and "HTTP 404, run_not_found" in unknown.stderr
+
+
+def test_runs_watch_follows_a_running_run_to_its_end(cli):
+    run = submit(cli.state, sleepy(1.5), name="watched")
+    wait_status(cli.state, run["id"], {"running"})
+    proc = cli.popen("runs", "watch", run["id"])
+    code, out, err = finish(proc)
+    assert code == 0, out + err
+    assert re.search(r"Status\s+running", out) and "▸ started on cpu" in out
+    assert "✓ nap (Sleep)" in out and "✓ run complete" in out
+
+    long = submit(cli.state, sleepy(30))
+    wait_status(cli.state, long["id"], {"running"})
+    proc = cli.popen("runs", "watch", long["id"])
+    read_until(proc, "▸ started")
+    proc.send_signal(signal.SIGINT)
+    code, out, err = finish(proc)
+    assert code == 130 and f"Watch it again with `codefy runs watch {long['id']}`" in err
+
+
+def test_a_relative_graph_path_not_found_says_where_it_looked(cli):
+    (cli.cwd / "examples").mkdir(exist_ok=True)
+    (cli.cwd / "examples" / "g.json").write_text(json.dumps(SMALL))
+    sub = cli.cwd / "kernels"
+    sub.mkdir(exist_ok=True)
+    proc = subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", "run", "examples/g.json"], cwd=sub,
+                          env=cli.env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert (f"error: graph file not found: examples/g.json (looked for {sub / 'examples' / 'g.json'}); "
+            f"working directory {sub}; there is ../examples/g.json ({cli.cwd / 'examples' / 'g.json'})") \
+        in proc.stderr

@@ -2,7 +2,7 @@
 entry point (`agent_helpers.install_pack` writes a dist-info folder declaring it), as a third-party pack would be.
 
 `Environ` reports what the run's process sees of its environment; `Stubborn` ignores cancel;
-`Segfault` crashes the process; `Say` prints to stdout and stderr.
+`Segfault` crashes the process; `Say` prints to stdout and stderr; `Threads` reports the CPU thread budget.
 Never import it into the test process: its nodes would join that process's registry.
 """
 
@@ -62,3 +62,15 @@ def ignore_term(ctx, seconds, value=None):
     print("ignoring SIGTERM", flush=True)
     time.sleep(seconds)
     return {"value": value}
+
+
+@node("Threads", inputs={"value": optional("any")}, outputs={"threads": "int"}, cacheable=False)
+def threads(ctx, value=None):
+    """What the run's CPU thread budget looks like from inside a node: the thread variables of its
+    process and torch's intra-op count on this node's thread (torch imported here, as nodes do)."""
+    import torch
+
+    seen = {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    seen["torch_threads"] = torch.get_num_threads()
+    ctx.warn("threads", code="threads", **seen)
+    return {"threads": seen["torch_threads"]}

@@ -33,6 +33,8 @@ _OVERRIDES: dict[str, Any] = {
     "grace_s": _nonneg,
     "resume_grace_s": st.none() | _nonneg,
     "runs": st.dictionaries(_text, st.integers(min_value=0)),
+    "cpu_threads": st.none() | st.integers(min_value=1, max_value=2**16),
+    "cpu_count": st.none() | st.integers(min_value=1, max_value=2**16),
 }
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...engine import CancelToken, EngineCallbacks, OutputCache, RunResult, execute_graph
+from ...wire.cpu_threads import CpuBudget
 
 
 @dataclass
@@ -40,6 +41,8 @@ class RunSpec:
     queue_key: str = ""
     slots: tuple[str, ...] = ()
     name: str | None = None
+    # The run's CPU thread budget (wire/cpu_threads.py); None: torch's own defaults.
+    cpu: CpuBudget | None = None
 
 
 @dataclass
@@ -165,6 +168,12 @@ class _LoopInbox:
 class InProcessExecutor:
     """Runs the engine on an engine thread of its own (one per running run), with its own event loop.
 
+    A run's CPU thread budget is applied per thread (engine/torch_threads.py): torch's intra-op
+    count is an OpenMP setting of the thread that sets it, so runs executing here at once each keep
+    their own on their node threads. MKL's count and torch's inter-op pool are process-wide: the
+    last budget set, and the first one, respectively; with the automatic budget every run here has
+    the same one, so only runs given different `options.cpu_threads` at once can differ there.
+
     A thread per running run rather than one shared loop: a sync node that computes for minutes
     would otherwise hold up every other run, and a run's event loop never shares a thread with the
     server's. Threads and their loops are reused from run to run.
@@ -200,7 +209,7 @@ class InProcessExecutor:
                     spec.graph, seed=spec.seed, device=spec.device, deterministic=spec.deterministic,
                     max_parallel_nodes=spec.max_parallel_nodes, cache=spec.cache, cancel=token,
                     callbacks=EngineCallbacks.all_to(partial(inbox.put, on_event)), data_dir=spec.data_dir,
-                    run_id=spec.run_id, inline=True))
+                    run_id=spec.run_id, inline=True, cpu_threads=spec.cpu.threads if spec.cpu else None))
             except BaseException as err:  # a graph error or an engine bug: the run fails, the server lives
                 inbox.put(settle, None, err)
             else:

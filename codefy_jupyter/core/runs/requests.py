@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...wire.cpu_threads import MAX_CPU_THREADS
+
 SEED_MAX = 2**32 - 1
 
 
@@ -44,6 +46,7 @@ class SubmitOptions:
     lane: str = "queued"
     session: str | None = None
     target: Target | None = None
+    cpu_threads: int | None = None  # None: the server's budget (run_cpu_threads or automatic)
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,8 @@ def parse_submit(body: Any) -> SubmitRequest:
     if raw is None:
         raw = {}
     _type(raw, (dict,), "options", "an object")
-    _keys(raw, {"device", "seed", "deterministic", "record_outputs", "lane", "session", "target"}, "options")
+    _keys(raw, {"device", "seed", "deterministic", "record_outputs", "lane", "session", "target", "cpu_threads"},
+          "options")
     opts: dict[str, Any] = {}
     if "device" in raw and raw["device"] is not None:
         _type(raw["device"], (str,), "options.device", "a device name")
@@ -108,6 +112,11 @@ def parse_submit(body: Any) -> SubmitRequest:
         opts["session"] = raw["session"]
     if "target" in raw and raw["target"] is not None:
         opts["target"] = _parse_target(raw["target"])
+    if "cpu_threads" in raw and raw["cpu_threads"] is not None:
+        _type(raw["cpu_threads"], (int,), "options.cpu_threads", "an integer or null")
+        if not 1 <= raw["cpu_threads"] <= MAX_CPU_THREADS:
+            raise SchemaError("options.cpu_threads", f"must be from 1 to {MAX_CPU_THREADS} (null: the server's budget)")
+        opts["cpu_threads"] = raw["cpu_threads"]
     return SubmitRequest(graph=body["graph"], name=name, options=SubmitOptions(**opts))
 
 

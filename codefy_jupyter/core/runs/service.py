@@ -35,6 +35,7 @@ from ...wire import run_events as ev
 from . import state as rs
 from ..config import Settings
 from ..errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError, Unavailable
+from ...wire import cpu_threads
 from .event_log import EventLog
 from .executors import ExecutionOutcome, InProcessExecutor, RunHandle, RunSpec
 from ...wire.fingerprint import digest, environment_document
@@ -69,20 +70,22 @@ class RunService:
     def __init__(self, store: Store, settings: Settings, *, devices: list[str] | None = None,
                  executor: InProcessExecutor | None = None, registry: NodeRegistry | None = None,
                  clock: Callable[[], float] = time.time, data_dir: Path | None = None,
-                 local_machine: LocalMachine | None = None) -> None:
+                 local_machine: LocalMachine | None = None, cpu_cores: int | None = None) -> None:
         self.store = store
+        # This machine's usable cores, for the automatic CPU thread budget of runs executed here.
+        self.cpu_cores = cpu_cores if cpu_cores is not None else cpu_threads.available_cores()
         self.settings = settings
         self.registry = registry or default_registry()
         self.clock = clock
         self.devices = ["cpu"] + [d for d in (devices or []) if d != "cpu"]
         self.executor = executor or InProcessExecutor()
         self.data_dir = data_dir or settings.resolved_data_dir()
-        limits, self.config_warnings = build_limits(settings.run_queue_max_concurrent_gpu,
+        self.limits, self.config_warnings = build_limits(settings.run_queue_max_concurrent_gpu,
                                                     settings.run_queue_max_concurrent_cpu,
                                                     settings.run_queue_max_concurrent)
         for notice in self.config_warnings:
             log.warning("%s", notice.message)
-        self.queue = RunQueue(limits, interactive_limit=max(1, settings.run_interactive_max_concurrent),
+        self.queue = RunQueue(self.limits, interactive_limit=max(1, settings.run_interactive_max_concurrent),
                               slots=self.devices, local=local_machine)
         self.events = EventLog(store, payload_cap_bytes=settings.run_event_payload_cap_bytes, clock=clock)
         self.events.on_write_failed = self._log_write_failed
@@ -344,10 +347,12 @@ class RunService:
             return
         now = self.clock()
         self._active[run_id] = _Active(started=now)
+        budget = self._cpu_budget(row, None)
         # Not awaited: writes commit in call order, so the final write queued later can never land
         # before this one, and the submit that started the run answers after one commit, not two.
         self.store.update_run(run_id, status=rs.RUNNING, started_at=now,
-                              fingerprint_digest=self.fingerprint_digest
+                              fingerprint_digest=self.fingerprint_digest,
+                              **({"execution_facts": {"cpu_threads": budget.to_dict()}} if budget else {})
                               ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} running"))
         # Written with the engine's first events (which follow within a millisecond or so), not on
         # its own: one write and one frame per follower less for every run.
@@ -360,7 +365,7 @@ class RunService:
         spec = RunSpec(run_id=run_id, graph=graph, device=placement.device, seed=row.get("seed"),
                        deterministic=bool(row.get("deterministic")),
                        max_parallel_nodes=self.settings.max_parallel_nodes,
-                       data_dir=self.data_dir / "runs" / run_id, cache=cache)
+                       data_dir=self.data_dir / "runs" / run_id, cache=cache, cpu=budget)
         handle = self.executor.start(spec, partial(self._on_engine_event, run_id))
         self._active[run_id].handle = handle
         task = loop.create_task(self._await_run(run_id, handle))
@@ -380,7 +385,8 @@ class RunService:
         spec = RunSpec(run_id=run_id, graph=graph, device=placement.device, seed=row.get("seed"),
                        deterministic=bool(row.get("deterministic")),
                        max_parallel_nodes=self.settings.max_parallel_nodes, worker=name, devices=tuple(devices),
-                       queue_key=queue_key, slots=placement.slots, name=row.get("name"))
+                       queue_key=queue_key, slots=placement.slots, name=row.get("name"),
+                       cpu=self._cpu_budget(row, name))
         handle = self.workers.executor.start(spec, uuids={d: u for d, u in uuids.items() if d in devices})
         fingerprint = (worker.info.get("fingerprint_digest") if worker else None) or None
         if worker is not None and worker.hello is not None and worker.hello.fingerprint:
@@ -391,6 +397,19 @@ class RunService:
                               ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} running"))
         self._active[run_id].handle = handle
         self.keep(asyncio.get_running_loop().create_task(self._await_run(run_id, handle)))
+
+    def _cpu_budget(self, row: dict[str, Any], worker: str | None) -> cpu_threads.CpuBudget | None:
+        """The run's CPU thread budget on the machine it was placed on: this server's, or the
+        worker's (its cores from its hello, its own cpu queue's slots)."""
+        requested = (row.get("options") or {}).get("cpu_threads")
+        if worker is None:
+            cores, slots = self.cpu_cores, self.limits.limit("cpu")
+        else:
+            found = self.workers.registry.get(worker)
+            hello = found.hello if found is not None else None
+            cores, slots = (hello.cpu_count if hello else None), self.limits.limit(f"{worker}/cpu")
+        return cpu_threads.decide(requested=requested, setting=self.settings.run_cpu_threads, cores=cores,
+                                  cpu_slots=slots)
 
     def _on_engine_event(self, run_id: str, raw: dict[str, Any]) -> None:
         if run_id not in self._active:
@@ -694,6 +713,8 @@ def _event_view(e: Any) -> dict[str, Any]:
 def _options_doc(req: SubmitRequest, resolved: Any) -> dict[str, Any]:
     o = req.options
     doc: dict[str, Any] = {"lane": o.lane, "record_outputs": o.record_outputs, "requested_device": resolved.requested}
+    if o.cpu_threads is not None:
+        doc["cpu_threads"] = o.cpu_threads
     if o.target is not None:
         doc["target"] = {"worker": o.target.worker or "local", "devices": list(o.target.devices)}
         if o.target.pool is not None:

@@ -187,6 +187,8 @@ class WorkerExecutor:
         run = _WorkerRun(run_id=spec.run_id, worker=spec.worker, spec=spec, done=loop.create_future(),
                          inbox=RunInbox(spec.run_id, clock=loop.time), facts={"worker": spec.worker, RESUME: resume},
                          started_at=self.host.clock())
+        if spec.cpu is not None:
+            run.facts["cpu_threads"] = spec.cpu.to_dict()
         self._track(run)
         worker = self.registry.get(spec.worker) or self.registry.placeholder(spec.worker)
         if worker.link is not None:
@@ -239,7 +241,7 @@ class WorkerExecutor:
             return
         worker.link.send(Assign(
             run_id=run.run_id, graph=spec.graph, device=spec.device, devices=list(spec.devices or (spec.device,)),
-            grace_s=float(self.cancel_grace_s),
+            grace_s=float(self.cancel_grace_s), cpu_threads=spec.cpu.threads if spec.cpu else None,
             options={"seed": spec.seed, "deterministic": spec.deterministic,
                      "max_parallel_nodes": spec.max_parallel_nodes, "name": spec.name,
                      "queue_key": spec.queue_key, **spec.options}))
