@@ -1,5 +1,6 @@
-"""The control plane's errors. Each carries its HTTP status; the server renders every one of them
-(and SchemaError, SubmitError) in one shape: `{"error": {"code", "message", "params"}}`."""
+"""The control plane's errors: one root, `ServiceError`, carrying the HTTP status, a stable code and
+params. Every refusal (a schema mismatch, a semantic refusal, a missing run, a busy lane) is one of
+them, and the server renders each in one shape: `{"error": {"code", "message", "params"}}`."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ class ServiceError(Exception):
     code = "bad_request"
 
     def __init__(self, message: str, *, code: str | None = None, params: dict[str, Any] | None = None,
-                 retry_after_s: int | None = None) -> None:
+                 retry_after_s: int | None = None, status: int | None = None) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code
+        if status is not None:
+            self.status = status
         self.params = params or {}
         # Seconds after which the same request may succeed (503 while recovering, 429): sent as
         # the Retry-After header.
@@ -26,6 +29,33 @@ class ServiceError(Exception):
 
 class BadRequest(ServiceError):
     status = 400
+
+
+class SchemaError(ServiceError, ValueError):
+    """A body that does not fit the schema (422). `field` is a dotted path such as `options.seed`.
+    (Also a ValueError: a body is a value that was wrong.)"""
+
+    status = 422
+    code = "invalid_request"
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message, params={"field": field})
+
+
+class SubmitError(ServiceError, ValueError):
+    """A submit refused at once: 400 for a request that can never run as asked, 503 for the
+    interactive lane's "busy" refusals."""
+
+    def __init__(self, code: str, message: str, params: dict[str, Any] | None = None, status: int = 400) -> None:
+        super().__init__(message, code=code, params=dict(params or {}), status=status)
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+    def __repr__(self) -> str:
+        return f"SubmitError({self.code!r}, {str(self)!r}, {self.params!r})"
 
 
 class Unauthorized(ServiceError):

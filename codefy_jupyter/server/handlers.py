@@ -25,9 +25,7 @@ from jupyter_server.prometheus.log_functions import prometheus_log_method
 from tornado import web
 
 from ..core.errors import ServiceError
-from ..core.runs.requests import SchemaError
 from ..core.runs.service import RunService
-from ..core.scheduling.queue import SubmitError
 from .request_body import CappedBody, CodefyHTTPError, write_error_shape
 
 AUTH_RESOURCE = "codefy"
@@ -65,8 +63,12 @@ def _shows(logger: logging.Logger, level: int) -> bool:
 
 
 def error_body(err: Exception) -> tuple[int, dict[str, Any]]:
-    if isinstance(err, (ServiceError, SchemaError, SubmitError, CodefyHTTPError)):
-        return getattr(err, "status", 400), {"error": err.to_dict()}
+    """Every refusal is a ServiceError (core/errors.py), or a tornado HTTPError carrying one; anything
+    else is a bug, answered 500 without its text."""
+    if isinstance(err, CodefyHTTPError):
+        err = err.error
+    if isinstance(err, ServiceError):
+        return err.status, {"error": err.to_dict()}
     return 500, {"error": {"code": "internal_error", "message": "internal error", "params": {}}}
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from tornado import web
 from tornado.httputil import responses
 
+from ..core.errors import ServiceError
 from . import json_body
 
 # Bodies up to this size are parsed on the loop (well under a millisecond); larger ones in a thread.
@@ -23,20 +24,12 @@ _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 
 class CodefyHTTPError(web.HTTPError):
-    """An HTTPError that says which code and params its error body carries."""
+    """A refusal raised where tornado expects an HTTPError (prepare, argument decoding), carrying
+    the `ServiceError` its body is rendered from."""
 
     def __init__(self, status: int, message: str, *, code: str, params: dict[str, Any] | None = None) -> None:
         super().__init__(status, "%s", message)
-        self.code = code
-        self.params = params or {}
-        self.message = message
-
-    @property
-    def status(self) -> int:
-        return self.status_code
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "params": self.params}
+        self.error = ServiceError(message, code=code, params=params, status=status)
 
 
 def too_large(limit: int, size: int | None = None) -> CodefyHTTPError:
@@ -58,7 +51,7 @@ def error_shape(handler: web.RequestHandler, status_code: int, kwargs: dict[str,
     """The one error shape for an HTTP error raised outside our own `api` refusals."""
     err = kwargs.get("exc_info", (None, None, None))[1]
     if isinstance(err, CodefyHTTPError):
-        return {"code": err.code, "message": err.message, "params": err.params}
+        return err.error.to_dict()
     message = responses.get(status_code, "error")
     if isinstance(err, web.HTTPError) and err.log_message:
         try:
@@ -74,7 +67,7 @@ def error_shape(handler: web.RequestHandler, status_code: int, kwargs: dict[str,
         params["allowed"] = allowed_methods(handler)
     elif status_code >= 500:
         message = "internal error"  # never the exception text of a bug
-    return {"code": code, "message": message, "params": params}
+    return ServiceError(message, code=code, params=params, status=status_code).to_dict()
 
 
 def allowed_methods(handler: web.RequestHandler) -> list[str]:

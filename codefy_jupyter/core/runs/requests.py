@@ -11,22 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...wire.cpu_threads import MAX_CPU_THREADS
+from ..errors import SchemaError  # noqa: F401  (re-exported: the schema's refusal)
 
 SEED_MAX = 2**32 - 1
-
-
-class SchemaError(ValueError):
-    """A body that does not fit the schema. `field` is a dotted path such as `options.seed`."""
-
-    status = 422
-    code = "invalid_request"
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}" if field else message)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": str(self), "params": {"field": self.field}}
 
 
 @dataclass(frozen=True)

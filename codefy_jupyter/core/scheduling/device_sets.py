@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from codefy_jupyter.core.errors import SubmitError  # noqa: F401  (re-exported: the scheduler's refusal)
 from codefy_jupyter.wire.devices import DeviceError, canonical_device
 
 KINDS = ("cpu", "cuda", "mps")
@@ -50,23 +51,6 @@ class Notice:
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "params": dict(self.params)}
 
-
-class SubmitError(ValueError):
-    """A submit refused at once. `status` is the HTTP status the API answers with (400 for a
-    request that can never run as asked, 503 for the interactive lane's "busy" refusals)."""
-
-    def __init__(self, code: str, message: str, params: dict[str, Any] | None = None, status: int = 400) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.params = dict(params or {})
-        self.status = status
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "params": dict(self.params)}
-
-    def __repr__(self) -> str:
-        return f"SubmitError({self.code!r}, {self.message!r}, {self.params!r})"
 
 
 @dataclass(frozen=True)
