@@ -53,3 +53,34 @@ def test_unknown_names_are_programming_errors():
         rs.next_state("paused", "start")
     with pytest.raises(ValueError, match="unknown run event"):
         rs.next_state("queued", "pause")
+
+
+def test_the_run_service_writes_no_ending_the_lifecycle_does_not_allow(tmp_path):
+    """The service's one choke point for endings (`_write_final`) asks the table first: a second
+    ending of a finished run raises and writes nothing, so the log keeps exactly one closing event."""
+    import asyncio
+
+    from codefy_jupyter.core.config import Settings
+    from codefy_jupyter.core.runs.service import RunService
+    from codefy_jupyter.core.store.database import Store
+    from codefy_jupyter.wire import run_events as ev
+
+    async def main() -> None:
+        store = await Store.open(tmp_path / "db.sqlite")
+        service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)
+        await service.start()
+        run = await service.submit({"graph": {"nodes": [{"id": "k", "type": "Float", "params": {"value": 1}}]}})
+        for _ in range(200):
+            if (await service.get(run["id"]))["status"] == "succeeded":
+                break
+            await asyncio.sleep(0.02)
+        before = (await service.events_page(run["id"], 0))["events"]
+        closing = ev.execution_stopped(run["id"], status="cancelled", code="cancelled", message="again")
+        with pytest.raises(rs.IllegalTransition, match="a succeeded run cannot cancel; succeeded is final"):
+            await service._write_final(run["id"], "cancelled", closing, error=None)
+        after = (await service.events_page(run["id"], 0))["events"]
+        assert after == before and (await service.get(run["id"]))["status"] == "succeeded"
+        await service.shutdown()
+        await store.close()
+
+    asyncio.run(main())

@@ -116,6 +116,8 @@ class RunService:
         for row in await self.store.active_runs():
             last = await self.store.last_event(row["id"])
             if last is not None and last.type in ev.CLOSING:
+                # Not a transition but a repair: the log, which is the record, already closed the run
+                # (a row written before status and closing event shared one transaction).
                 status = ev.closing_status(last.type, last.payload) or rs.INTERRUPTED
                 await self.store.update_run(row["id"], status=status, finished_at=row.get("finished_at") or
                                             self.clock())
@@ -127,7 +129,7 @@ class RunService:
             closing = ev.execution_stopped(row["id"], status=rs.INTERRUPTED, code="server_restart",
                                            message="the server stopped while this run was "
                                            f"{row['status']}; it did not resume")
-            await self._write_final(row["id"], rs.INTERRUPTED, closing, error=None)
+            await self._write_final(row["id"], rs.INTERRUPTED, closing, error=None, from_state=row["status"])
             log.info("run %s was %s when the server stopped: interrupted", row["id"], row["status"])
         await self._retention()
 
@@ -149,8 +151,10 @@ class RunService:
                   devices=devices if len(devices) > 1 else (), seeded=row.get("seed") is not None, worker=name)
         self.queue.adopt(run, name, resume.get("slots") or [f"{name}/{d}" for d in devices or (resume["device"],)])
         started = row.get("started_at") or self.clock()
-        self._active[row["id"]] = _Active(started=started, status=rs.DISCONNECTED, worker=name)
-        await self.store.update_run(row["id"], status=rs.DISCONNECTED)
+        # Its worker's connection went with the old process: disconnected until the worker is back.
+        status = row["status"] if row["status"] == rs.DISCONNECTED else rs.next_state(row["status"], rs.DISCONNECT)
+        self._active[row["id"]] = _Active(started=started, status=status, worker=name)
+        await self.store.update_run(row["id"], status=status)
         handle = self.workers.executor.adopt(row)
         self._active[row["id"]].handle = handle
         self.keep(asyncio.get_running_loop().create_task(self._await_run(row["id"], handle)))
@@ -189,6 +193,7 @@ class RunService:
         active = self._active.get(run_id)
         if active is None:
             return
+        status = rs.next_state(active.status, rs.DISCONNECT if status == rs.DISCONNECTED else rs.RECONNECT)
         active.status = status
         self.store.update_run(run_id, status=status, only_if_status=(rs.RUNNING, rs.DISCONNECTED)
                               ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} {status}"))
@@ -200,7 +205,8 @@ class RunService:
         self._waiting_rows.pop(run_id, None)
         self._vault.pop(run_id, None)
         info = {"code": code, "message": message, "params": params}
-        await self._write_final(run_id, rs.FAILED, ev.execution_error(run_id, info), error=info)
+        await self._write_final(run_id, rs.FAILED, ev.execution_error(run_id, info), error=info,
+                                from_state=rs.QUEUED)
 
     # -- submit -----------------------------------------------------------------------------------
     async def submit(self, body: Any, *, owner: str | None = None) -> dict[str, Any]:
@@ -346,11 +352,11 @@ class RunService:
             self._start_on_worker(placement, row, graph)
             return
         now = self.clock()
-        self._active[run_id] = _Active(started=now)
+        self._active[run_id] = _Active(started=now, status=rs.next_state(rs.QUEUED, rs.START))
         budget = self._cpu_budget(row, None)
         # Not awaited: writes commit in call order, so the final write queued later can never land
         # before this one, and the submit that started the run answers after one commit, not two.
-        self.store.update_run(run_id, status=rs.RUNNING, started_at=now,
+        self.store.update_run(run_id, status=self._active[run_id].status, started_at=now,
                               fingerprint_digest=self.fingerprint_digest,
                               **({"execution_facts": {"cpu_threads": budget.to_dict()}} if budget else {})
                               ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} running"))
@@ -377,7 +383,7 @@ class RunService:
         this process holds); execution_start is written when the worker says the run started."""
         run_id, name = placement.run_id, placement.worker
         now = self.clock()
-        self._active[run_id] = _Active(started=now, worker=name)
+        self._active[run_id] = _Active(started=now, status=rs.next_state(rs.QUEUED, rs.START), worker=name)
         worker = self.workers.registry.get(name)
         uuids = {d.get("device"): d.get("uuid") for d in (worker.devices if worker else []) if d.get("uuid")}
         devices = list(placement.devices)
@@ -391,7 +397,8 @@ class RunService:
         fingerprint = (worker.info.get("fingerprint_digest") if worker else None) or None
         if worker is not None and worker.hello is not None and worker.hello.fingerprint:
             fingerprint = digest(worker.hello.fingerprint)
-        self.store.update_run(run_id, status=rs.RUNNING, started_at=now, worker_id=name, devices=devices,
+        self.store.update_run(run_id, status=self._active[run_id].status, started_at=now, worker_id=name,
+                              devices=devices,
                               queue_key=queue_key, fingerprint_digest=fingerprint,
                               execution_facts=self.workers.executor.facts(run_id)
                               ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} running"))
@@ -505,11 +512,14 @@ class RunService:
             await self._write_final(run_id, outcome.status, closing, error=None, facts=facts)
 
     async def _write_final(self, run_id: str, status: str, closing: ev.RunEvent, *, error: Any,
-                           facts: dict[str, Any] | None = None) -> None:
-        """Final status and closing event (with whatever is still queued) in one transaction."""
-        before = self._known_status(run_id)
-        if before is not None:  # what followers see until the write commits (not "unknown")
-            self._finishing[run_id] = before
+                           facts: dict[str, Any] | None = None, from_state: str | None = None) -> None:
+        """Final status and closing event (with whatever is still queued) in one transaction.
+        `from_state`: the run's status when this process does not hold it (a waiting run already
+        taken out of the queue, a row left by a previous process). An ending the lifecycle does not
+        allow (a second ending, say) raises IllegalTransition and writes nothing."""
+        before = self._known_status(run_id) if from_state is None else from_state
+        rs.finish(before if before is not None else "unknown", status)
+        self._finishing[run_id] = before  # what followers see until the write commits (not "unknown")
         self._active.pop(run_id, None)
         rows = self.events.take_closing(run_id, closing)
         extra = {"execution_facts": facts} if facts is not None else {}
@@ -528,7 +538,7 @@ class RunService:
         self._waiting_rows.pop(run_id, None)
         self._vault.pop(run_id, None)
         closing = ev.execution_stopped(run_id, status=status, code=code, message=message)
-        await self._write_final(run_id, status, closing, error=None)
+        await self._write_final(run_id, status, closing, error=None, from_state=rs.QUEUED)
 
     async def _retention(self) -> None:
         """Keep the newest finished runs; a pruned run's files go too (checkpoints, logs), except

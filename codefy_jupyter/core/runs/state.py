@@ -8,6 +8,9 @@
       │              disconnected ──interrupt──▶ interrupted
       └──cancel / interrupt / fail──▶ cancelled / interrupted / failed
 
+The run service changes a run's status only through `next_state` / `finish`, so every status it
+writes was reached by a legal step from the one before.
+
 `disconnected` belongs to runs on a worker whose connection dropped: the run may still be going
 there, so it is neither finished nor running here. Every other state change is illegal and raises
 `IllegalTransition`, naming the state and the event, so a bug shows up where it happens instead of
@@ -62,6 +65,17 @@ def next_state(state: str, event: str) -> str:
         return TRANSITIONS[(state, event)]
     except KeyError:
         raise IllegalTransition(state, event) from None
+
+
+_ENDING = {SUCCEEDED: SUCCEED, FAILED: FAIL, CANCELLED: CANCEL, INTERRUPTED: INTERRUPT}
+
+
+def finish(state: str, final: str) -> str:
+    """`final` when a run in `state` may end that way, else IllegalTransition (ValueError for a final
+    status that is not one)."""
+    if final not in _ENDING:
+        raise ValueError(f"{final!r} is not a final run status")
+    return next_state(state, _ENDING[final])
 
 
 def is_active(state: str) -> bool:
