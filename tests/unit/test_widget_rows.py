@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from codefy_jupyter.cli_args import SEED_MAX
@@ -133,13 +135,59 @@ def test_worker_rows_from_a_listing():
     rows, local = wr.worker_rows(LISTING)
     assert [r["name"] for r in rows] == ["a-laptop", "gpu-box", "offline-box"]
     laptop, box, offline = rows
-    assert box == {"name": "gpu-box", "state": "online", "devices": "cuda:0, cuda:1", "slots": "1/2", "running": 1,
-                   "running_ids": ["r1"], "same_host": False}
+    assert box == {"name": "gpu-box", "state": "online", "tone": "ok", "degraded": False, "missing_types": [],
+                   "devices": "cuda:0, cuda:1", "slots": "1/2", "running": 1, "running_ids": ["r1"], "same_host": False}
     assert laptop["devices"] == "cpu (shared with this server)" and laptop["running"] == 2
     assert laptop["running_ids"] == [] and laptop["same_host"] is True
     assert (offline["state"], offline["devices"], offline["slots"], offline["running"]) == ("offline", "cuda:0", "-", 0)
     assert local == {"devices": "cpu", "slots": "1/2"}
     assert wr.worker_names(LISTING) == ["a-laptop", "gpu-box", "offline-box"]
+
+
+def _api_states() -> set[str]:
+    """Every worker state and catalog status the API can list, from the lists the code defines."""
+    from codefy_jupyter.core.workers.handshake import CatalogDiff
+    from codefy_jupyter.core.workers.registry import STATES
+
+    return {*STATES, *(CatalogDiff(reported=True, matches=m).status for m in (True, False))}
+
+
+def test_every_worker_state_the_api_lists_has_a_coloured_pill():
+    from codefy_jupyter.kernel.widgets._base import CSS
+
+    states = _api_states()
+    assert {"connected", "draining", "disconnected", "offline", "degraded"} <= states
+    uncoloured = {s for s in states if wr.state_tone(s) == wr.UNKNOWN_TONE}
+    assert not uncoloured, f"worker states without a pill colour: {uncoloured} (add them to STATE_TONES)"
+    css = CSS.read_text()
+    for tone in {*wr.STATE_TONES.values(), wr.UNKNOWN_TONE}:
+        assert re.search(rf"\.cdf-status\.cdf-tone-{tone} \{{[^}}]*background:", css), f"no colour for tone {tone}"
+    assert wr.state_tone("rebooting") == wr.UNKNOWN_TONE  # a newer server's state still gets a pill
+
+
+class _Link:
+    peer = "127.0.0.1"
+
+    def send(self, frame) -> None:
+        pass
+
+    def close(self, code: int, reason: str) -> None:
+        pass
+
+
+def test_rows_from_the_registrys_own_worker_views_carry_each_states_tone():
+    from codefy_jupyter.core.workers.handshake import CatalogDiff
+    from codefy_jupyter.core.workers.registry import Worker
+
+    workers = [Worker(name="a-offline"), Worker(name="b-gone", seen=True), Worker(name="c-up", link=_Link()),
+               Worker(name="d-drain", link=_Link(), draining=True),
+               Worker(name="e-degraded", link=_Link(), catalog=CatalogDiff(reported=True, matches=False,
+                                                                           worker_lacks=("MLP", "Scale")))]
+    rows, _ = wr.worker_rows({"workers": [w.view() for w in workers]})
+    assert [(r["state"], r["tone"], r["degraded"]) for r in rows] == [
+        ("offline", "off", False), ("disconnected", "bad", False), ("connected", "ok", False),
+        ("draining", "warn", False), ("connected", "ok", True)]
+    assert rows[-1]["missing_types"] == ["MLP", "Scale"]
 
 
 def test_empty_or_odd_listings_have_no_rows():

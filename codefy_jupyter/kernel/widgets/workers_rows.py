@@ -2,7 +2,7 @@
 
 The listing is {"workers": [...], "local": [...]} (a bare list of workers, or `local` as
 {"devices": [...]}, are taken too): each worker with a name, a state (connected, draining,
-disconnected, offline), its devices each with its slots {limit, taken} (and shared_with "local"
+disconnected, offline), a catalog status (online, or degraded with the node types it lacks), its devices each with its slots {limit, taken} (and shared_with "local"
 for one of this server's devices), and the ids of the runs it executes; `local` lists this server's
 devices the same way. Fields this view does not know are ignored, and missing ones read "-", so a
 newer server's listing still renders.
@@ -13,6 +13,25 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 NO_WORKERS = "no workers connected"
+
+# The state pill's colour (a tone the CSS colours) for every worker state the API lists
+# (core/workers/registry.py STATES) and every catalog status (core/workers/handshake.py
+# CatalogDiff.status); tests/unit/test_widget_rows.py holds this table to those lists, so a state
+# added there cannot reach the browser uncoloured. `online` is also what older servers sent as
+# the state. A state this table does not know still gets a pill, in UNKNOWN_TONE.
+STATE_TONES = {
+    "connected": "ok",
+    "online": "ok",
+    "draining": "warn",
+    "degraded": "warn",
+    "disconnected": "bad",
+    "offline": "off",
+}
+UNKNOWN_TONE = "unknown"
+
+
+def state_tone(state: str) -> str:
+    return STATE_TONES.get(state, UNKNOWN_TONE)
 
 
 def device_name(device: Any) -> str:
@@ -63,9 +82,17 @@ def _running(worker: Mapping[str, Any]) -> list[str]:
 def worker_row(worker: Mapping[str, Any]) -> dict[str, Any]:
     devices, slots = devices_cell(worker.get("devices"))
     running = _running(worker)
+    state = str(worker.get("state") or worker.get("status") or "-")
+    # A connected worker whose node catalog differs from the server's takes only runs whose node
+    # types it has (`any` never picks it): a second pill says so, naming what it lacks.
+    missing = worker.get("missing_types")
+    degraded = worker.get("status") == "degraded" and state != "degraded"
     return {
         "name": str(worker.get("name") or worker.get("id") or "?"),
-        "state": str(worker.get("state") or worker.get("status") or "-"),
+        "state": state,
+        "tone": state_tone(state),
+        "degraded": degraded,
+        "missing_types": [str(m) for m in missing] if degraded and isinstance(missing, list) else [],
         "devices": devices,
         "slots": slots,
         "running": len(running),

@@ -2,7 +2,13 @@
 // or "no workers connected". Plain ESM for anywidget; Refresh is a message to the Python side.
 // h() comes from dom.js, which _base.esm() ships in front of this module.
 
-const STATE_CLASS = { online: "running", draining: "queued", connecting: "queued", disconnected: "failed", offline: "cancelled" };
+// The pill's tone comes with each row (workers_rows.py STATE_TONES, one table for every state).
+function pills(row) {
+  return [h("span", { class: `cdf-status cdf-tone-${row.tone || "unknown"}`, dataset: { tone: row.tone || "unknown" } }, row.state),
+    row.degraded ? h("span", { class: "cdf-status cdf-tone-warn cdf-degraded", dataset: { tone: "warn" },
+      title: (row.missing_types || []).length ? `lacks node types: ${row.missing_types.join(", ")}` : "node catalog differs" },
+    "degraded") : null];
+}
 
 function render({ model, el }) {
   el.classList.add("cdf", "cdf-workers");
@@ -16,7 +22,7 @@ function render({ model, el }) {
       h("thead", {}, h("tr", {}, ["Worker", "State", "Devices", "Slots", "Running"].map((c) => h("th", {}, c)))),
       h("tbody", {}, rows.map((row, i) => h("tr", { class: `cdf-row ${i % 2 === 0 ? "cdf-odd" : ""}`, dataset: { worker: row.name } },
         h("td", {}, row.name, row.same_host ? h("span", { class: "cdf-sub" }, "this machine") : null),
-        h("td", {}, h("span", { class: `cdf-status cdf-${STATE_CLASS[row.state] || ""}` }, row.state)),
+        h("td", { class: "cdf-state" }, pills(row)),
         h("td", { class: "cdf-mono" }, row.devices),
         h("td", {}, row.slots),
         h("td", { title: (row.running_ids || []).join("\n") }, String(row.running))))));
