@@ -3,7 +3,9 @@ browser): a test page renders each module, exactly the text its widget class shi
 (dom.js's helpers, then the widget's own module), with an in-page model implementing anywidget's
 model interface, filled with state made by the same Python code the widgets sync. The DOM is
 checked for the table's rows and for what clicks send to Python, and a screenshot for ink in each
-row."""
+row. A second page (views_page.html) lets virtual time pass: run views whose kernel stops beating
+say so, the Queue on… dialog's Watch draws the watched RunView in full, and every worker state the
+API lists gets a coloured pill."""
 
 from __future__ import annotations
 
@@ -19,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from codefy_jupyter.core.workers.handshake import CatalogDiff
+from codefy_jupyter.core.workers.registry import STATES, Worker
 from codefy_jupyter.kernel.widgets import QueueDialog, RunsTable, RunView, WorkersTable
 from codefy_jupyter.kernel.widgets.queue_form import device_choices, target_options
-from codefy_jupyter.kernel.widgets.run_state_view import RunViewState, fold_all, summary, to_traits
+from codefy_jupyter.kernel.widgets.run_state_view import RunViewState, fold_all, show_command, summary, to_traits
 from codefy_jupyter.kernel.widgets.runs_rows import FILTER_LABELS, count_label, table_row
 from codefy_jupyter.kernel.widgets.workers_rows import NO_WORKERS, worker_rows
 
@@ -30,6 +34,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     CHROMIUM is None, reason="no chromium binary on PATH: install Debian's package (apt-get install -y chromium); "
                              ".ci/run installs it when missing")]
 PAGE = Path(__file__).with_name("widget_page.html")
+VIEWS_PAGE = Path(__file__).with_name("views_page.html")
+FAKE_MODEL = Path(__file__).with_name("fake_model.js")
 # The module files the page imports, each written from what its widget class ships.
 MODULES = {"runs_table.js": RunsTable, "run_view.js": RunView, "workers_table.js": WorkersTable,
            "queue_dialog.js": QueueDialog}
@@ -80,7 +86,8 @@ def fixtures() -> dict:
     out = {
         "runs": {"rows": rows, "total": 312, "count": count_label(len(rows), 312), "filter": "all",
                  "filters": FILTER_LABELS, "error": None, "message": "", "watch_state": summary(state)},
-        "view": {**to_traits(state), "following": True, "follow_error": ""},
+        "view": {**to_traits(state), "following": True, "follow_error": "", "heartbeat": 0, "heartbeat_s": 2.0,
+                 "show_command": show_command(state.run_id)},
         "workers": {"rows": worker_table, "local": local, "message": "", "error": None},
         "noworkers": {"rows": [], "local": None, "message": NO_WORKERS, "error": None},
         "dialog": {"graph_name": "train_mlp.json", "graph_nodes": 8, "graph_seed": 42, "graph_device": "",
@@ -95,6 +102,29 @@ def fixtures() -> dict:
         unknown = set(out[key]) - set(cls.class_trait_names(sync=True))
         assert not unknown, f"{key} fixture sets traits {cls.__name__} does not sync: {unknown}"
     return out
+
+
+class _Link:
+    peer = "127.0.0.1"
+
+    def send(self, frame) -> None:
+        pass
+
+    def close(self, code: int, reason: str) -> None:
+        pass
+
+
+def views_fixtures() -> dict:
+    """For views_page.html: the watched run's digest and model id, and a workers listing from the
+    registry's own views with a worker in every state it defines, plus a degraded one."""
+    workers = [Worker(name="a-offline"), Worker(name="b-gone", seen=True), Worker(name="c-up", link=_Link()),
+               Worker(name="d-drain", link=_Link(), draining=True),
+               Worker(name="e-degraded", link=_Link(), catalog=CatalogDiff(reported=True, matches=False,
+                                                                           worker_lacks=("MLP",)))]
+    assert {w.state for w in workers} == set(STATES)
+    rows, local = worker_rows({"workers": [w.view() for w in workers]})
+    return {"watched_id": "f" * 32, "watch_state": summary(view_state()),
+            "all_workers": {"rows": rows, "local": local, "message": "", "error": None}}
 
 
 class _Quiet(SimpleHTTPRequestHandler):
@@ -112,7 +142,9 @@ def site(tmp_path):
         (root / name).write_text(str(cls._esm), encoding="utf-8")
     (root / "widgets.css").write_text(str(RunsTable._css), encoding="utf-8")
     shutil.copy(PAGE, root / "index.html")
-    (root / "fixtures.js").write_text("export default " + json.dumps(fixtures()) + ";\n")
+    shutil.copy(VIEWS_PAGE, root / "views.html")
+    shutil.copy(FAKE_MODEL, root / "fake_model.js")
+    (root / "fixtures.js").write_text("export default " + json.dumps({**fixtures(), **views_fixtures()}) + ";\n")
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -198,3 +230,48 @@ def test_the_widgets_render_their_rows_and_send_their_actions(site, tmp_path):
     chart = image.crop((x, y, x + w, y + h)).convert("RGB")
     blue = sum(n for n, (r, g, b) in chart.getcolors(w * h) if b > 180 and r < 90 and g < 150)  # the #1f6feb line
     assert blue > 100, "the metrics chart has no line in the screenshot"
+
+
+def test_views_say_when_their_kernel_went_away_and_the_dialog_watches_in_full(site, tmp_path):
+    dumped = chromium(tmp_path, "--dump-dom", site.replace("index.html", "views.html"))
+    assert dumped.returncode == 0, dumped.stderr[-2000:]
+    report = page_report(dumped.stdout)
+    run_id = hexid(1)
+
+    # A view whose kernel beats stays live; one whose kernel stopped beating says so after three
+    # missed beats, with the command that gives a live view again.
+    assert report["early"]["live"]["state"] == "live" and report["early"]["silent"]["state"] == "live"
+    assert report["beats"] >= 8
+    assert report["live"] == {"state": "live", "banner": None, "command": None, "banner_height": 0,
+                              "banner_background": None}
+    silent = report["silent"]
+    assert silent["state"] == "disconnected" and silent["command"] == f"%codefy show {run_id}"
+    assert "disconnected" in silent["banner"] and "kernel went away" in silent["banner"]
+    assert "last seen running" in silent["banner"]
+    assert silent["banner_height"] > 10 and silent["banner_background"] == "rgb(255, 248, 197)"
+    # The comm closing says it at once (its beats were a minute apart); a finished run's view
+    # never goes stale; beats coming back heal a view.
+    assert report["closed"]["state"] == "disconnected" and report["closed"]["command"] == f"%codefy show {run_id}"
+    assert report["finished"]["state"] == "live" and report["finished"]["banner"] is None
+    assert report["stopped"]["state"] == "live" and report["stopped"]["banner"] is None
+    assert report["healed_before"]["state"] == "disconnected" and report["healed_after"]["state"] == "live"
+
+    # Queue on…'s Watch: the watched RunView's model drawn in full inside the dialog, no strip.
+    assert report["dialog_sent"] == [{"action": "watch"}]
+    watch = report["watch"]
+    assert watch["run_views"] == 1 and watch["strip"] is False
+    assert watch["nodes"] == {"data": "done", "split": "done", "model": "done", "train": "running"}
+    assert watch["bars"] == ["26.7%", "66.7%"] and watch["series"] == 2 and watch["title"] == "mlp"
+    assert "run complete" in report["watch_after"] and "train_loss 0.25" in report["watch_after"]
+    assert report["watch_cleared"] == {"run_views": 0, "strip": True}
+
+    # Workers: a coloured pill for every state, and the degraded worker's second pill.
+    pills = {(p["text"], p["tone"]) for p in report["pills"]}
+    assert pills == {("offline", "off"), ("disconnected", "bad"), ("connected", "ok"), ("draining", "warn"),
+                     ("degraded", "warn")}
+    assert len(report["pills"]) == 6  # e-degraded: connected + degraded
+    for pill in report["pills"]:
+        assert pill["background"] != report["plain_pill_background"], pill
+    backgrounds = {p["tone"]: p["background"] for p in report["pills"]}
+    assert len(set(backgrounds.values())) == 4, backgrounds  # ok, warn, bad, off look different
+    assert any("MLP" in p["title"] for p in report["pills"] if p["text"] == "degraded")

@@ -6,6 +6,7 @@ messages the ESM sends (`_handle_custom_msg`, ipywidgets' own entry point for th
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from test_server_runs import sleepy
 
 from codefy_jupyter.kernel import Client, CodefyError
 from codefy_jupyter.kernel.widgets import QueueDialog, RunsTable, RunView, WorkersTable
+from codefy_jupyter.kernel.widgets._heartbeat import PULSE
 
 pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_mlp.json"
@@ -84,6 +86,53 @@ def test_run_view_shows_the_place_in_line_then_the_run(client):
         view.close()
     for b in blockers:
         assert client.wait(b["id"])["status"] == "cancelled"
+
+
+def _beats_move(view: RunView, within_s: float) -> bool:
+    """Whether the view's heartbeat goes up within `within_s` seconds."""
+    start, done = view.heartbeat, threading.Event()
+    for _ in range(int(within_s * 10)):
+        if view.heartbeat > start:
+            return True
+        done.wait(0.1)
+    return view.heartbeat > start
+
+
+def test_the_kernel_beats_into_a_view_while_its_run_can_change_and_stops_after(client):
+    slow = client.submit(sleepy(60), name="a view with a heartbeat")
+    view = RunView(slow["id"], client)
+    try:
+        assert view.show_command == f"%codefy show {slow['id']}"
+        assert view.heartbeat_s == PULSE.interval_s
+        assert view.wait_until(lambda v: v.status == "running", WAIT_S)
+        assert _beats_move(view, 5 * PULSE.interval_s)
+        assert _beats_move(view, 5 * PULSE.interval_s)  # and on: a browser sees a live kernel
+        state = view.get_state()
+        assert state["heartbeat"] == view.heartbeat and state["show_command"] == view.show_command
+        client.cancel(slow["id"])
+        assert view.wait(WAIT_S) == "cancelled"
+        # Finished: the pulse drops the view, the browser judges it no more.
+        for _ in range(int(5 * PULSE.interval_s * 10)):
+            if not view in PULSE:
+                break
+            threading.Event().wait(0.1)
+        assert not view in PULSE
+        assert not _beats_move(view, 2 * PULSE.interval_s)
+    finally:
+        view.close()
+
+
+def test_a_closed_view_gets_no_more_beats(client):
+    slow = client.submit(sleepy(60), name="a view closed while its run goes on")
+    view = RunView(slow["id"], client)
+    try:
+        assert view.wait_until(lambda v: v.status == "running", WAIT_S)
+        assert view in PULSE
+    finally:
+        view.close()
+    assert not view in PULSE
+    client.cancel(slow["id"])
+    assert client.wait(slow["id"])["status"] == "cancelled"
 
 
 def test_a_view_of_an_unknown_run_says_so(client):
@@ -204,6 +253,9 @@ def test_queue_dialog_checks_submits_and_watches(client, tmp_path):
         assert dialog.error is None and dialog.run["status"] in ("queued", "running", "succeeded")
         run_id = dialog.run["id"]
         message(dialog, {"action": "watch"})
+        # The browser gets the watched RunView as a model reference and draws that model in full.
+        assert isinstance(dialog.watched, RunView) and dialog.watched.run_id == run_id
+        assert dialog.get_state()["watched"] == f"IPY_MODEL_{dialog.watched.model_id}"
         assert dialog.watched.wait(WAIT_S) == "succeeded"
         assert dialog.watch_state["status"] == "succeeded" and dialog.watch_state["nodes_done"] == 2
         row = client.get(run_id)
@@ -213,8 +265,12 @@ def test_queue_dialog_checks_submits_and_watches(client, tmp_path):
         assert client.get(dialog.run["id"])["seed"] is None
         with pytest.raises(TypeError, match="colour"):
             dialog.submit(colour="red")
+        first = dialog.watched
+        message(dialog, {"action": "watch"})  # watching again replaces (and closes) the old view
+        assert dialog.watched is not first and first._closing.is_set()
     finally:
         dialog.close()
+    assert dialog.watched is None
     with pytest.raises(CodefyError) as info:
         QueueDialog(str(tmp_path / "missing.json"), client)
     assert info.value.code == "file_not_found"

@@ -10,8 +10,9 @@ import pytest
 
 from codefy_jupyter.wire import run_events as ev
 from codefy_jupyter.engine import run_graph
-from codefy_jupyter.kernel.widgets.run_state_view import (MAX_WARNINGS, RunViewState, apply_row, decimate, fold,
-                                                          fold_all, progress_entry, summary, to_traits)
+from codefy_jupyter.kernel.widgets.run_state_view import (FINISHED, MAX_WARNINGS, RunViewState, apply_row, decimate,
+                                                          fold, fold_all, needs_heartbeat, progress_entry, show_command,
+                                                          summary, to_traits)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -170,3 +171,18 @@ def test_summary_names_the_running_node_and_its_progress():
     digest = summary(state)
     assert digest["nodes_done"] == 1 and digest["nodes_seen"] == 2 and digest["node"] == "t"
     assert digest["progress"]["value"] == 2.0 and digest["status"] == "running"
+
+
+def test_views_need_heartbeats_while_they_follow_a_run_that_is_not_finished():
+    for status in ("queued", "running", "disconnected"):
+        assert needs_heartbeat(status, True), status
+        assert not needs_heartbeat(status, False), status  # stopped early: follow_error says why
+    for status in FINISHED:
+        assert not needs_heartbeat(status, True), status
+    # A run the kernel finished following stops needing them with its last fold.
+    state = fold_all(RunViewState("r"), log(start(), ("execution_complete", {"run_id": "r", "outputs": {}})))
+    assert not needs_heartbeat(state.status, True)
+
+
+def test_the_command_a_disconnected_view_offers():
+    assert show_command("0123abcd") == "%codefy show 0123abcd"

@@ -20,10 +20,10 @@ SHARED_JS = ASSETS / "dom.js"
 log = logging.getLogger("codefy_jupyter.widgets")
 
 
-def esm(name: str) -> str:
-    """The ES module a widget ships: the shared helpers, then the widget's own module `name`.
-    Called once per widget class, at import."""
-    return SHARED_JS.read_text(encoding="utf-8") + "\n" + (ASSETS / name).read_text(encoding="utf-8")
+def esm(*names: str) -> str:
+    """The ES module a widget ships: the shared helpers, then the texts `names` (shared drawing
+    code first, the widget's own module last). Called once per widget class, at import."""
+    return "\n".join(path.read_text(encoding="utf-8") for path in (SHARED_JS, *(ASSETS / n for n in names)))
 
 
 def client_or_default(client: Client | None) -> tuple[Client, bool]:

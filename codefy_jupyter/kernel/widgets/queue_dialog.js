@@ -1,8 +1,11 @@
 // QueueDialog ("Queue on…"): target, device or device set, seed, name, and Submit. Plain ESM for
 // anywidget. The form is built once (typing is never interrupted by a redraw); the fields are
 // saved to the model and Submit is a message the Python side answers by submitting through the
-// REST API, then showing the new run's id (and, on Watch, a strip that follows it).
-// h() comes from dom.js, which _base.esm() ships in front of this module.
+// REST API, then showing the new run's id; Watch shows the run's full live view: the Python side
+// syncs the watched RunView as `watched` (a model reference), and the dialog draws that model with
+// renderRunView, the RunView's own drawing.
+// h() comes from dom.js and renderRunView from run_view_draw.js, which _base.esm() ships in front
+// of this module.
 
 let uid = 0;
 
@@ -20,6 +23,8 @@ function render({ model, el }) {
   const fields = { target, device, devices, seed, no_seed: noSeed, name };
   const title = h("div", { class: "cdf-head" });
   const result = h("div", { class: "cdf-result-area" });
+  // Its own element: the result area is redrawn on every change, the live view draws itself.
+  const watchArea = h("div", { class: "cdf-watch-area" });
 
   const label = (text, input, extra) => [h("label", {}, text), h("span", {}, input, extra || null)];
   el.append(h("div", {}, title,
@@ -27,7 +32,7 @@ function render({ model, el }) {
       label("Target", target), label("Device", device), label("Devices", devices),
       label("Seed", seed, h("label", { class: "cdf-note" }, " ", noSeed, " No seed")), label("Name", name),
       h("span", {}), h("span", {}, submit)),
-    datalist, result));
+    datalist, result, watchArea));
 
   const read = () => ({ target: target.value, device: device.value, devices: devices.value, seed: seed.value,
     no_seed: noSeed.checked, name: name.value });
@@ -59,6 +64,31 @@ function render({ model, el }) {
       h("span", { class: "cdf-note" }, `${model.get("graph_name")} · ${model.get("graph_nodes")} nodes`));
   }
 
+  // The watched RunView's model, drawn in watchArea: {ref, cleanup} of what is drawn now.
+  let shown = { ref: null, cleanup: null, failed: "" };
+  async function showWatched() {
+    const ref = model.get("watched");
+    if (ref === shown.ref) return;
+    if (shown.cleanup) shown.cleanup();
+    shown = { ref, cleanup: null, failed: "" };
+    watchArea.replaceChildren();
+    if (!ref) return outcome();
+    const manager = model.widget_manager;
+    try {
+      if (!manager || !manager.get_model) throw new Error("this frontend gives widgets no widget manager");
+      const child = await manager.get_model(String(ref).replace(/^IPY_MODEL_/, ""));
+      if (shown.ref !== ref) return;  // replaced while we waited
+      const el = h("div", { class: "cdf-watched" });
+      watchArea.replaceChildren(el);
+      const cleanup = renderRunView({ model: child, el });
+      shown.cleanup = () => { cleanup(); el.remove(); };
+    } catch (err) {
+      // Without the model the digest strip (watch_state) still follows the run.
+      if (shown.ref === ref) shown.failed = `live view unavailable here (${err && err.message || err}); showing a summary`;
+    }
+    outcome();
+  }
+
   function outcome() {
     const error = model.get("error");
     for (const [key, input] of Object.entries(fields)) {
@@ -75,7 +105,8 @@ function render({ model, el }) {
         h("span", { class: `cdf-status cdf-${run.status}` }, run.status),
         run.queue_key ? h("span", { class: "cdf-note" }, `queue ${run.queue_key}`) : null,
         h("button", { class: "cdf-watch", onclick: () => model.send({ action: "watch" }) }, "Watch")) : null,
-      w && w.run_id ? h("div", { class: "cdf-strip cdf-watch" },
+      shown.failed ? h("div", { class: "cdf-note" }, shown.failed) : null,
+      w && w.run_id && !shown.cleanup ? h("div", { class: "cdf-strip cdf-watch" },
         h("span", { class: `cdf-status cdf-${w.status}` }, w.status),
         w.status === "queued" && w.queue_position ? `Queue #${w.queue_position}` : null,
         w.queue_reason ? h("i", {}, w.queue_reason) : null,
@@ -89,11 +120,15 @@ function render({ model, el }) {
   const resultKeys = ["error", "busy", "run", "watch_state"];
   for (const key of formKeys) model.on(`change:${key}`, fill);
   for (const key of resultKeys) model.on(`change:${key}`, outcome);
+  model.on("change:watched", showWatched);
   fill();
   outcome();
+  showWatched();
   return () => {
     for (const key of formKeys) model.off(`change:${key}`, fill);
     for (const key of resultKeys) model.off(`change:${key}`, outcome);
+    model.off("change:watched", showWatched);
+    if (shown.cleanup) shown.cleanup();
   };
 }
 

@@ -1,7 +1,7 @@
 """`QueueDialog(graph)`: the Queue on… dialog in a notebook. Target (This server, a worker the
 server lists, Any available), device or device set, seed, name; Submit sends the run through the
-API and shows its id, and Watch follows it in a strip (or `dialog.watch(...)` for a full
-RunView). A field the dialog can check is refused before sending; anything else is the server's
+API and shows its id, and Watch shows the run's full live view (a RunView, synced as `watched`
+and drawn inside the dialog by the same code that draws a RunView) under the form. A field the dialog can check is refused before sending; anything else is the server's
 own refusal, shown verbatim with its field."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 import anywidget
 import traitlets as t
+from ipywidgets import widget_serialization
 
 from ..client import Client, load_graph
 from ..errors import CodefyError
@@ -25,7 +26,7 @@ FORM_FIELDS = ("target", "device", "devices", "seed", "no_seed", "name")
 
 
 class QueueDialog(Watching, anywidget.AnyWidget):
-    _esm = esm("queue_dialog.js")
+    _esm = esm("run_view_draw.js", "queue_dialog.js")
     _css = CSS
 
     graph_name = t.Unicode("").tag(sync=True)
@@ -44,6 +45,8 @@ class QueueDialog(Watching, anywidget.AnyWidget):
     run = t.Dict(default_value=None, allow_none=True).tag(sync=True)  # the submitted run: id, status, device, queue_key
     error = t.Dict(default_value=None, allow_none=True).tag(sync=True)  # {message, field, ...}
     watch_state = t.Dict().tag(sync=True)
+    # The watched run's view: the browser gets its model id and draws that model's live view.
+    watched = t.Instance(RunView, allow_none=True).tag(sync=True, **widget_serialization)
 
     def __init__(self, graph: dict[str, Any] | str | Path, client: Client | None = None) -> None:
         loaded = load_graph(graph)

@@ -353,6 +353,18 @@ def to_traits(state: RunViewState, *, max_points: int = MAX_POINTS) -> dict[str,
     }
 
 
+def needs_heartbeat(status: str, following: bool) -> bool:
+    """Whether a view gets heartbeats: while it follows a run that is not finished its view can go
+    stale. A finished run's view shows all there is, and one that stopped following early says why
+    (follow_error); neither needs a kernel to vouch for it."""
+    return following and status not in FINISHED
+
+
+def show_command(run_id: str) -> str:
+    """What to run in a notebook for a live view of `run_id` again (a disconnected view says it)."""
+    return f"%codefy show {run_id}"
+
+
 def summary(state: RunViewState) -> dict[str, Any]:
     """A one-line digest of a run for views that show a watched run in a strip (the Runs table's
     Watch, the Queue on… dialog after a submit): status, place in line, nodes finished out of

@@ -1,6 +1,10 @@
 """`RunView(run_id)`: a live view of one run — status, place in line and its reason, per-node
 status, progress bars for batches and epochs, and a metrics chart drawn as SVG in the browser.
 
+While the run can still change, the kernel ticks a `heartbeat` trait every `heartbeat_s` seconds
+(_heartbeat.py); the browser shows the view "disconnected", with the `%codefy show ID` that gives a
+live view again, when the beats stop (the kernel restarted or went away).
+
 A background thread follows the run's event log from a cursor (`GET …/events?cursor=&wait=`
 long polls) and folds each page into a `RunViewState` (run_state_view.py), then pushes it into
 the synced traits in one message. Displaying the view again for a run id after a kernel restart
@@ -19,11 +23,13 @@ import traitlets as t
 from ..client import Client
 from ..errors import CodefyError
 from ._base import CSS, client_or_default, esm, log
-from .run_state_view import FINISHED, QUEUED, RunViewState, apply_row, fold_all, to_traits
+from ._heartbeat import PULSE
+from .run_state_view import (FINISHED, QUEUED, RunViewState, apply_row, fold_all, needs_heartbeat, show_command,
+                             to_traits)
 
 
 class RunView(anywidget.AnyWidget):
-    _esm = esm("run_view.js")
+    _esm = esm("run_view_draw.js", "run_view.js")
     _css = CSS
 
     run_id = t.Unicode("").tag(sync=True)
@@ -52,6 +58,9 @@ class RunView(anywidget.AnyWidget):
     cursor = t.Int(0).tag(sync=True)
     following = t.Bool(True).tag(sync=True)
     follow_error = t.Unicode("").tag(sync=True)  # why following stopped early (server lost, run deleted)
+    heartbeat = t.Int(0).tag(sync=True)  # ticked by the kernel while the run can change
+    heartbeat_s = t.Float(PULSE.interval_s).tag(sync=True)  # how often, so the browser knows a missed beat
+    show_command = t.Unicode("").tag(sync=True)  # what gives a live view again from a new kernel
 
     # Long-poll lengths: a queued run re-reads its place in line every second; a running one waits
     # for events up to poll_s (a closing view stops within that).
@@ -66,14 +75,19 @@ class RunView(anywidget.AnyWidget):
     def __init__(self, run_id: str, client: Client | None = None) -> None:
         if not isinstance(run_id, str) or not run_id.strip():
             raise ValueError(f"run_id must be a run id (a non-empty string), got {run_id!r}")
-        super().__init__(run_id=run_id.strip())
+        super().__init__(run_id=run_id.strip(), show_command=show_command(run_id.strip()))
         self._client, self._owns_client = client_or_default(client)
+        # The follow thread and the heartbeat thread both set synced traits; one at a time, since
+        # ipywidgets' held sync is not thread-safe and a beat set while a page's sync is being
+        # sent could be dropped.
+        self._sync_lock = threading.Lock()
         self._state = RunViewState(run_id=self.run_id)
         self._cond = threading.Condition()
         self._done = False
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._follow, name=f"codefy-run-view-{self.run_id[:8]}", daemon=True)
         self._thread.start()
+        PULSE.add(self)
 
     # -- public -------------------------------------------------------------------------------
     @property
@@ -110,12 +124,21 @@ class RunView(anywidget.AnyWidget):
         closing = getattr(self, "_closing", None)  # None: __init__ refused its arguments
         if closing is not None:
             closing.set()
+        PULSE.discard(self)
         super().close()
 
     # -- following ------------------------------------------------------------------------------
+    def _beat(self) -> bool:
+        """One heartbeat (from _heartbeat.PULSE's thread); whether the view needs more."""
+        if self._closing.is_set() or not needs_heartbeat(self.status, self.following):
+            return False
+        with self._sync_lock:
+            self.heartbeat += 1
+        return True
+
     def _push(self, state: RunViewState) -> None:
         values = to_traits(state)
-        with self.hold_sync():
+        with self._sync_lock, self.hold_sync():
             for key, value in values.items():
                 if getattr(self, key) != value:
                     setattr(self, key, value)
