@@ -30,6 +30,12 @@ def test_null_seed_is_an_explicit_unseeded_run():
     assert o.seed is None and o.seed_given
 
 
+def test_an_integer_written_with_a_zero_fraction_is_that_integer():
+    # JSON Schema's `integer` admits 2009.0 (schemathesis sends it): it is 2009, not a refusal.
+    o = parse_submit({"graph": GRAPH, "options": {"seed": 2009.0, "cpu_threads": 2.0}}).options
+    assert (o.seed, o.cpu_threads) == (2009, 2) and type(o.seed) is int and type(o.cpu_threads) is int
+
+
 @pytest.mark.parametrize("body,field", [
     ([], ""),
     ({}, "graph"),
@@ -44,6 +50,7 @@ def test_null_seed_is_an_explicit_unseeded_run():
     ({"graph": GRAPH, "options": {"seed": True}}, "options.seed"),
     ({"graph": GRAPH, "options": {"seed": -1}}, "options.seed"),
     ({"graph": GRAPH, "options": {"seed": 2**32}}, "options.seed"),
+    ({"graph": GRAPH, "options": {"seed": 7.5}}, "options.seed"),
     ({"graph": GRAPH, "options": {"deterministic": "yes"}}, "options.deterministic"),
     ({"graph": GRAPH, "options": {"lane": "fast"}}, "options.lane"),
     ({"graph": GRAPH, "options": {"session": 5}}, "options.session"),

@@ -57,6 +57,14 @@ def _type(value: Any, kinds: tuple[type, ...], path: str, what: str) -> None:
         raise SchemaError(path, f"expected {what}, got {type(value).__name__ if value is not None else 'null'}")
 
 
+def _integer(value: Any, path: str, what: str) -> int:
+    """An integer as JSON means it: 7 or 7.0 (JSON Schema's `integer` admits both), never 7.5 or true."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    _type(value, (int,), path, what)
+    return value
+
+
 def parse_submit(body: Any) -> SubmitRequest:
     """`{"graph": {...}, "name"?: str, "options"?: {...}}` or SchemaError."""
     _type(body, (dict,), "", "a JSON object")
@@ -82,10 +90,10 @@ def parse_submit(body: Any) -> SubmitRequest:
     if "seed" in raw:
         opts["seed_given"] = True
         if raw["seed"] is not None:
-            _type(raw["seed"], (int,), "options.seed", "an integer or null")
-            if not 0 <= raw["seed"] <= SEED_MAX:
+            seed = _integer(raw["seed"], "options.seed", "an integer or null")
+            if not 0 <= seed <= SEED_MAX:
                 raise SchemaError("options.seed", f"must be from 0 to {SEED_MAX}")
-            opts["seed"] = raw["seed"]
+            opts["seed"] = seed
     for flag in ("deterministic", "record_outputs"):
         if flag in raw:
             _type(raw[flag], (bool,), f"options.{flag}", "true or false")
@@ -100,10 +108,10 @@ def parse_submit(body: Any) -> SubmitRequest:
     if "target" in raw and raw["target"] is not None:
         opts["target"] = _parse_target(raw["target"])
     if "cpu_threads" in raw and raw["cpu_threads"] is not None:
-        _type(raw["cpu_threads"], (int,), "options.cpu_threads", "an integer or null")
-        if not 1 <= raw["cpu_threads"] <= MAX_CPU_THREADS:
+        threads = _integer(raw["cpu_threads"], "options.cpu_threads", "an integer or null")
+        if not 1 <= threads <= MAX_CPU_THREADS:
             raise SchemaError("options.cpu_threads", f"must be from 1 to {MAX_CPU_THREADS} (null: the server's budget)")
-        opts["cpu_threads"] = raw["cpu_threads"]
+        opts["cpu_threads"] = threads
     return SubmitRequest(graph=body["graph"], name=name, options=SubmitOptions(**opts))
 
 
