@@ -103,6 +103,7 @@ class Knocker(threading.Thread):
             self.answers.append(answer)
 
 
+@pytest.mark.timeout(600)  # twenty server starts: about 90 s on an idle 2-core machine
 async def test_runs_on_a_real_agent_survive_twenty_hard_restarts_with_slow_recovery(servers, tmp_path):
     port = free_port()
     state = servers.start(port)
