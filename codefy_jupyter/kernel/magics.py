@@ -71,7 +71,7 @@ class _Done(Exception):
 
 def _run_parser() -> argparse.ArgumentParser:
     """The `codefy run` parser itself, so the magic takes exactly the CLI's flags."""
-    from ..run_cli import add_parsers
+    from ..cli.run import add_parsers
 
     top = _Parser(prog="%codefy", add_help=False)
     sub = top.add_subparsers(dest="command")
@@ -84,7 +84,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def _own_parser() -> argparse.ArgumentParser:
-    from ..run_cli import _server_args
+    from ..cli.run import _server_args
 
     top = _Parser(prog="%codefy", add_help=False)
     sub = top.add_subparsers(dest="command")
@@ -187,7 +187,7 @@ class CodefyMagics(Magics):
     # -- commands --------------------------------------------------------------------------------
     def _client(self, args: argparse.Namespace) -> Client:
         """One client per server, kept for the kernel's life: views follow runs with it."""
-        from ..run_cli import _server_info
+        from ..cli.run import _server_info
 
         chosen = any(getattr(args, k, None) for k in ("url", "token", "host", "port"))
         if chosen or os.environ.get("CODEFY_URL"):  # cheap to read each time, and may change
@@ -204,7 +204,7 @@ class CodefyMagics(Magics):
         return self._clients[key]
 
     def _run(self, args: argparse.Namespace, graph: tuple[dict[str, Any], str]) -> Any:
-        from ..run_cli import submit_options
+        from ..cli.run import submit_options
 
         client = self._client(args)
         try:
@@ -273,7 +273,7 @@ class CodefyMagics(Magics):
 
 def describe(err: CodefyError) -> str:
     """The server's message, its field and status, as one short text (no traceback)."""
-    from ..run_cli import _describe
+    from ..cli.run import _describe
 
     return _describe(err)
 

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._version import __version__
+from .._version import __version__
 
-from .cli_args import EXIT_CLOSED_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SEED_MAX, int_in, seconds
+from .args import EXIT_CLOSED_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SEED_MAX, int_in, seconds
 
 
 _seed = int_in("seed", 0, SEED_MAX)
@@ -65,13 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--timeout", type=_seconds, default=8.0, metavar="S",
                     help="seconds to wait after SIGTERM before SIGKILL (default 8)")
 
-    from .run_cli import add_parsers
+    from .run import add_parsers
 
     add_parsers(sub)
     from .kernel_setup import add_parser as add_kernel_setup
 
     add_kernel_setup(sub)
-    from .agent.cli import add_parser as add_agent
+    from .agent import add_parser as add_agent
 
     add_agent(sub)
     return parser
@@ -100,23 +100,23 @@ def _dispatch(argv: list[str] | None) -> int:
     if args.command == "exec":
         return _exec(args, parser)
     if args.command == "start":
-        from .server.headless import start_command
+        from ..server.headless import start_command
 
         return start_command(args)
     if args.command == "stop":
-        from .server.headless import stop_command
+        from ..server.headless import stop_command
 
         return stop_command(args)
     if args.command == "run":
-        from .run_cli import run_command
+        from .run import run_command
 
         return run_command(args)
     if args.command == "runs":
-        from .run_cli import runs_command
+        from .run import runs_command
 
         return runs_command(args)
     if args.command == "agent":
-        from .agent.cli import command as agent_command
+        from .agent import command as agent_command
 
         return agent_command(args, parser)
     if args.command == "kernel-setup":
@@ -136,8 +136,8 @@ def _fail(message: str, as_json: bool, error: dict[str, Any] | None = None) -> i
 
 
 def _exec(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .core.devices import torch_devices
-    from .wire.devices import DeviceError, resolve_device
+    from ..core.devices import torch_devices
+    from ..wire.devices import DeviceError, resolve_device
 
     path = Path(args.graph)
     try:
@@ -158,7 +158,7 @@ def _exec(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             parser.error(str(err))
         return _fail(f"settings.device: {err}", args.json)
 
-    from .engine import CancelToken, GraphError, run_graph
+    from ..engine import CancelToken, GraphError, run_graph
     from .terminal import LiveView, format_seconds, format_value
 
     view = None if args.json else LiveView(sys.stderr)
@@ -217,5 +217,3 @@ def _exec(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return EXIT_OK if result.status == "succeeded" else EXIT_FAILED
 
 
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from .cli_args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SEED_MAX, int_in, seconds
+from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SEED_MAX, int_in, seconds
 LIST_LIMIT = 50
 FINISHED = ("succeeded", "failed", "cancelled", "interrupted")
 # How long a watcher keeps retrying a server that stopped answering (seconds).
@@ -192,7 +192,7 @@ def _error_doc(err: Any) -> dict[str, Any]:
 
 
 def _server_info(args: argparse.Namespace) -> Any:
-    from .kernel.discovery import _codefy_start_state, discover
+    from ..kernel.discovery import _codefy_start_state, discover
 
     url = args.url
     if not url and (args.host or args.port):
@@ -243,8 +243,8 @@ def _row(label: str, value: Any) -> str:
 def _run_client(args: argparse.Namespace, as_json: bool, body: Callable[[Any], Any]) -> int:
     """Find the server, run `body(client)` on an event loop; CodefyError → a message and exit 1,
     Ctrl+C → exit 130."""
-    from .kernel.client import AsyncClient
-    from .kernel.errors import CodefyError
+    from ..kernel.client import AsyncClient
+    from ..kernel.errors import CodefyError
 
     try:
         server = _server_info(args)
@@ -274,7 +274,7 @@ def _run_client(args: argparse.Namespace, as_json: bool, body: Callable[[Any], A
 
 def submit_options(args: argparse.Namespace) -> dict[str, Any]:
     """`codefy run`'s flags as keywords of `Client.submit` (shared with `%codefy run`)."""
-    from .kernel.client import _UNSET
+    from ..kernel.client import _UNSET
 
     options: dict[str, Any] = {"name": args.name, "device": args.device, "deterministic": args.deterministic,
                                "record_outputs": args.record_outputs, "devices": args.devices}
@@ -290,8 +290,8 @@ def submit_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from .kernel.client import load_graph
-    from .kernel.errors import CodefyError
+    from ..kernel.client import load_graph
+    from ..kernel.errors import CodefyError
 
     try:
         graph = load_graph(args.graph)
@@ -315,7 +315,7 @@ def run_command(args: argparse.Namespace) -> int:
 def watch_command(args: argparse.Namespace) -> int:
     """`codefy runs watch ID`: `codefy run`'s live view of a run already submitted, replayed from its
     log (so a finished run shows whole) and followed live to its end."""
-    from .kernel.errors import CodefyError
+    from ..kernel.errors import CodefyError
 
     try:
         server = _server_info(args)
@@ -345,8 +345,8 @@ class RunWatcher:
     async def main(self, run_id: str | None = None) -> int:
         """Submit the graph and watch its run; with `run_id`, watch that run instead, from the start
         of its log (`codefy runs watch`)."""
-        from .kernel.client import AsyncClient
-        from .kernel.errors import CodefyError
+        from ..kernel.client import AsyncClient
+        from ..kernel.errors import CodefyError
 
         self.client = AsyncClient(server=self.server)
         try:
@@ -430,7 +430,7 @@ class RunWatcher:
         return EXIT_INTERRUPTED
 
     async def _timed_out(self) -> int:
-        from .kernel.errors import CodefyError
+        from ..kernel.errors import CodefyError
 
         self._close_view()
         run_id = self.run["id"] if self.run else "?"
@@ -452,7 +452,7 @@ class RunWatcher:
     # -- watching -----------------------------------------------------------------------------
     async def _retrying(self, call: Callable[[], Any]) -> Any:
         """`call()`, retried while the server does not answer, for up to the reconnect window."""
-        from .kernel.errors import CodefyError
+        from ..kernel.errors import CodefyError
 
         loop = asyncio.get_running_loop()
         lost_since: float | None = None
@@ -567,6 +567,6 @@ class RunWatcher:
 
 
 def runs_command(args: argparse.Namespace) -> int:
-    from .runs_cli import runs_command as command
+    from .runs import runs_command as command
 
     return command(args)

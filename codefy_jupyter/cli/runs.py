@@ -1,5 +1,5 @@
 """`codefy runs ls|show|watch|cancel|rm|events|metrics`: reading and managing runs from a terminal,
-`--json` everywhere for scripts. The arguments are declared with `codefy run`'s in run_cli.py."""
+`--json` everywhere for scripts. The arguments are declared with `codefy run`'s in run.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 import time
 from typing import Any
 
-from .cli_args import EXIT_OK, EXIT_USAGE
-from .run_cli import (  # shared helpers of the terminal client
+from .args import EXIT_OK, EXIT_USAGE
+from .run import (  # shared helpers of the terminal client
     PLOT_WIDTH,
     SPARK,
     _dump,
@@ -36,7 +36,7 @@ def runs_command(args: argparse.Namespace) -> int:
         args.runs_parser.print_help(sys.stderr)
         return EXIT_USAGE
     if action == "watch":
-        from .run_cli import watch_command
+        from .run import watch_command
 
         return watch_command(args)
     handlers = {"ls": _ls, "show": _show, "cancel": _cancel, "rm": _rm, "events": _events, "metrics": _metrics}
@@ -51,7 +51,7 @@ def _final_loss(points: list[dict[str, Any]]) -> Any:
 
 
 async def _ls(client: Any, args: argparse.Namespace) -> int:
-    from .kernel.errors import CodefyError
+    from ..kernel.errors import CodefyError
 
     page = await client.list(status=args.status, offset=args.offset, limit=args.limit)
     if args.json:
@@ -90,7 +90,7 @@ async def _ls(client: Any, args: argparse.Namespace) -> int:
 
 
 async def _show(client: Any, args: argparse.Namespace) -> int:
-    from .kernel.errors import CodefyError
+    from ..kernel.errors import CodefyError
 
     run = await client.get(args.run_id)
     if args.json:
