@@ -1,4 +1,6 @@
-"""`codefy agent start` and `codefy agent stop`.
+"""`codefy agent start` and `codefy agent stop`: the command line of the worker agent (the agent
+itself, the daemon, is the `agent/` package; this module reads the arguments, finds the control
+plane and the token, holds the agent's pid file and runs it).
 
 The agent's folder (`--data-dir`, else `$CODEFY_AGENT_DIR`, else `<jupyter data dir>/codefy-agent`)
 holds `credentials/<name>.json` (the worker token, 0600), `agents/<name>.json` (the running agent's
@@ -114,12 +116,12 @@ def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 # -- start --------------------------------------------------------------------------------------------
 
 def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ..wire.names import name_problem
+    from ..agent import tls
     from ..agent.credentials import (
         LOCAL_SERVER, CredentialError, CredentialStore, local_server_token, normalise_control, resolve_token,
     )
     from ..agent.identity import Inventory, InventoryError
-    from ..agent import tls
+    from ..wire.names import name_problem
 
     name = args.name or default_name()
     for value, what in ((name, "worker name"), (args.instance, "instance")):

@@ -1,5 +1,5 @@
 """`codefy runs ls|show|watch|cancel|rm|events|metrics`: reading and managing runs from a terminal,
-`--json` everywhere for scripts. The arguments are declared with `codefy run`'s in run.py."""
+`--json` everywhere for scripts (`runs watch` is `codefy run`'s live view, in run.py)."""
 
 from __future__ import annotations
 
@@ -9,22 +9,81 @@ import json
 import math
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
-from .args import EXIT_OK, EXIT_USAGE
-from .run import (  # shared helpers of the terminal client
-    PLOT_WIDTH,
-    SPARK,
-    _dump,
-    _duration,
-    _fmt,
-    _out,
-    _reconnect_s,
-    _row,
-    _run_client,
-    _time,
-    announce,
-)
+from .args import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, int_in, seconds
+from .output import announce, dump, duration, error_doc, fail, out, row, timestamp, value_text
+from .servers import add_server_arguments, reconnect_s, server_from_arguments
+
+LIST_LIMIT = 50
+SPARK = "▁▂▃▄▅▆▇█"
+PLOT_WIDTH = 48
+
+_positive_seconds = seconds(allow_zero=False)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register `runs` and its actions on the `codefy` command's subparsers."""
+    runs = sub.add_parser("runs", help="list, inspect, cancel and delete the runs of a codefy server",
+                          description="The runs of a codefy server: ls, show, watch, cancel, rm, events, metrics.")
+    runs.set_defaults(runs_parser=runs)
+    rsub = runs.add_subparsers(dest="runs_command", metavar="ACTION")
+
+    ls = rsub.add_parser("ls", help="list runs, newest first", description="List runs, newest first.")
+    ls.add_argument("--status", help="only runs with this status (queued, running, disconnected, succeeded, failed, "
+                    "cancelled, interrupted; several separated by commas)")
+    ls.add_argument("--limit", type=int_in("limit", 1, LIST_LIMIT), default=LIST_LIMIT, metavar="N",
+                    help=f"at most N runs (1 to {LIST_LIMIT}, default {LIST_LIMIT})")
+    ls.add_argument("--offset", type=int_in("offset", 0), default=0, metavar="N", help="skip the newest N runs")
+    ls.add_argument("--json", action="store_true", help="print the page of runs as one JSON document")
+    add_server_arguments(ls)
+
+    show = rsub.add_parser("show", help="one run in detail", description="One run in detail.")
+    show.add_argument("run_id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="print the run as one JSON document")
+    add_server_arguments(show)
+
+    watch = rsub.add_parser("watch", help="the live view of a run, as `codefy run` shows it",
+                            description="The live view `codefy run` shows, for a run already submitted: replayed "
+                            "from the run's log, then followed live until the run ends (a finished run is shown "
+                            "whole). Ctrl+C stops watching, not the run. Exit codes as `codefy run`: 0 succeeded, "
+                            "1 failed, cancelled, interrupted or timed out, 130 Ctrl+C.")
+    watch.add_argument("run_id", metavar="ID")
+    watch.add_argument("--timeout", type=_positive_seconds, metavar="S",
+                       help="stop watching after S seconds and exit 1 (the run keeps going on the server)")
+    watch.add_argument("--json", action="store_true", help="no live view: print the final run as one JSON document")
+    add_server_arguments(watch)
+
+    cancel = rsub.add_parser("cancel", help="cancel a queued or running run",
+                             description="Cancel a run: a queued one leaves the line at once, a running one "
+                             "stops cooperatively.")
+    cancel.add_argument("run_id", metavar="ID")
+    cancel.add_argument("--json", action="store_true", help="print the run as one JSON document")
+    add_server_arguments(cancel)
+
+    rm = rsub.add_parser("rm", help="delete a finished run",
+                         description="Delete a finished run with its events, metrics and artifact records.")
+    rm.add_argument("run_id", metavar="ID")
+    rm.add_argument("--json", action="store_true", help='print {"deleted": ID} as one JSON document')
+    add_server_arguments(rm)
+
+    ev = rsub.add_parser("events", help="a run's event log", description="A run's event log, one line per event.")
+    ev.add_argument("run_id", metavar="ID")
+    ev.add_argument("--cursor", type=int_in("cursor", 0), default=0, metavar="N",
+                    help="only the events after sequence number N")
+    ev.add_argument("--follow", action="store_true", help="keep printing events live until the run ends")
+    ev.add_argument("--json", action="store_true",
+                    help="one JSON document (with --follow: one JSON event per line)")
+    add_server_arguments(ev)
+
+    me = rsub.add_parser("metrics", help="a run's metric series", description="A run's metric series: last, min "
+                         "and max of each, as CSV, or as a small terminal plot.")
+    me.add_argument("run_id", metavar="ID")
+    fmt = me.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="every metric point as CSV (the server's export)")
+    fmt.add_argument("--plot", action="store_true", help="a sparkline per series")
+    fmt.add_argument("--json", action="store_true", help="every metric point as one JSON document")
+    add_server_arguments(me)
 
 
 # -- codefy runs ------------------------------------------------------------------------------
@@ -44,6 +103,35 @@ def runs_command(args: argparse.Namespace) -> int:
     return _run_client(args, as_json, lambda client: handlers[action](client, args))
 
 
+def _run_client(args: argparse.Namespace, as_json: bool, body: Callable[[Any], Any]) -> int:
+    """Find the server, run `body(client)` on an event loop; CodefyError → a message and exit 1,
+    Ctrl+C → exit 130."""
+    from ..kernel.client import AsyncClient
+    from ..kernel.errors import CodefyError, describe
+
+    try:
+        server = server_from_arguments(args)
+    except CodefyError as err:
+        return fail(str(err), as_json, error_doc(err))
+    if not as_json:
+        announce(server)
+
+    async def main() -> int:
+        client = AsyncClient(server=server)
+        try:
+            return await body(client)
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(main())
+    except CodefyError as err:
+        return fail(describe(err, server.url), as_json, error_doc(err), server)
+    except KeyboardInterrupt:
+        out("\n■ interrupted", sys.stderr)
+        return EXIT_INTERRUPTED
+
+
 def _final_loss(points: list[dict[str, Any]]) -> Any:
     losses = [p for p in points if p.get("name") == "loss"] or \
              [p for p in points if str(p.get("name", "")).endswith("loss")]
@@ -55,7 +143,7 @@ async def _ls(client: Any, args: argparse.Namespace) -> int:
 
     page = await client.list(status=args.status, offset=args.offset, limit=args.limit)
     if args.json:
-        _dump(page, client.server)
+        dump(page, client.server)
         return EXIT_OK
 
     async def loss(run: dict[str, Any]) -> Any:
@@ -75,17 +163,17 @@ async def _ls(client: Any, args: argparse.Namespace) -> int:
         queue = f"#{run['queue_position']}" if run.get("queue_position") else "-"
         device = ",".join(run.get("devices") or []) if len(run.get("devices") or []) > 1 else run.get("device")
         where = run.get("worker_id") or ((run.get("options") or {}).get("target") or {}).get("worker") or "local"
-        rows.append((run["id"], name, run["status"], where, device or "-", queue, _time(run.get("started_at")),
-                     _duration(run), _fmt(final) if final is not None else "-"))
+        rows.append((run["id"], name, run["status"], where, device or "-", queue, timestamp(run.get("started_at")),
+                     duration(run), value_text(final) if final is not None else "-"))
     if rows:
         widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
         for r in (header, *rows):
-            _out("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+            out("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
     else:
-        _out("no runs" + (f" with status {args.status}" if args.status else ""))
+        out("no runs" + (f" with status {args.status}" if args.status else ""))
     shown = len(page["runs"])
     first = f" (from offset {page['offset']})" if page.get("offset") else ""
-    _out(f"{shown} of {page['total']}{first}")
+    out(f"{shown} of {page['total']}{first}")
     return EXIT_OK
 
 
@@ -94,48 +182,48 @@ async def _show(client: Any, args: argparse.Namespace) -> int:
 
     run = await client.get(args.run_id)
     if args.json:
-        _dump(run, client.server)
+        dump(run, client.server)
         return EXIT_OK
-    _out(_row("Run ID", run["id"]))
-    _out(_row("Name", run.get("name") or "-"))
-    _out(_row("Status", run["status"]))
-    _out(_row("Target", run.get("worker_id") or "local"))
-    _out(_row("Device", run.get("device")))
+    out(row("Run ID", run["id"]))
+    out(row("Name", run.get("name") or "-"))
+    out(row("Status", run["status"]))
+    out(row("Target", run.get("worker_id") or "local"))
+    out(row("Device", run.get("device")))
     if len(run.get("devices") or []) > 1:
-        _out(_row("Devices", ", ".join(run["devices"])))
+        out(row("Devices", ", ".join(run["devices"])))
     if run["status"] == "queued":
         pos = run.get("queue_position")
-        _out(_row("Queue", f"position {pos} on {run.get('queue_key')}" if pos else run.get("queue_key")))
+        out(row("Queue", f"position {pos} on {run.get('queue_key')}" if pos else run.get("queue_key")))
         if (run.get("queue_reason") or {}).get("message"):
-            _out(_row("Waiting for", run["queue_reason"]["message"]))
-    _out(_row("Lane", run.get("lane")))
+            out(row("Waiting for", run["queue_reason"]["message"]))
+    out(row("Lane", run.get("lane")))
     if run.get("seed") is not None:
-        _out(_row("Seed", run["seed"]))
+        out(row("Seed", run["seed"]))
     if run.get("deterministic"):
-        _out(_row("Deterministic", "yes"))
+        out(row("Deterministic", "yes"))
     budget = (run.get("execution_facts") or {}).get("cpu_threads")
     if budget:
-        _out(_row("CPU threads", _cpu_threads(budget)))
+        out(row("CPU threads", _cpu_threads(budget)))
     elif (run.get("options") or {}).get("cpu_threads"):
-        _out(_row("CPU threads", f"{run['options']['cpu_threads']} (asked)"))
-    _out(_row("Submitted", _time(run.get("submitted_at"))))
-    _out(_row("Started", _time(run.get("started_at"))))
-    _out(_row("Finished", _time(run.get("finished_at"))))
-    _out(_row("Duration", _duration(run)))
+        out(row("CPU threads", f"{run['options']['cpu_threads']} (asked)"))
+    out(row("Submitted", timestamp(run.get("submitted_at"))))
+    out(row("Started", timestamp(run.get("started_at"))))
+    out(row("Finished", timestamp(run.get("finished_at"))))
+    out(row("Duration", duration(run)))
     error = run.get("error")
     if error:
         where = f"node {error['node_id']} ({error.get('node_type')}): " if error.get("node_id") else ""
         kind = f"{error['exception_type']}: " if error.get("exception_type") else ""
-        _out(_row("Error", f"{where}{kind}{error.get('message', '')}"))
+        out(row("Error", f"{where}{kind}{error.get('message', '')}"))
     try:
         points = await client.metrics(run["id"])
     except CodefyError:
         points = []
     series = _series(points)
     if series:
-        _out("  Metrics")
+        out("  Metrics")
         for (node, name), values in series.items():
-            _out(_row(f"  {name}", f"{_fmt(values[-1])}" + (f"  ({node})" if node else "")))
+            out(row(f"  {name}", f"{value_text(values[-1])}" + (f"  ({node})" if node else "")))
     return EXIT_OK
 
 
@@ -149,21 +237,21 @@ def _cpu_threads(budget: dict[str, Any]) -> str:
 async def _cancel(client: Any, args: argparse.Namespace) -> int:
     run = await client.cancel(args.run_id)
     if args.json:
-        _dump(run, client.server)
+        dump(run, client.server)
         return EXIT_OK
     if run["status"] == "cancelled":
-        _out(f"■ run {run['id']} cancelled")
+        out(f"■ run {run['id']} cancelled")
     else:
-        _out(f"■ cancel requested: run {run['id']} is {run['status']} and stops at its next cancel check")
+        out(f"■ cancel requested: run {run['id']} is {run['status']} and stops at its next cancel check")
     return EXIT_OK
 
 
 async def _rm(client: Any, args: argparse.Namespace) -> int:
     await client.delete(args.run_id)
     if args.json:
-        _dump({"deleted": args.run_id}, client.server)
+        dump({"deleted": args.run_id}, client.server)
     else:
-        _out(f"deleted run {args.run_id}")
+        out(f"deleted run {args.run_id}")
     return EXIT_OK
 
 
@@ -183,8 +271,8 @@ async def _events(client: Any, args: argparse.Namespace) -> int:
         if args.json:  # JSON lines have no document to say it in
             announce(client.server)
         await client.get(args.run_id)  # an unknown id fails here, clearly
-        async for event in client.follow(args.run_id, args.cursor, reconnect_s=_reconnect_s()):
-            _out(json.dumps(event, default=str) if args.json else _event_line(event))
+        async for event in client.follow(args.run_id, args.cursor, reconnect_s=reconnect_s()):
+            out(json.dumps(event, default=str) if args.json else _event_line(event))
         return EXIT_OK
     events, cursor = [], args.cursor
     while True:
@@ -194,11 +282,11 @@ async def _events(client: Any, args: argparse.Namespace) -> int:
         if not page["more"]:
             break
     if args.json:
-        _dump({"run_id": args.run_id, "status": page["status"], "cursor": cursor, "events": events}, client.server)
+        dump({"run_id": args.run_id, "status": page["status"], "cursor": cursor, "events": events}, client.server)
         return EXIT_OK
     for event in events:
-        _out(_event_line(event))
-    _out(f"{len(events)} events, run {page['status']}, cursor {cursor}")
+        out(_event_line(event))
+    out(f"{len(events)} events, run {page['status']}, cursor {cursor}")
     return EXIT_OK
 
 
@@ -232,23 +320,23 @@ async def _metrics(client: Any, args: argparse.Namespace) -> int:
         return EXIT_OK
     points = await client.metrics(args.run_id)
     if args.json:
-        _dump({"run_id": args.run_id, "metrics": points}, client.server)
+        dump({"run_id": args.run_id, "metrics": points}, client.server)
         return EXIT_OK
     series = _series(points)
     if not series:
-        _out(f"run {args.run_id} recorded no metrics")
+        out(f"run {args.run_id} recorded no metrics")
         return EXIT_OK
     if args.plot:
         for (node, name), values in series.items():
             label = f"{node}/{name}" if node else name
-            _out(f"{label}  ({len(values)} points)")
-            _out(f"  {_fmt(max(values)):>10} ┤{sparkline(values)}")
-            _out(f"  {_fmt(min(values)):>10} ┘ last {_fmt(values[-1])}")
+            out(f"{label}  ({len(values)} points)")
+            out(f"  {value_text(max(values)):>10} ┤{sparkline(values)}")
+            out(f"  {value_text(min(values)):>10} ┘ last {value_text(values[-1])}")
         return EXIT_OK
     header = ("NODE", "METRIC", "POINTS", "LAST", "MIN", "MAX")
-    rows = [(node or "-", name, str(len(v)), _fmt(v[-1]), _fmt(min(v)), _fmt(max(v)))
+    rows = [(node or "-", name, str(len(v)), value_text(v[-1]), value_text(min(v)), value_text(max(v)))
             for (node, name), v in series.items()]
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     for r in (header, *rows):
-        _out("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        out("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     return EXIT_OK
