@@ -1,9 +1,10 @@
 """Finding the control plane without being told where it is, quickly, and saying which and why.
 
-In order: a URL given (argument, or `CODEFY_URL` with `CODEFY_TOKEN`); inside a notebook kernel,
-the Jupyter server that runs this kernel; the `codefy start` server recorded in the data dir's
-`server.json`; a running Jupyter server of this user that serves the extension (the newest when
-several do). Otherwise a clear error that says what to do.
+In order: a URL given (argument, or `CODEFY_URL` with `CODEFY_TOKEN`; `find_server` also takes a
+host and port, as the `codefy` command's and the magics' --url/--token/--host/--port give them);
+inside a notebook kernel, the Jupyter server that runs this kernel; the `codefy start` server
+recorded in the data dir's `server.json`; a running Jupyter server of this user that serves the
+extension (the newest when several do). Otherwise a clear error that says what to do.
 
 The answer (`ServerInfo`) says why it was picked and names the other servers that could have been,
 so a command never talks to another server than the user thinks without saying so.
@@ -170,6 +171,25 @@ def discover(url: str | None = None, token: str | None = None, data_dir: str | N
     if found is None:
         raise CodefyError(no_server_message(probed, state_file), code="no_server")
     return found
+
+
+def find_server(url: str | None = None, token: str | None = None, host: str | None = None,
+                port: int | None = None) -> ServerInfo:
+    """The server a client uses, chosen from what a person gave (a URL, or a host and/or port as a
+    shortcut for one; a token) and otherwise by `discover`. A URL given without a token takes
+    $CODEFY_TOKEN, else the token of the `codefy start` server recorded at that address; a token
+    given beats the one discovery found. The `codefy` command's and the magics' --url/--token/
+    --host/--port mean exactly this."""
+    if not url and (host or port):
+        url = f"http://{host or '127.0.0.1'}:{port or 8888}/"
+    if url and token is None and not os.environ.get("CODEFY_TOKEN"):
+        state = _codefy_start_state(None)  # the token of the `codefy start` at that address
+        if state is not None and state.url.rstrip("/") == url.rstrip("/"):
+            token = state.token
+    info = discover(url=url, token=token)
+    if token is not None and info.token != token:  # a --token beats the one discovery found
+        info = replace(info, token=token)
+    return info
 
 
 def _state_file(data_dir: str | None) -> Path:

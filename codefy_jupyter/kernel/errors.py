@@ -1,4 +1,4 @@
-"""The one error clients raise."""
+"""The one error clients raise, and how a person reads it."""
 
 from __future__ import annotations
 
@@ -18,3 +18,17 @@ class CodefyError(Exception):
     @property
     def field(self) -> str | None:
         return self.params.get("field")
+
+
+def describe(err: CodefyError, url: str | None = None) -> str:
+    """A CodefyError as the message a person reads: the server's message, its field, its status
+    (`url`: the server's address, named when it refused the token)."""
+    if err.status == 403 and err.code in ("http_error", "unauthenticated"):
+        return (f"the codefy server at {url or 'its address'} refused the request (403 Forbidden): wrong or "
+                "missing token; pass --token or set CODEFY_TOKEN")
+    text = str(err)
+    if err.status is not None:
+        if err.field:
+            text += f"\n  field: {err.field}"
+        text += f"\n  (HTTP {err.status}, {err.code})"
+    return text

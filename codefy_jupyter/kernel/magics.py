@@ -31,7 +31,9 @@ from IPython.display import display
 from IPython.utils.text import DollarFormatter
 from traitlets import TraitError
 
+from . import errors
 from .client import Client, load_graph
+from .discovery import find_server
 from .errors import CodefyError
 
 # A whole argument that names a variable: `$graph` or `{graph}`.
@@ -71,11 +73,11 @@ class _Done(Exception):
 
 def _run_parser() -> argparse.ArgumentParser:
     """The `codefy run` parser itself, so the magic takes exactly the CLI's flags."""
-    from ..run_cli import add_parsers
+    from ..cli.run import add_parser
 
     top = _Parser(prog="%codefy", add_help=False)
     sub = top.add_subparsers(dest="command")
-    add_parsers(sub)
+    add_parser(sub)
     sub.choices["run"].description = (
         "Submit a graph to the codefy server and show the live run view. The run belongs to the server: "
         "a kernel restart loses only the view (%codefy show ID shows it again). GRAPH is a JSON file, or "
@@ -84,7 +86,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def _own_parser() -> argparse.ArgumentParser:
-    from ..run_cli import _server_args
+    from ..cli.servers import add_server_arguments
 
     top = _Parser(prog="%codefy", add_help=False)
     sub = top.add_subparsers(dest="command")
@@ -99,7 +101,7 @@ def _own_parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser("cancel", help="cancel a queued or running run")
     cancel.add_argument("run_id", metavar="ID")
     for parser in sub.choices.values():
-        _server_args(parser)
+        add_server_arguments(parser)
     return top
 
 
@@ -187,14 +189,12 @@ class CodefyMagics(Magics):
     # -- commands --------------------------------------------------------------------------------
     def _client(self, args: argparse.Namespace) -> Client:
         """One client per server, kept for the kernel's life: views follow runs with it."""
-        from ..run_cli import _server_info
-
         chosen = any(getattr(args, k, None) for k in ("url", "token", "host", "port"))
         if chosen or os.environ.get("CODEFY_URL"):  # cheap to read each time, and may change
-            server = _server_info(args)
+            server = _server(args)
         else:  # discovery probes Jupyter servers over HTTP: once per kernel, not once per cell
             if self._found is None:
-                self._found = _server_info(args)
+                self._found = _server(args)
                 for line in self._found.describe():  # which server, and why: said once per kernel
                     print(line)
             server = self._found
@@ -204,7 +204,7 @@ class CodefyMagics(Magics):
         return self._clients[key]
 
     def _run(self, args: argparse.Namespace, graph: tuple[dict[str, Any], str]) -> Any:
-        from ..run_cli import submit_options
+        from ..cli.run import submit_options
 
         client = self._client(args)
         try:
@@ -268,14 +268,17 @@ class CodefyMagics(Magics):
         display(self.last_widget)
 
 
+def _server(args: argparse.Namespace) -> Any:
+    """The server the --url/--token/--host/--port of the line name, else the one discovery finds."""
+    return find_server(url=args.url, token=args.token, host=args.host, port=args.port)
+
+
 # -- pure helpers ----------------------------------------------------------------------------------
 
 
 def describe(err: CodefyError) -> str:
     """The server's message, its field and status, as one short text (no traceback)."""
-    from ..run_cli import _describe
-
-    return _describe(err)
+    return errors.describe(err)
 
 
 def parse_cell(text: str) -> dict[str, Any]:

@@ -232,7 +232,7 @@ def test_help_and_usage_need_no_server(shell, capsys):
 
 
 def test_kernel_setup_installs_the_startup_file_that_loads_the_magics(tmp_path):
-    from codefy_jupyter.kernel_setup import STARTUP_CODE
+    from codefy_jupyter.cli.kernel_setup import STARTUP_CODE
 
     shipped = Path(__file__).parents[2] / "kernels" / "ipython_startup" / "00-codefy.py"
     assert shipped.read_text() == STARTUP_CODE  # the repository's copy is the one installed

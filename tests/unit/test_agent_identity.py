@@ -123,7 +123,7 @@ def test_agent_stop_with_no_agent_says_so(tmp_path, capsys):
 
 def test_the_agent_process_never_imports_torch():
     code = ("import sys\n"
-            "import codefy_jupyter.cli, codefy_jupyter.agent.cli, codefy_jupyter.agent.connection\n"
+            "import codefy_jupyter.cli, codefy_jupyter.cli.agent, codefy_jupyter.agent.connection\n"
             "import codefy_jupyter.agent.runner, codefy_jupyter.agent.launch, codefy_jupyter.agent.identity\n"
             "from codefy_jupyter.agent.identity import Inventory\n"
             "Inventory.probe({})\n"

@@ -111,24 +111,44 @@ def test_core_imports_neither_tornado_nor_jupyter_server_nor_the_outer_rooms():
                       third_party=frozenset({"numpy", "psutil", "pynvml", "yaml", "torch"})) == []
 
 
-# The agent's and the kernel's uses of the CLI's argument types and server lookup, until the CLI is
-# one package with a public client API (issue 12's next step removes these).
-_UNTIL_CLI_PACKAGE = {f"{PKG}.agent.cli": ("cli_args",), f"{PKG}.kernel.widgets.queue_form": ("cli_args",),
-                      f"{PKG}.kernel.magics": ("run_cli",)}
-
-
-_CLI_CIRCLE_UNTIL_CLI_PACKAGE = {f"{PKG}.run_cli", f"{PKG}.runs_cli"}
-
-
 def test_the_agent_imports_wire_and_only_its_run_child_imports_the_engine():
     # The run child (and the warm parent it forks from, and the catalog it reports) runs graphs.
     child_side = {f"{PKG}.agent.{m}": ("engine",) for m in ("child", "warm", "catalog")}
-    assert violations("agent", ("agent", "wire", "_version"), exceptions={**child_side, **_UNTIL_CLI_PACKAGE}) == []
+    assert violations("agent", ("agent", "wire", "_version"), exceptions=child_side) == []
 
 
 def test_the_kernel_side_uses_the_api_not_the_control_plane():
-    assert violations("kernel", ("kernel", "wire", "engine", "_version", "terminal"),
-                      exceptions=_UNTIL_CLI_PACKAGE) == []
+    # The magics take `codefy run`'s own flags: the CLI's public parsers (see the next test).
+    assert violations("kernel", ("kernel", "wire", "engine", "_version"),
+                      exceptions={f"{PKG}.kernel.magics": ("cli",)}) == []
+
+
+def _private_names_taken() -> list[tuple[str, str, str]]:
+    """(importer, module, name) for every `from module import _name` between two of our modules."""
+    ours = {_module_name(p): p for p in (ROOT / PKG).rglob("*.py")}
+    found = []
+    for name, path in ours.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__") and mod != name:
+                    found.append((name, mod, alias.name))
+    return found
+
+
+def test_the_cli_and_the_kernel_side_share_only_public_names():
+    # Helpers one CLI module shares with another are public; the CLI uses the client's public API,
+    # and the kernel side the CLI's.
+    taken = [f"{importer} takes {module}.{name}" for importer, module, name in _private_names_taken()
+             if _in(module, "cli") or (_in(importer, "cli") and _in(module, "kernel"))]
+    assert taken == []
 
 
 def test_there_are_no_import_circles():
@@ -168,5 +188,4 @@ def test_there_are_no_import_circles():
     for node in sorted(graph):
         if node not in index:
             visit(node)
-    circles = [c for c in circles if set(c) != _CLI_CIRCLE_UNTIL_CLI_PACKAGE]
     assert circles == [], "\n".join(" <-> ".join(c) for c in circles)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 
-from codefy_jupyter.terminal import LiveView
+from codefy_jupyter.cli.terminal import LiveView
 
 
 class Tty(io.StringIO):

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from codefy_jupyter.cli_args import SEED_MAX
+from codefy_jupyter.wire.run_options import SEED_MAX
 from codefy_jupyter.kernel.widgets import queue_form as qf
 from codefy_jupyter.kernel.widgets import runs_rows as rr
 from codefy_jupyter.kernel.widgets import workers_rows as wr

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from ...cli_args import SEED_MAX
+from ...wire.run_options import SEED_MAX
 from .workers_rows import device_name
 
 LOCAL, ANY = "local", "any"

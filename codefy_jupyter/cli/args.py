@@ -6,9 +6,13 @@ import argparse
 import math
 from typing import Callable
 
+from ..wire.run_options import SEED_MAX
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool a closed pipe ended
-SEED_MAX = 2**32 - 1
+
+__all__ = ["EXIT_CLOSED_PIPE", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "SEED_MAX", "device_list",
+           "int_in", "seconds"]
 
 
 def int_in(name: str, low: int, high: int | None = None) -> Callable[[str], int]:
@@ -41,3 +45,11 @@ def seconds(*, allow_zero: bool) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def device_list(text: str) -> list[str]:
+    """An argparse type: a comma-separated device set, e.g. cuda:0,cuda:1."""
+    devices = [d.strip() for d in text.split(",")]
+    if not text.strip() or any(not d for d in devices):
+        raise argparse.ArgumentTypeError(f"must be a comma-separated list of devices, e.g. cuda:0,cuda:1, got {text!r}")
+    return devices

@@ -1,4 +1,6 @@
-"""`codefy agent start` and `codefy agent stop`.
+"""`codefy agent start` and `codefy agent stop`: the command line of the worker agent (the agent
+itself, the daemon, is the `agent/` package; this module reads the arguments, finds the control
+plane and the token, holds the agent's pid file and runs it).
 
 The agent's folder (`--data-dir`, else `$CODEFY_AGENT_DIR`, else `<jupyter data dir>/codefy-agent`)
 holds `credentials/<name>.json` (the worker token, 0600), `agents/<name>.json` (the running agent's
@@ -26,8 +28,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..cli_args import EXIT_FAILED, EXIT_OK, EXIT_USAGE, seconds
-from .retention import DEFAULT_KEEP_RUNS
+from ..agent.retention import DEFAULT_KEEP_RUNS
+from .args import EXIT_FAILED, EXIT_OK, EXIT_USAGE, seconds
 
 log = logging.getLogger("codefy.agent")
 
@@ -114,12 +116,12 @@ def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 # -- start --------------------------------------------------------------------------------------------
 
 def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ..wire.names import name_problem
-    from .credentials import (
+    from ..agent import tls
+    from ..agent.credentials import (
         LOCAL_SERVER, CredentialError, CredentialStore, local_server_token, normalise_control, resolve_token,
     )
-    from .identity import Inventory, InventoryError
-    from . import tls
+    from ..agent.identity import Inventory, InventoryError
+    from ..wire.names import name_problem
 
     name = args.name or default_name()
     for value, what in ((name, "worker name"), (args.instance, "instance")):
@@ -191,7 +193,7 @@ def local_control() -> tuple[str | None, Path]:
 
 
 def _token_is_for_enrollment(token: str) -> bool:
-    from .credentials import is_enrollment_token
+    from ..agent.credentials import is_enrollment_token
 
     return is_enrollment_token(token)
 
@@ -199,7 +201,7 @@ def _token_is_for_enrollment(token: str) -> bool:
 async def _pinned(control: str, pin: bytes) -> Any:
     from urllib.parse import urlsplit
 
-    from . import tls
+    from ..agent import tls
 
     parts = urlsplit(control)
     return await tls.pinned_context(parts.hostname or "", parts.port or 443, pin)
@@ -207,9 +209,9 @@ async def _pinned(control: str, pin: bytes) -> Any:
 
 async def _serve(args: argparse.Namespace, name: str, control: str, token: str, pin: bytes | None,
                  agent_dir: Path, inventory: Any, reread_token: Callable[[], str | None] | None) -> int:
-    from .connection import Agent, AgentOptions
-    from .identity import probe_catalog
-    from .launch import AutoLauncher
+    from ..agent.connection import Agent, AgentOptions
+    from ..agent.identity import probe_catalog
+    from ..agent.launch import AutoLauncher
 
     env = dict(os.environ)
     catalog = await probe_catalog(env)
