@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..wire.protocol import (
-    Artifact, Event, Metrics, RunFacts, RunFinished, RunFrame, RunStarted, RunWarning,
-)
+from ..wire.frames import Artifact, Event, Metrics, RunFacts, RunFinished, RunFrame, RunStarted, RunWarning
 from .isolation import Visibility
 
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled")

@@ -45,9 +45,10 @@ from ..runs.executors import ExecutionOutcome, RunSpec
 from ...wire.fingerprint import digest
 from ..store.database import Store
 from .handshake import check_graph_types, graph_node_types
-from ...wire.protocol import (
-    AGENT_STOPPED, INBOX_MAX_FRAMES, Ack, Artifact, Assign, Cancel, Drain, Event, Metrics, RunAlive, RunFacts, RunFinished,
-    RunFrame, RunInbox, RunStarted, RunWarning, should_pause_reading,
+from ...wire.acks import INBOX_MAX_FRAMES, RunInbox, should_pause_reading
+from ...wire.frames import (
+    AGENT_STOPPED, Ack, Artifact, Assign, Cancel, Drain, Event, Metrics, RunAlive, RunFacts, RunFinished, RunFrame,
+    RunStarted, RunWarning,
 )
 from .registry import Worker, WorkerRegistry
 
