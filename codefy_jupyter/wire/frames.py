@@ -139,7 +139,9 @@ class RunStarted(RunFrame):
 
 @dataclass(frozen=True, kw_only=True)
 class Event(RunFrame):
-    """One engine event (the dict the engine callbacks give, node-level vocabulary only)."""
+    """One event of the run's log, `{"type", "payload"}`, as the run process built it with
+    wire/run_events.py (metrics, artifacts and node warnings included); the control plane writes it
+    as is. Older agents may send a raw engine event `{"event": kind, ...}` instead."""
 
     type: ClassVar[str] = "event"
     event: dict[str, Any]
@@ -147,7 +149,8 @@ class Event(RunFrame):
 
 @dataclass(frozen=True, kw_only=True)
 class Metrics(RunFrame):
-    """Metric points: `[{"name", "value", "step"?, "node_id"?}, ...]`."""
+    """Metric points: `[{"name", "value", "step"?, "node_id"?}, ...]`. Sent by older agents (newer
+    ones send each metric as an `event`); still accepted and recorded."""
 
     type: ClassVar[str] = "metrics"
     points: list[dict[str, Any]]
@@ -155,6 +158,8 @@ class Metrics(RunFrame):
 
 @dataclass(frozen=True, kw_only=True)
 class Artifact(RunFrame):
+    """Sent by older agents (newer ones send an artifact as an `event`); still accepted and recorded."""
+
     type: ClassVar[str] = "artifact"
     kind: str
     path: str
@@ -164,7 +169,8 @@ class Artifact(RunFrame):
 
 @dataclass(frozen=True, kw_only=True)
 class RunWarning(RunFrame):
-    """A warning of the run (`code`/`params` for the panel's language, `message` in English)."""
+    """A warning about the run from the agent itself (`code`/`params` for the panel's language,
+    `message` in English). A node's own warning travels as an `event` (older agents: this frame)."""
 
     type: ClassVar[str] = "warning"
     message: str
