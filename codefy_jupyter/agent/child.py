@@ -7,10 +7,11 @@ calling `serve`). Either way, before anything can initialise CUDA it (re)applies
 variables the agent chose, then reads the `assign` message from its socket, runs the engine with a
 sink that writes each event to the socket (`pipe.py`), and ends with one `finished` message.
 
-The events are built with the same pure builders as the control plane's (`core.run_events`), so an
-`event` message is exactly what an in-process run would have logged; metrics, artifacts and
-warnings go as their own messages (the control plane records them as it does for its own runs).
-`execution_start` and the closing event are the control plane's, from run_started/run_finished.
+Every engine event the log keeps becomes its log event here, once, with the same pure builders as
+the control plane's (`wire/run_events.py`): one `event` message `{"type", "payload"}`, exactly what
+an in-process run would have logged. The agent puts that pair in an `event` frame unchanged and the
+control plane writes it as is. `execution_start` and the closing event are the control plane's,
+from run_started/run_finished.
 
 Cancel is cooperative: a `cancel` message sets the run's CancelToken. If the agent goes away (the
 socket closes) the run is cancelled too, and the process exits after `ORPHAN_EXIT_S` whatever the
@@ -74,7 +75,7 @@ def apply_environment(env: dict[str, str]) -> None:
 
 
 class Sink:
-    """Engine callbacks -> messages. Called by the engine one event at a time (it holds a lock)."""
+    """Engine callbacks -> `event` messages. Called by the engine one event at a time (it holds a lock)."""
 
     def __init__(self, link: Link, run_id: str, payload_cap_bytes: int) -> None:
         from ..wire import run_events as ev
@@ -88,18 +89,7 @@ class Sink:
         event = self._ev.from_engine(self.run_id, raw)
         if event is None:
             return
-        p = event.payload
-        if event.type == "metric":
-            point = {"name": p.get("name"), "value": p.get("value"), "step": p.get("step"), "node_id": p.get("node_id")}
-            self.link.send("metrics", {"points": [point]})
-        elif event.type == "artifact":
-            self.link.send("artifact", {"kind": p.get("kind", ""), "path": p.get("path", ""),
-                                        "meta": p.get("meta") or {}, "node_id": p.get("node_id")})
-        elif event.type == "run_warning":
-            self.link.send("warning", {"message": str(p.get("message", "")), "code": p.get("code"),
-                                       "params": p.get("params") or {}, "node_id": p.get("node_id")})
-        else:
-            self.link.send("event", {"type": event.type, "payload": self._ev.cap_payload(p, self.cap)})
+        self.link.send("event", {"type": event.type, "payload": self._ev.cap_payload(event.payload, self.cap)})
 
 
 def serve(sock: socket.socket) -> NoReturn:

@@ -39,10 +39,10 @@ from tornado.websocket import WebSocketClientConnection, WebSocketClosedError, w
 
 from .._version import __version__
 from ..wire.cpu_threads import available_cores
-from ..wire.protocol import (
-    AGENT_STOPPED, DEFAULT_GRACE_S, MAX_FRAME_BYTES, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Ack, Assign, Cancel, Drain,
-    Frame, Heartbeat,
-    Hello, ProtocolError, Reject, RunAlive, Welcome, decode, encode,
+from ..wire.codec import MAX_FRAME_BYTES, decode, encode
+from ..wire.frames import (
+    AGENT_STOPPED, DEFAULT_GRACE_S, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Ack, Assign, Cancel, Drain, Frame,
+    Heartbeat, Hello, ProtocolError, Reject, RunAlive, Welcome,
 )
 from . import tls
 from .delivery import Deliveries

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from ..wire.protocol import (
-    BATCH_MAX_BYTES, BATCH_MAX_FRAMES, ProtocolError, RunFinished, RunFrame, encode_batch,
-)
+from ..wire.codec import BATCH_MAX_BYTES, BATCH_MAX_FRAMES, encode_batch
+from ..wire.frames import ProtocolError, RunFinished, RunFrame
 from .frames import too_large_warning
 from .spool import RunSpool, SpoolError, run_dir, spooled_runs
 

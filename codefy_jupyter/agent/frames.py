@@ -4,16 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..wire.protocol import (
-    Artifact, Event, Metrics, RunFacts, RunFinished, RunFrame, RunStarted, RunWarning,
-)
+from ..wire.frames import Event, RunFacts, RunFinished, RunFrame, RunStarted, RunWarning
 from .isolation import Visibility
 
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
-
-
-def _str(value: Any, default: str = "") -> str:
-    return value if isinstance(value, str) else default
 
 
 def _opt_str(value: Any) -> str | None:
@@ -30,20 +24,12 @@ def _int(value: Any) -> int | None:
 
 def message_frame(run_id: str, kind: str, body: dict[str, Any], *, facts: bool) -> RunFrame | None:
     """The frame for one message of a run's process, or None for one that is not sent (`facts`
-    when the control plane did not negotiate run_facts, a malformed body)."""
+    when the control plane did not negotiate run_facts, a malformed body). An event travels as the
+    run process built it: the same `{"type", "payload"}`, for the control plane to log as is."""
     if kind == "event":
         if not isinstance(body.get("type"), str) or not isinstance(body.get("payload"), dict):
             return None
         return Event(run_id=run_id, event={"type": body["type"], "payload": body["payload"]})
-    if kind == "metrics":
-        points = [p for p in body.get("points") or () if isinstance(p, dict)]
-        return Metrics(run_id=run_id, points=points) if points else None
-    if kind == "artifact":
-        return Artifact(run_id=run_id, kind=_str(body.get("kind")), path=_str(body.get("path")),
-                        meta=_dict(body.get("meta")), node_id=_opt_str(body.get("node_id")))
-    if kind == "warning":
-        return RunWarning(run_id=run_id, message=_str(body.get("message")), code=_opt_str(body.get("code")),
-                          params=_dict(body.get("params")), node_id=_opt_str(body.get("node_id")))
     if kind == "facts":
         if not facts or not isinstance(body.get("kind"), str):
             return None

@@ -4,10 +4,8 @@
 agent -> run process   ["assign", {run_id, graph, device, seed, deterministic, max_parallel_nodes,
                                     data_dir, env, payload_cap_bytes, facts, cpu_threads}]   (first, once)
                        ["cancel", {"reason"}]
-run process -> agent   ["event", {"type", "payload"}]          (node-level vocabulary of run_events)
-                       ["metrics", {"points": [{name, value, step, node_id}]}]
-                       ["artifact", {kind, path, meta, node_id}]
-                       ["warning", {message, code, params, node_id}]
+run process -> agent   ["event", {"type", "payload"}]   a log event as wire/run_events builds it (node
+                                                         status, progress, metric, artifact, run_warning...)
                        ["facts", {kind, facts}]
                        ["finished", {status, error, executed, cached, metrics, duration_s, peak_memory}]
 
@@ -23,7 +21,7 @@ from typing import Any
 # A line longer than this is a broken run process (payloads are capped far below it).
 MAX_LINE_BYTES = 32 * 1024 * 1024
 
-CHILD_KINDS = frozenset({"event", "metrics", "artifact", "warning", "facts", "finished"})
+CHILD_KINDS = frozenset({"event", "facts", "finished"})
 AGENT_KINDS = frozenset({"assign", "cancel"})
 
 

@@ -2,7 +2,7 @@
 
 A frame is numbered, appended and flushed to the spool before it is sent, and stays there until the
 control plane acks it, so a dropped connection or an agent restart loses nothing: `unacked()` is what
-to replay. `RunSpool` is the durable twin of `worker_protocol.Outbox` (which does the numbering).
+to replay. `RunSpool` is the durable twin of `wire.acks.Outbox` (which does the numbering).
 
 File format: one JSON object per line, each either a frame exactly as sent (`encode(frame)`) or an ack
 marker `{"_acked": N}` (frames up to seq N are acked). Acks only append a marker; the file is rewritten
@@ -28,7 +28,9 @@ from collections import deque
 from pathlib import Path
 from typing import Iterable
 
-from ..wire.protocol import Outbox, ProtocolError, RunFrame, decode, encode, numbered
+from ..wire.acks import Outbox
+from ..wire.codec import decode, encode, numbered
+from ..wire.frames import ProtocolError, RunFrame
 
 SPOOL_FILE = "spool.jsonl"
 # Compact once this many acked frames sit in the file (and they outnumber the unacked ones).

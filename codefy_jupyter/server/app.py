@@ -18,7 +18,7 @@ from .._version import __version__
 from ..core.config import SETTINGS, Settings
 from ..core.devices import probe_inventory
 from ..wire.machine_identity import machine_id_digest
-from ..core.scheduling.queue import LocalMachine, OfferedDevice
+from ..core.scheduling.slot_groups import LocalMachine, OfferedDevice
 from ..core.runs.service import RunService
 from ..core.errors import Unavailable
 from ..core.store.database import Store

@@ -30,9 +30,8 @@ from tornado import web, websocket
 from ..core.errors import NotFound, ServiceError
 from ..core.runs.service import RunService
 from ..core.workers.handshake import Credential
-from ..wire.protocol import (
-    HELLO_TIMEOUT_S, MAX_FRAME_BYTES, Batch, Frame, Hello, ProtocolError, Reject, RunFrame, decode, encode, unpack,
-)
+from ..wire.codec import MAX_FRAME_BYTES, decode, encode, unpack
+from ..wire.frames import HELLO_TIMEOUT_S, Batch, Frame, Hello, ProtocolError, Reject, RunFrame
 from ..core.workers.service import (
     CLOSE_CREDENTIALS, CLOSE_HELLO_TIMEOUT, CLOSE_HOST_ORIGIN, CLOSE_REJECTED,
 )

@@ -184,6 +184,18 @@ def from_engine(run_id: str, event: dict[str, Any]) -> RunEvent | None:
     return RunEvent(kind, payload)
 
 
+def metric(run_id: str, *, node_id: Any, name: Any, value: Any, step: Any) -> RunEvent:
+    """A metric point, as `from_engine` makes it of the engine's metric event."""
+    return RunEvent("metric", {"run_id": run_id, "node_id": jsonable(node_id), "name": jsonable(name),
+                               "value": jsonable(value), "step": jsonable(step)})
+
+
+def artifact(run_id: str, *, node_id: Any, kind: Any, path: Any, meta: Any) -> RunEvent:
+    """An artifact, as `from_engine` makes it of the engine's artifact event."""
+    return RunEvent("artifact", {"run_id": run_id, "node_id": jsonable(node_id), "kind": jsonable(kind),
+                                 "path": jsonable(path), "meta": jsonable(meta)})
+
+
 def run_warning(run_id: str, code: str, message: str, params: dict[str, Any] | None = None,
                 node_id: str | None = None) -> RunEvent:
     return RunEvent("run_warning", {"run_id": run_id, "node_id": node_id, "code": code, "message": message,

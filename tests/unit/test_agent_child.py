@@ -108,7 +108,7 @@ def test_the_assign_environment_is_applied_before_the_run(make_child):
     c.assign({"nodes": [{"id": "e", "type": "Environ"}], "edges": []},
              env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "3,1"})
     messages = c.until_finished()
-    seen = next(b for k, b in messages if k == "warning")
+    seen = next(b["payload"] for k, b in messages if k == "event" and b["type"] == "run_warning")
     assert seen["code"] == "environ" and seen["node_id"] == "e"
     assert seen["params"]["CUDA_VISIBLE_DEVICES"] == "3,1" and seen["params"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
@@ -137,15 +137,16 @@ def test_an_invalid_graph_fails_with_the_graph_problems(make_child):
     assert "NoSuchNode" in finished["error"]["message"]
 
 
-def test_metrics_artifacts_and_warnings_travel_as_their_own_messages(make_child):
+def test_metrics_and_warnings_travel_as_log_events(make_child):
     c = make_child()
     c.assign({"nodes": [{"id": "m", "type": "List", "params": {"values": [1, 3]}}, {"id": "mean", "type": "Mean"},
                         {"id": "e", "type": "Environ"}],
               "edges": [edge("m", "values", "mean", "values")]}, facts=True)
     messages = c.until_finished()
-    metrics = [b for k, b in messages if k == "metrics"]
-    assert metrics == [{"points": [{"name": "mean", "value": 2.0, "step": None, "node_id": "mean"}]}]
-    assert [b["code"] for k, b in messages if k == "warning"] == ["environ"]
+    metrics = [b for k, b in messages if k == "event" and b["type"] == "metric"]
+    assert metrics == [{"type": "metric", "payload": {"run_id": "run-1", "node_id": "mean", "name": "mean",
+                                                      "value": 2.0, "step": None}}]
+    assert [b["payload"]["code"] for k, b in messages if k == "event" and b["type"] == "run_warning"] == ["environ"]
     facts = [b for k, b in messages if k == "facts"]
     assert len(facts) == 1 and facts[0]["kind"] == "fingerprint"
     assert len(facts[0]["facts"]["digest"]) == 64 and facts[0]["facts"]["document"]["node_catalog"]

@@ -107,8 +107,8 @@ def test_a_run_reports_started_then_events_in_order_then_finished(tmp_path, how)
             mine = [s for n, s in statuses if n == node]
             assert mine[0] == "running" and mine[-1] == "done", mine
         assert all(e["payload"]["run_id"] == "r1" for e in events)
-        metrics = [b for k, b in h.of("r1") if k == "metrics"]
-        assert metrics == [{"points": [{"name": "mean", "value": 2.0, "step": None, "node_id": "mean"}]}]
+        metrics = [e["payload"] for e in events if e["type"] == "metric"]
+        assert metrics == [{"run_id": "r1", "node_id": "mean", "name": "mean", "value": 2.0, "step": None}]
         assert (tmp_path / "agent-runs" / "r1" / "output.log").exists()
 
     run_async(scenario)
@@ -126,13 +126,13 @@ def test_the_run_sees_its_cards_in_assign_order_and_no_secrets(tmp_path, how):
         assert cuda["status"] == "succeeded" and cpu["status"] == "succeeded"
         _, (pid, view) = h.of("cuda")[0]
         assert view.engine_device == "cuda:0" and view.aliases == {"cuda:0": "cuda:2", "cuda:1": "cuda:0"}
-        seen = next(b for k, b in h.of("cuda") if k == "warning")["params"]
+        seen = next(b["payload"] for k, b in h.of("cuda") if k == "event" and b["type"] == "run_warning")["params"]
         assert seen["CUDA_VISIBLE_DEVICES"] == "2,0" and seen["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
         for name in SECRETS:
             assert seen[name] is None, name
         assert seen["KEEP_ME"] == "yes"
         assert seen["raw_has_token"] is False  # not even in the exec-time environment
-        seen = next(b for k, b in h.of("cpu") if k == "warning")["params"]
+        seen = next(b["payload"] for k, b in h.of("cpu") if k == "event" and b["type"] == "run_warning")["params"]
         assert seen["CUDA_VISIBLE_DEVICES"] == ""
 
     run_async(scenario)
@@ -253,7 +253,7 @@ def test_a_torch_training_run_forked_from_the_warm_process(tmp_path):
             await h.close()
         assert body["status"] == "succeeded", body
         assert again["metrics"] == body["metrics"]  # a fresh process each time, same seed, same numbers
-        names = {p["name"] for k, b in h.of("train") if k == "metrics" for p in b["points"]}
+        names = {b["payload"]["name"] for k, b in h.of("train") if k == "event" and b["type"] == "metric"}
         assert "train_loss" in names
         pids = {h.of(run)[0][1][0] for run in ("train", "train2")}
         assert len(pids) == 2 and h.launcher.pid not in pids

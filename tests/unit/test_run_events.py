@@ -83,3 +83,10 @@ def test_cap_keeps_identity_when_nothing_else_fits():
 def test_cap_disabled(cap):
     payload = {"run_id": "r", "message": "z" * 5000}
     assert ev.cap_payload(payload, cap) is payload
+
+
+def test_metric_and_artifact_builders_match_the_engine_events():
+    raw = {"event": "metric", "node_id": "n", "name": "loss", "value": float("nan"), "step": None}
+    assert ev.metric("r", node_id="n", name="loss", value=float("nan"), step=None) == ev.from_engine("r", raw)
+    raw = {"event": "artifact", "node_id": None, "kind": "plot", "path": "a.png", "meta": {"dpi": 72}}
+    assert ev.artifact("r", node_id=None, kind="plot", path="a.png", meta={"dpi": 72}) == ev.from_engine("r", raw)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from codefy_jupyter.wire import codec
 from codefy_jupyter.wire import protocol as wp
 from codefy_jupyter.wire.protocol import (
     Ack, Assign, Event, Hello, Metrics, Outbox, ProtocolError, RunAlive, RunFinished, RunInbox, Welcome,
@@ -550,9 +551,9 @@ def test_the_fast_paths_decide_as_the_generic_checks(run_id, seq, event, points)
             fast = (err.code, err.path)
         try:
             cls = wp.FRAME_TYPES[raw["type"]]
-            values = {s.name: s.check(raw[s.name], f"{cls.type}.{s.name}") for s in wp._specs(cls) if s.name in raw}
+            values = {s.name: s.check(raw[s.name], f"{cls.type}.{s.name}") for s in codec._specs(cls) if s.name in raw}
             frame = cls(**values)
-            wp._check_values(frame)
+            codec._check_values(frame)
             generic = frame
         except ProtocolError as err:
             generic = (err.code, err.path)

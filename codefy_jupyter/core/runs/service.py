@@ -40,9 +40,11 @@ from .event_log import EventLog
 from .executors import ExecutionOutcome, InProcessExecutor, RunHandle, RunSpec
 from ...wire.fingerprint import digest, environment_document
 from .requests import SubmitRequest, parse_submit
-from ..scheduling.queue import (
-    LOCAL, LocalMachine, OfferedDevice, Placement, Run, RunQueue, SubmitError, build_limits, resolve_run_device,
-)
+from ..scheduling.device_sets import SubmitError, resolve_run_device
+from ..scheduling.limits import build_limits
+from ..scheduling.queue import RunQueue
+from ..scheduling.records import Placement, Run
+from ..scheduling.slot_groups import LOCAL, LocalMachine, OfferedDevice
 from ..store.database import Store
 from ..workers.executor import RESUME, WorkerRunHandle
 from ..workers.handshake import graph_node_types

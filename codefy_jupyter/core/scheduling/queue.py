@@ -109,10 +109,8 @@ API for the control plane (RunService, WorkerRegistry):
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping, NamedTuple
+from typing import Iterable, Mapping
 
 from codefy_jupyter.core.scheduling import placement as wp
 from codefy_jupyter.core.scheduling.device_sets import (  # noqa: F401  (re-exported: one import point for callers)
@@ -122,177 +120,15 @@ from codefy_jupyter.core.scheduling.device_sets import (  # noqa: F401  (re-expo
 from codefy_jupyter.core.scheduling.limits import (  # noqa: F401  (re-exported)
     Limits, build_limits, parse_concurrency_overrides, slot_device,
 )
+from codefy_jupyter.core.scheduling.offer_pass import Held, OfferPass, PassState, hold
+from codefy_jupyter.core.scheduling.placement import ANY, ONE_SHOT, POOLS  # noqa: F401  (re-exported)
+from codefy_jupyter.core.scheduling.records import (  # noqa: F401  (re-exported)
+    INTERACTIVE, LANES, QUEUED, Placement, QueueStats, Run, SchedulerStatistics, SlotInfo,
+)
 from codefy_jupyter.core.scheduling.slot_groups import (  # noqa: F401  (re-exported)
     CONNECTED, DISCONNECTED, DRAINING, LOCAL, OFFLINE, WORKER_NAME, LocalMachine, OfferedDevice, Topology,
     WorkerOffer, slot_name, split_slot,
 )
-from codefy_jupyter.core.scheduling.placement import ANY, ONE_SHOT, POOLS  # noqa: F401  (re-exported)
-
-QUEUED = "queued"
-INTERACTIVE = "interactive"
-LANES = (QUEUED, INTERACTIVE)
-
-
-
-# --- runs, placements, statistics -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Run:
-    """What the scheduler needs to know about a run. `order` is the submit order (strictly
-    increasing across submits); `devices` is the device set, `()` or `(device,)` without one."""
-
-    run_id: str
-    order: int
-    device: str
-    devices: tuple[str, ...] = ()
-    seeded: bool = False
-    lane: str = QUEUED
-    session: str | None = None
-    worker: str = LOCAL
-    pool: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.lane not in LANES:
-            raise ValueError(f"lane must be one of {LANES}, got {self.lane!r}")
-        if self.worker not in (LOCAL, ANY) and not WORKER_NAME.match(self.worker):
-            raise ValueError(f"worker must be 'local', 'any' or a worker name, got {self.worker!r}")
-        if self.pool is not None and self.pool not in POOLS:
-            raise ValueError(f"pool must be one of {POOLS} or None, got {self.pool!r}")
-        if self.pool is not None and self.worker == LOCAL:
-            object.__setattr__(self, "worker", ANY)  # a pool run goes to a worker, never here
-        # Asked on every offer: computed once (not fields, so equality and repr are unchanged).
-        local = self.worker == LOCAL and self.pool is None
-        object.__setattr__(self, "_local", local)
-        object.__setattr__(self, "_key", self.device if local else f"pool:{self.pool}/{self.device}"
-                           if self.pool is not None else f"{self.worker}/{self.device}")
-        if self.device in KIND_REQUESTS and (local or self.devices):
-            raise ValueError(f"only a worker run without a device set may ask for the kind {self.device!r}")
-        if self.devices and self.devices[0] != self.device:
-            raise ValueError(f"a device-set run's device must be its set's first device: "
-                             f"{self.device!r} vs {self.devices!r}")
-        if len(set(self.devices)) != len(self.devices):
-            raise ValueError(f"duplicate devices in {self.devices!r}")
-
-    @property
-    def is_local(self) -> bool:
-        """No target, or `worker: local`: exactly the rules without workers."""
-        return self._local  # type: ignore[attr-defined]
-
-    @property
-    def slots(self) -> tuple[str, ...]:
-        """Every slot a local run holds while it executes (queued lane). A worker run's slots are
-        chosen when it starts: `()` here, `RunQueue.placement(run_id).slots` once it runs."""
-        if not self.is_local:
-            return ()
-        return self.devices or (self.device,)
-
-    @property
-    def queue_key(self) -> str:
-        """`cuda:0` (local), `<worker>/<device>`, `any/<device>`, `pool:one-shot/<device>`; a
-        device-set run waits in its first device's queue. Devices never contain `/`."""
-        return self._key  # type: ignore[attr-defined]
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Start this run now: it holds one unit on each of `slots` until `finish` (queued lane).
-    `worker` is `local` (this server's process, on `device`) or the worker's name; then `device`
-    and `devices` are in the worker's numbering (`slots` `gpu-box/cuda:1`... → `cuda:1`...)."""
-
-    run_id: str
-    queue_key: str
-    device: str
-    slots: tuple[str, ...]
-    lane: str
-    seeded: bool
-    worker: str = LOCAL
-
-    @property
-    def devices(self) -> tuple[str, ...]:
-        """The run's devices on its provider, in order (the assign frame's `devices`)."""
-        return tuple(split_slot(s)[1] for s in self.slots) or (self.device,)
-
-
-@dataclass(frozen=True)
-class SlotInfo:
-    """One device of one provider, for GET /api/workers. `limit`/`taken` are its group's (every
-    provider of the same physical device counts), `limited_by` the slot whose limit applies,
-    `same_card` the group's other slots, `shared_with_local` a worker slot that is one of this
-    server's devices (count it once when adding up usage)."""
-
-    slot: str
-    provider: str
-    device: str
-    uuid: str | None
-    limit: int
-    taken: int
-    limited_by: str
-    same_card: tuple[str, ...]
-    shared_with_local: bool
-
-
-@dataclass(frozen=True)
-class QueueStats:
-    """One slot/queue: runs waiting in its FIFO, queued-lane units taken (set runs from other
-    queues included), its limit, and interactive runs executing on the device (not limited)."""
-
-    key: str
-    waiting: int
-    running: int
-    limit: int
-    interactive: int = 0
-
-
-@dataclass(frozen=True)
-class SchedulerStatistics:
-    queues: tuple[QueueStats, ...]
-    interactive_running: int
-    interactive_waiting: int
-    interactive_limit: int
-    seeded_running: str | None  # the seeded run executing here (it runs alone), if any
-
-    def queue(self, key: str) -> QueueStats | None:
-        return next((q for q in self.queues if q.key == key), None)
-
-
-# --- the queue --------------------------------------------------------------------------------
-
-
-class _Held(NamedTuple):
-    """An executing run: where it runs, the slots it holds, and the groups those counted against
-    when it started (kept, so a worker that changes or leaves cannot unbalance the counts). A
-    tuple: one is made per start, and a frozen dataclass costs several times more to build."""
-
-    run: Run
-    worker: str
-    slots: tuple[str, ...]
-    groups: tuple[str, ...]
-
-
-@dataclass
-class _Pass:
-    """Bookkeeping of one offer pass; reason() runs the same pass on a copy and throws it away."""
-
-    used: dict[str, int]  # slot -> units
-    group_used: dict[str, int]  # group -> units
-    running: dict[str, _Held]
-    commit: bool
-    holding: Mapping[str, Iterable[str]]  # group -> slots with a run on them when the pass began
-    reserved: dict[str, list[str]] = field(default_factory=dict)  # group -> earlier waiting heads
-    gate_claim: str | None = None
-    seeded_running: str | None = None
-    started: list[_Held] = field(default_factory=list)
-    reasons: dict[str, Notice | None] = field(default_factory=dict)
-    limits: dict[str, int] = field(default_factory=dict)  # group -> limit, computed once a pass
-
-
-def _holding(running: dict[str, _Held]) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for held in running.values():
-        for slot, group in zip(held.slots, held.groups):
-            out.setdefault(group, set()).add(slot)
-    return out
 
 
 class RunQueue:
@@ -308,7 +144,7 @@ class RunQueue:
         self._queues: dict[str, deque[Run]] = {}
         self._interactive_waiting: dict[str, Run] = {}
         self._waiting: dict[str, Run] = {}
-        self._running: dict[str, _Held] = {}
+        self._running: dict[str, Held] = {}
         # group -> slot -> executing runs on it: `_holding(self._running)` kept up to date as runs
         # start and finish rather than rebuilt on every pass.
         self._holding_now: dict[str, dict[str, int]] = {}
@@ -468,8 +304,8 @@ class RunQueue:
         slots = tuple(slots)
         if run.lane == QUEUED and (not slots or any(split_slot(s)[0] != worker for s in slots)):
             raise ValueError(f"slots {slots!r} are not slots of worker {worker!r}")
-        held = _Held(run, worker, slots, tuple(self.topology().group(s) for s in slots))
-        self._hold(held, self._used, self._group_used, self._running)
+        held = Held(run, worker, slots, tuple(self.topology().group(s) for s in slots))
+        hold(held, self._used, self._group_used, self._running)
         self._note_holding(held, 1)
         if self._workers.get(worker) is not None and self._workers[worker].one_shot:
             self._one_shot_taken.add(worker)
@@ -486,7 +322,7 @@ class RunQueue:
         self._note_holding(held, -1)
         return held.run
 
-    def _note_holding(self, held: _Held, change: int) -> None:
+    def _note_holding(self, held: Held, change: int) -> None:
         for slot, group in zip(held.slots, held.groups):
             slots = self._holding_now.setdefault(group, {})
             slots[slot] = slots.get(slot, 0) + change
@@ -519,7 +355,7 @@ class RunQueue:
         return [self._placement(h) for h in state.started]
 
     @staticmethod
-    def _placement(held: _Held) -> Placement:
+    def _placement(held: Held) -> Placement:
         run = held.run
         device = split_slot(held.slots[0])[1] if held.slots and not run.is_local else run.device
         return Placement(run.run_id, run.queue_key, device, held.slots if run.lane == QUEUED else (), run.lane,
@@ -621,233 +457,8 @@ class RunQueue:
                                  tuple(s for s in topo.members(group) if s != slot), topo.shares_local(slot)))
         return rows
 
-    # -- the offer pass --
-
-    def _offer(self, used: dict[str, int], group_used: dict[str, int], running: dict[str, _Held],
-               commit: bool, holding: Mapping[str, Iterable[str]] | None = None) -> _Pass:
-        """Offer candidates in priority order, one start at a time (module docstring). With
-        commit=False this is a dry run on copies, used to explain waits. `holding`: that of
-        `running` (`_holding`), which the pass only reads."""
-        holding = _holding(running) if holding is None else holding
-        state = _Pass(used=used, group_used=group_used, running=running, commit=commit, holding=holding,
-                      seeded_running=next((h.run.run_id for h in running.values()
-                                           if h.run.seeded and h.worker == LOCAL), None))
-        self._out_of_turn(state)
-        # (lane rank, submit order): interactive runs first, then queue heads, oldest first.
-        heap: list[tuple[int, int, str]] = [(0, r.order, r.run_id) for r in self._interactive_waiting.values()]
-        at: dict[str, int] = {}  # index of each queue's head in this pass
-        for key, queue in self._queues.items():
-            i = self._next_waiting(queue, 0, state)
-            if i < len(queue):
-                at[key] = i
-                heap.append((1, queue[i].order, key))
-        heapq.heapify(heap)
-        while heap:
-            rank, _, ref = heapq.heappop(heap)
-            run = self._interactive_waiting[ref] if rank == 0 else self._queues[ref][at[ref]]
-            why, choice = self._evaluate(run, state)
-            state.reasons[run.run_id] = why
-            if choice is None:
-                continue
-            self._start(run, choice, state)
-            if rank == 1:
-                queue = self._queues[ref]
-                i = self._next_waiting(queue, at[ref] + 1, state)
-                if i < len(queue):
-                    at[ref] = i
-                    heapq.heappush(heap, (1, queue[i].order, ref))
-        if commit:
-            self._drop_started(state)
-        return state
-
-    @staticmethod
-    def _next_waiting(queue: deque[Run], i: int, state: _Pass) -> int:
-        while i < len(queue) and queue[i].run_id in state.running:  # started out of turn
-            i += 1
-        return i
-
-    def _drop_started(self, state: _Pass) -> None:
-        started: dict[str, set[str]] = {}
-        for held in state.started:
-            if held.run.lane == QUEUED:
-                started.setdefault(held.run.queue_key, set()).add(held.run.run_id)
-        for key, ids in started.items():
-            queue = self._queues[key]
-            left = len(ids)
-            while queue and queue[0].run_id in ids:  # the usual case: a prefix started
-                queue.popleft()
-                left -= 1
-            if left:  # a run started out of turn (a one-shot agent's --run-id)
-                self._queues[key] = queue = deque(r for r in queue if r.run_id not in ids)
-            if not queue:
-                del self._queues[key]
-
-    def _out_of_turn(self, state: _Pass) -> None:
-        """A one-shot agent started with --run-id takes its run out of turn, before anything else."""
-        if not self._workers:
-            return
-        for offer in self.workers():
-            run = self._waiting.get(offer.run_id or "")
-            if not (offer.one_shot and run is not None and run.lane == QUEUED and run.run_id not in state.running):
-                continue
-            if run.pool is None and run.worker != offer.name:
-                continue
-            choices = self._one_shot_choices(run, [offer], state)
-            for choice in choices:
-                why, ok = self._check(run, choice[1], state, here=False, fixed=False)
-                if ok:
-                    self._start(run, choice, state)
-                    break
-
-    def _limit(self, group: str, state: _Pass) -> int:
-        if group not in state.limits:
-            state.limits[group] = self.topology().group_limit(group, state.holding.get(group, ())).limit
-        return state.limits[group]
-
-    def _evaluate(self, run: Run, state: _Pass) -> tuple[Notice | None, tuple[str, tuple[str, ...]] | None]:
-        """(wait reason, where to start it now or None) for one candidate."""
-        if run.is_local:
-            slots = run.slots if run.lane == QUEUED else ()
-            why, ok = self._check(run, slots, state, here=True, fixed=True)
-            return why, ((LOCAL, slots) if ok else None)
-        choices, why, fixed = self._choices(run, state)
-        if not choices:
-            return why, None
-        reasons = []
-        for provider, slots in choices:
-            why, ok = self._check(run, slots, state, here=provider == LOCAL, fixed=fixed)
-            if ok:
-                return None, (provider, slots)
-            reasons.append(why)
-        # Several choices all taken: waiting its turn, unless none of them was simply full.
-        return (reasons[0] if fixed or None not in reasons else None), None
-
-    def _choices(self, run: Run, state: _Pass) -> tuple[list[tuple[str, tuple[str, ...]]], Notice | None, bool]:
-        """(where the run could go now, best first; why nowhere; whether its slots are fixed, so that
-        it reserves them while it waits at the front: a named worker's concrete device or set)."""
-        need = wp.wanted(run.device, run.devices)
-        if run.pool is not None:
-            offers = [o for o in self.workers() if o.one_shot and (o.run_id is None or o.run_id == run.run_id)]
-            choices = self._one_shot_choices(run, offers, state)
-            return choices, (None if choices else wp.reason_one_shot_pool(need)), False
-        if run.worker == ANY:
-            choices, draining = [], []
-            for offer in self.workers():
-                if offer.one_shot or not offer.catalog_complete:
-                    continue
-                devs = wp.device_choices(run.device, run.devices, offer.device_names())
-                if devs and offer.state == DRAINING:
-                    draining.append(offer.name)
-                elif devs and offer.accepting:
-                    choices += [(offer.name, tuple(slot_name(offer.name, d) for d in ds)) for ds in devs]
-            here = wp.local_choice(run.device, run.devices, self.topology().local_slots)
-            if here is not None:
-                choices.append((LOCAL, here))
-            return choices, (None if choices else wp.reason_no_offer(need, ANY, draining)), False
-        offer = self._workers.get(run.worker)
-        if offer is None or offer.state in (DISCONNECTED, OFFLINE):
-            return [], wp.reason_disconnected(run.worker), False
-        if offer.state == DRAINING:
-            return [], wp.reason_draining(run.worker), False
-        if offer.one_shot:
-            if offer.run_id is not None and offer.run_id != run.run_id:
-                return [], wp.reason_one_shot_run_id(offer.name, offer.run_id), False
-            choices = self._one_shot_choices(run, [offer], state)
-            if not choices and self._one_shot_busy(offer, state):
-                return [], wp.reason_one_shot_taken(offer.name), False
-            return choices, (None if choices else wp.reason_no_offer(need, offer.name)), False
-        devs = wp.device_choices(run.device, run.devices, offer.device_names())
-        if not devs:
-            return [], wp.reason_no_offer(need, offer.name), False
-        return ([(offer.name, tuple(slot_name(offer.name, d) for d in ds)) for ds in devs], None,
-                run.device not in KIND_REQUESTS)
-
-    def _one_shot_busy(self, offer: WorkerOffer, state: _Pass) -> bool:
-        return offer.name in self._one_shot_taken or any(h.worker == offer.name for h in state.running.values())
-
-    def _one_shot_choices(self, run: Run, offers: list[WorkerOffer],
-                          state: _Pass) -> list[tuple[str, tuple[str, ...]]]:
-        """A one-shot worker takes one run, ever: connected, not draining, nothing taken yet."""
-        return [(o.name, tuple(slot_name(o.name, d) for d in ds)) for o in offers
-                if o.one_shot and o.accepting and not self._one_shot_busy(o, state)
-                for ds in wp.device_choices(run.device, run.devices, o.device_names())]
-
-    def _check(self, run: Run, slots: tuple[str, ...], state: _Pass, *, here: bool,
-               fixed: bool) -> tuple[Notice | None, bool]:
-        """(wait reason, may start now) for one run on one choice of slots. `here`: the choice is
-        this server's process (the seeded gate applies). `fixed`: the run's only choice, so a
-        blocked run records its hold (reservations, the gate claim)."""
-        if here and state.seeded_running is not None:
-            return Notice("seeded_run_executing",
-                          f"waiting for seeded run {state.seeded_running} to finish: a seeded run executes alone",
-                          {"run_id": state.seeded_running}), False
-        if here and state.gate_claim is not None:
-            return Notice("waiting_for_seeded_run",
-                          f"waiting for seeded run {state.gate_claim}, which must execute alone, to start",
-                          {"run_id": state.gate_claim}), False
-        topo = self.topology()
-        reserved_by: tuple[str, str] | None = None
-        busy_set: list[str] = []
-        own_full = False
-        for slot in slots:
-            group = topo.group(slot)
-            room = self._limit(group, state) - state.group_used.get(group, 0)
-            holders = state.reserved.get(group, ())
-            if room - len(holders) >= 1:
-                continue
-            if room >= 1 and reserved_by is None:
-                reserved_by = (slot, holders[0])
-            elif room < 1 and slot == slots[0]:
-                own_full = True
-            elif room < 1:
-                busy_set.append(slot)
-        blocked = reserved_by is not None or busy_set or own_full
-        # Only a seeded run here asks what else runs here (a scan of the running runs per check).
-        local_running = [h for h in state.running.values() if h.worker == LOCAL] if here and run.seeded else []
-        alone_blocked = bool(local_running)
-        if (blocked or alone_blocked) and fixed:
-            for slot in slots:
-                state.reserved.setdefault(topo.group(slot), []).append(run.run_id)
-            if alone_blocked and not blocked:
-                state.gate_claim = run.run_id
-        if reserved_by is not None:
-            slot, holder = reserved_by
-            return Notice("device_reserved",
-                          f"{slot} is reserved for run {holder}, which waits ahead of this run",
-                          {"device": slot, "run_id": holder}), False
-        if busy_set:
-            return Notice("waiting_for_set_devices",
-                          f"waiting for {', '.join(busy_set)}: a device-set run starts when every device is free",
-                          {"devices": busy_set}), False
-        if alone_blocked and (not own_full or any(slots[0] not in h.slots or h.run.lane == INTERACTIVE
-                                                  for h in local_running)):
-            n = len(local_running)
-            return Notice("waiting_to_run_alone",
-                          f"a seeded run executes alone: waiting for {n} run{'s' if n != 1 else ''} to finish",
-                          {"running": n}), False
-        return None, not (own_full or alone_blocked)
-
-    def _start(self, run: Run, choice: tuple[str, tuple[str, ...]], state: _Pass) -> None:
-        worker, slots = choice
-        topo = self.topology()
-        held = _Held(run, worker, slots if run.lane == QUEUED else (),
-                     tuple(topo.group(s) for s in slots) if run.lane == QUEUED else ())
-        self._hold(held, state.used, state.group_used, state.running)
-        state.started.append(held)
-        if run.seeded and worker == LOCAL:
-            state.seeded_running = run.run_id
-        # On a dry pass the waiting runs are left alone; on a real one the run moves over.
-        if state.commit:
-            del self._waiting[run.run_id]
-            if run.lane == INTERACTIVE:
-                del self._interactive_waiting[run.run_id]
-            offer = self._workers.get(worker)
-            if offer is not None and offer.one_shot:
-                self._one_shot_taken.add(worker)
-
-    @staticmethod
-    def _hold(held: _Held, used: dict[str, int], group_used: dict[str, int], running: dict[str, _Held]) -> None:
-        running[held.run.run_id] = held
-        for slot, group in zip(held.slots, held.groups):
-            used[slot] = used.get(slot, 0) + 1
-            group_used[group] = group_used.get(group, 0) + 1
+    def _offer(self, used: dict[str, int], group_used: dict[str, int], running: dict[str, Held],
+               commit: bool, holding: Mapping[str, Iterable[str]] | None = None) -> PassState:
+        return OfferPass(queues=self._queues, interactive_waiting=self._interactive_waiting, waiting=self._waiting,
+                         workers=self._workers, one_shot_taken=self._one_shot_taken,
+                         topology=self.topology()).run(used, group_used, running, commit, holding)

@@ -44,10 +44,12 @@ from ..runs.event_log import EventLog
 from ..runs.executors import ExecutionOutcome, RunSpec
 from ...wire.fingerprint import digest
 from ..store.database import Store
+from .frame_events import event_of, events_of_report
 from .handshake import check_graph_types, graph_node_types
-from ...wire.protocol import (
-    AGENT_STOPPED, INBOX_MAX_FRAMES, Ack, Artifact, Assign, Cancel, Drain, Event, Metrics, RunAlive, RunFacts, RunFinished,
-    RunFrame, RunInbox, RunStarted, RunWarning, should_pause_reading,
+from ...wire.acks import INBOX_MAX_FRAMES, RunInbox, should_pause_reading
+from ...wire.frames import (
+    AGENT_STOPPED, Ack, Artifact, Assign, Cancel, Drain, Event, Metrics, RunAlive, RunFacts, RunFinished, RunFrame,
+    RunStarted, RunWarning,
 )
 from .registry import Worker, WorkerRegistry
 
@@ -55,8 +57,6 @@ log = logging.getLogger("codefy.workers")
 
 RESUME = "worker_resume"
 SHUTDOWN_CANCEL_GRACE_S = 5.0
-# Event types only the control plane writes into a run's log.
-_CONTROL_PLANE_TYPES = ev.CLOSING | {ev.EXECUTION_START}
 
 
 class WorkerHost(Protocol):
@@ -429,7 +429,6 @@ class WorkerExecutor:
 
     def _apply(self, run: _WorkerRun, frame: RunFrame) -> None:
         run_id = run.run_id
-        emit = self.host.events.emit
         if isinstance(frame, RunStarted):
             run.facts.update(visible_devices=list(frame.visible_devices), device_aliases=dict(frame.device_aliases))
             if frame.pid is not None:
@@ -438,30 +437,21 @@ class WorkerExecutor:
             return
         self._ensure_started(run)
         if isinstance(frame, Event):
-            event = _event_of(run_id, frame.event)
-            if event is None:
-                return
-            emit(run_id, event)
-            if event.type == "artifact":
-                self._record_artifact(run_id, event.payload)
-        elif isinstance(frame, Metrics):
-            for point in frame.points:
-                if isinstance(point, dict) and isinstance(point.get("name"), str):
-                    emit(run_id, ev.from_engine(run_id, {"event": "metric", "node_id": point.get("node_id"),
-                                                         "name": point["name"], "value": point.get("value"),
-                                                         "step": point.get("step")}))
-        elif isinstance(frame, Artifact):
-            event = ev.from_engine(run_id, {"event": "artifact", "node_id": frame.node_id, "kind": frame.kind,
-                                            "path": frame.path, "meta": frame.meta})
-            emit(run_id, event)
-            self._record_artifact(run_id, event.payload)
-        elif isinstance(frame, RunWarning):
-            emit(run_id, ev.run_warning(run_id, frame.code or "worker_warning", frame.message, frame.params,
-                                        frame.node_id))
+            event = event_of(run_id, frame.event)
+            if event is not None:
+                self._log(run_id, event)
+        elif isinstance(frame, (Metrics, Artifact, RunWarning)):
+            for event in events_of_report(run_id, frame):
+                self._log(run_id, event)
         elif isinstance(frame, RunFacts):
             self._run_facts(run, frame)
         elif isinstance(frame, RunFinished):
             self._finish(run, _outcome(frame, run))
+
+    def _log(self, run_id: str, event: ev.RunEvent) -> None:
+        self.host.events.emit(run_id, event)
+        if event.type == "artifact":
+            self._record_artifact(run_id, event.payload)
 
     def warn(self, worker: Worker, run_id: str, code: str, message: str, params: dict[str, Any]) -> None:
         """A run_warning in the log of a run of `worker` that is still executing (else nothing)."""
@@ -709,20 +699,6 @@ class WorkerExecutor:
 async def _all_drained(runs: list[_WorkerRun]) -> None:
     for run in runs:
         await run.drained.wait()
-
-
-def _event_of(run_id: str, raw: dict[str, Any]) -> ev.RunEvent | None:
-    """An `event` frame's content as a log event: a built event `{"type", "payload"}` (what the run
-    subprocess makes with run_events' builders), or a raw engine event `{"event": kind, ...}`.
-    Events only the control plane writes (execution_start, closing events) are dropped."""
-    if isinstance(raw.get("type"), str) and isinstance(raw.get("payload"), dict):
-        if raw["type"] in _CONTROL_PLANE_TYPES:
-            return None
-        payload = raw["payload"]
-        if payload.get("run_id") != run_id:  # the child's builders name the run already: no copy then
-            payload = {**payload, "run_id": run_id}
-        return ev.RunEvent(raw["type"], payload)
-    return ev.from_engine(run_id, raw)
 
 
 def _outcome(frame: RunFinished, run: _WorkerRun) -> ExecutionOutcome:

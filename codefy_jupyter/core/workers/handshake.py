@@ -22,11 +22,11 @@ from typing import Any, Iterable, Mapping, Protocol
 
 from ...engine.graph import MAX_NESTING
 from ...engine.presets import PresetError, PresetLibrary
-from ...wire.names import RESERVED_NAMES, WORKER_NAME_PATTERN, name_problem  # noqa: F401  (re-exported)
-from ...wire.protocol import (
+from ...wire.frames import (
     DEFAULT_GRACE_S, DEFAULT_HEARTBEAT_S, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Hello, Reject, Welcome,
     negotiate,
 )
+from ...wire.names import RESERVED_NAMES, WORKER_NAME_PATTERN, name_problem  # noqa: F401  (re-exported)
 
 def registered_name(hello: Hello) -> str:
     """The name a hello registers under: `<name>.<instance>` for an instance, else `<name>`."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
 from .handshake import Accepted, CatalogDiff, Credential
-from ...wire.protocol import HEARTBEAT_MISSES, Frame, Heartbeat, Hello
+from ...wire.frames import HEARTBEAT_MISSES, Frame, Heartbeat, Hello
 
 OFFLINE, CONNECTED, DRAINING, DISCONNECTED = "offline", "connected", "draining", "disconnected"
 STATES = (OFFLINE, CONNECTED, DRAINING, DISCONNECTED)

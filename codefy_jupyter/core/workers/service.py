@@ -19,14 +19,12 @@ from typing import TYPE_CHECKING, Any, Awaitable
 from ..._version import __version__
 from ..errors import BadRequest, NotFound
 from ...wire.fingerprint import digest
-from ..scheduling.queue import OfferedDevice, WorkerOffer
+from ..scheduling.slot_groups import OfferedDevice, WorkerOffer
 from .access import check_issue, check_manage
 from .enrollment import Enrollment, Issued
 from .executor import WorkerExecutor
 from .handshake import Credential, Refused, ServerSide, check_hello
-from ...wire.protocol import (
-    Frame, Heartbeat, Hello, Reject, RunAlive, RunFrame, Welcome,
-)
+from ...wire.frames import Frame, Heartbeat, Hello, Reject, RunAlive, RunFrame, Welcome
 from .registry import Worker, WorkerLink, WorkerRegistry
 
 if TYPE_CHECKING:
@@ -203,7 +201,7 @@ class WorkerService:
         worker = self._managed(name, user, admin, "drain" if draining else "undrain")
         self.registry.set_draining(name, draining)
         if worker.link is not None:
-            from ...wire.protocol import Drain
+            from ...wire.frames import Drain
             worker.link.send(Drain(draining=draining))
         self.offer(worker)
         self._reschedule()

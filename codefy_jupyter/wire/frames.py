@@ -1,0 +1,312 @@
+"""The worker protocol's vocabulary: its version and capabilities, its timing defaults, every frame
+type (a frozen dataclass whose annotations are the wire schema) and `ProtocolError`. Pure; the
+agent imports it (see wire/protocol.py for how the protocol works as a whole)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable
+
+# 3: as the seed (ack came with 2, mount fields with 3). Bump only for a change the other side
+# would misread; new optional features are capabilities instead.
+PROTOCOL_VERSION = 3
+
+
+# Heartbeats: the default interval the control plane puts in `welcome.heartbeat_s`, and how many
+# consecutive missed ones make a worker `disconnected`.
+DEFAULT_HEARTBEAT_S = 10.0
+HEARTBEAT_MISSES = 3
+# Seconds the first frame (`hello`) must arrive within after the socket is accepted.
+HELLO_TIMEOUT_S = 10.0
+# Default cooperative-cancel grace before the agent terminates a run's process (then kills 5 s later).
+DEFAULT_GRACE_S = 30.0
+KILL_AFTER_TERMINATE_S = 5.0
+
+# Every capability the seed names. A capability is used only when both sides list it.
+KNOWN_CAPABILITIES: frozenset[str] = frozenset({
+    "ack", "mounts", "transfer", "memory_budget", "one_shot", "s3", "record_outputs", "instances",
+    "run_facts", "batch",
+})
+# What this version of the code implements (storage, recorded outputs, memory sharing and ddp come
+# later and add themselves here).
+SUPPORTED_CAPABILITIES: frozenset[str] = frozenset({"ack", "one_shot", "instances", "run_facts", "batch"})
+
+
+def negotiate(offered: Iterable[str], supported: Iterable[str] = SUPPORTED_CAPABILITIES) -> list[str]:
+    """The capabilities both sides list, sorted. Unknown names are simply not in the answer."""
+    return sorted(set(offered) & set(supported))
+
+
+class ProtocolError(Exception):
+    """The peer sent a frame we cannot use.
+
+    code: `not_json`, `too_deep`, `not_object`, `missing_type`, `unknown_type`, `wrong_direction`,
+          `missing_field`, `bad_field`, `bad_value`, `frame_too_large`, `ack_ahead`.
+    path: the offending field (`assign.devices[0]`), or None for the frame as a whole.
+    """
+
+    def __init__(self, code: str, message: str, *, path: str | None = None) -> None:
+        super().__init__(message if path is None else f"{path}: {message}")
+        self.code = code
+        self.path = path
+        self.reason = message
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": str(self), "params": {"path": self.path}}
+
+
+# -- frames -----------------------------------------------------------------------------------------
+# Every frame is a frozen, keyword-only dataclass with a class-level `type`. Field annotations are
+# the wire schema: `decode` validates against them (see `_checker`).
+
+@dataclass(frozen=True, kw_only=True)
+class Frame:
+    type: ClassVar[str] = ""
+    sender: ClassVar[str] = ""  # "agent" or "server"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFrame(Frame):
+    """A frame about one run. `seq` is 0 until the agent's `Outbox` assigns it (>= 1 on the wire)."""
+
+    sender: ClassVar[str] = "agent"
+    run_id: str
+    seq: int = 0
+
+
+# agent -> control plane ----------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Hello(Frame):
+    """First frame of a connection. `name` is the worker's base name; with `instance` it registers as
+    `<name>.<instance>`. `node_types` maps each node type to the sha256 of its definition (as
+    `NodeRegistry.catalog()["types"]`); `catalog_hash`/`node_types` None means "no catalog reported".
+    `devices`: `[{"device": "cuda:0", "name"?, "uuid"?, "total_memory"?, "free_memory"?}, ...]`.
+    `machine_id`: sha256 digest of the machine id, for same-machine detection. `cpu_count`: the
+    cores the agent may run on, for its runs' automatic CPU thread budget (absent from older agents)."""
+
+    type: ClassVar[str] = "hello"
+    sender: ClassVar[str] = "agent"
+    name: str
+    version: str
+    protocol_version: int
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    catalog_hash: str | None = None
+    node_types: dict[str, str] | None = None
+    capabilities: list[str] = field(default_factory=list)
+    machine_id: str | None = None
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    mounts: dict[str, str] = field(default_factory=dict)
+    platform: str = ""
+    one_shot: bool = False
+    one_shot_run_id: str | None = None
+    instance_id: str | None = None
+    instance: str | None = None
+    cpu_count: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Heartbeat(Frame):
+    """Devices with their free memory now, and the run ids executing on the agent."""
+
+    type: ClassVar[str] = "heartbeat"
+    sender: ClassVar[str] = "agent"
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    running: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunAlive(Frame):
+    """After a reconnect: the runs still going (or finished but unacked) on the agent, each with the
+    last seq the agent assigned. The agent then replays every unacked frame of them."""
+
+    type: ClassVar[str] = "run_alive"
+    sender: ClassVar[str] = "agent"
+    runs: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted(RunFrame):
+    """The run's process started. `visible_devices`: the machine's cards the run sees, in order
+    (CUDA_VISIBLE_DEVICES); `device_aliases`: the run's device name -> the machine's
+    (`{"cuda:0": "cuda:2"}`)."""
+
+    type: ClassVar[str] = "run_started"
+    pid: int | None = None
+    visible_devices: list[str] = field(default_factory=list)
+    device_aliases: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event(RunFrame):
+    """One event of the run's log, `{"type", "payload"}`, as the run process built it with
+    wire/run_events.py (metrics, artifacts and node warnings included); the control plane writes it
+    as is. Older agents may send a raw engine event `{"event": kind, ...}` instead."""
+
+    type: ClassVar[str] = "event"
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metrics(RunFrame):
+    """Metric points: `[{"name", "value", "step"?, "node_id"?}, ...]`. Sent by older agents (newer
+    ones send each metric as an `event`); still accepted and recorded."""
+
+    type: ClassVar[str] = "metrics"
+    points: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Artifact(RunFrame):
+    """Sent by older agents (newer ones send an artifact as an `event`); still accepted and recorded."""
+
+    type: ClassVar[str] = "artifact"
+    kind: str
+    path: str
+    meta: dict[str, Any] = field(default_factory=dict)
+    node_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunWarning(RunFrame):
+    """A warning about the run from the agent itself (`code`/`params` for the panel's language,
+    `message` in English). A node's own warning travels as an `event` (older agents: this frame)."""
+
+    type: ClassVar[str] = "warning"
+    message: str
+    code: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    node_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFacts(RunFrame):
+    """Facts the run's process gathered itself: `kind` is `fingerprint` (document and numeric
+    settings) or `provenance` (one node's source record); sent only when `run_facts` is negotiated."""
+
+    type: ClassVar[str] = "run_facts"
+    kind: str
+    facts: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFinished(RunFrame):
+    """The run ended: `status` is `succeeded`, `failed` or `cancelled`. `error`:
+    `{"node_id"?, "type", "message", "traceback"?, "code"?}`. `output_tail`: the last 4 KB of the
+    run's output.log when its process crashed. `exit_code`: the process's exit status when known;
+    `signal`: the signal that ended it. `executed`/`cached`: how many nodes ran or came from cache,
+    `metrics`: the last value of each metric series, `duration_s`: the run's own duration (the
+    control plane's closing event reports them as for an in-process run)."""
+
+    type: ClassVar[str] = "run_finished"
+    status: str
+    error: dict[str, Any] | None = None
+    peak_memory: dict[str, Any] | None = None
+    output_tail: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    executed: int = 0
+    cached: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    duration_s: float | None = None
+
+
+# control plane -> agent ----------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Welcome(Frame):
+    """The hello was accepted. `name`: the registered name (`<name>.<instance>` for an instance).
+    `capabilities`: the negotiated intersection. `status`: `online` or `degraded` (the node catalog
+    differs; `missing_types` the worker lacks, `extra_types` the server lacks)."""
+
+    type: ClassVar[str] = "welcome"
+    sender: ClassVar[str] = "server"
+    worker_id: str
+    name: str = ""
+    heartbeat_s: float = DEFAULT_HEARTBEAT_S
+    grace_s: float = DEFAULT_GRACE_S
+    capabilities: list[str] = field(default_factory=list)
+    resume_grace_s: float | None = None
+    status: str = "online"
+    missing_types: list[str] = field(default_factory=list)
+    extra_types: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reject(Frame):
+    """The hello was refused; the control plane closes the socket after sending it."""
+
+    type: ClassVar[str] = "reject"
+    sender: ClassVar[str] = "server"
+    code: str
+    message: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assign(Frame):
+    """Run this graph. `devices`: the run's cards in order (the child's CUDA_VISIBLE_DEVICES);
+    `device`: the run's device as the run names it. The graph has its SECRET values restored.
+    `cpu_threads`: the run's CPU thread budget (OMP_NUM_THREADS, MKL_NUM_THREADS and torch's
+    threads in its process); absent: no budget. Older agents ignore it, as every unknown field."""
+
+    type: ClassVar[str] = "assign"
+    sender: ClassVar[str] = "server"
+    run_id: str
+    graph: dict[str, Any]
+    options: dict[str, Any] = field(default_factory=dict)
+    device: str
+    devices: list[str] = field(default_factory=list)
+    grace_s: float | None = None
+    cpu_threads: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cancel(Frame):
+    type: ClassVar[str] = "cancel"
+    sender: ClassVar[str] = "server"
+    run_id: str
+    grace_s: float | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Drain(Frame):
+    """Take no new runs (`draining: false` undoes it); runs already executing go on."""
+
+    type: ClassVar[str] = "drain"
+    sender: ClassVar[str] = "server"
+    draining: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ack(Frame):
+    """Every frame of `run_id` up to and including `seq` is recorded; the agent may drop them."""
+
+    type: ClassVar[str] = "ack"
+    sender: ClassVar[str] = "server"
+    run_id: str
+    seq: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batch(Frame):
+    """Several per-run frames in one message (capability `batch`; see the module's docstring). Each
+    item is a frame object as it would be sent alone; `unpack` validates them one by one."""
+
+    type: ClassVar[str] = "batch"
+    sender: ClassVar[str] = "agent"
+    frames: list[Any]
+
+
+AGENT_FRAMES: tuple[type[Frame], ...] = (Hello, Heartbeat, RunAlive, RunStarted, Event, Metrics, Artifact,
+                                         RunWarning, RunFacts, RunFinished)
+SERVER_FRAMES: tuple[type[Frame], ...] = (Welcome, Reject, Assign, Cancel, Drain, Ack)
+# Frames of negotiated capabilities (not in the seed's table).
+CAPABILITY_FRAMES: tuple[type[Frame], ...] = (Batch,)
+FRAME_TYPES: dict[str, type[Frame]] = {cls.type: cls for cls in AGENT_FRAMES + SERVER_FRAMES + CAPABILITY_FRAMES}
+RUN_FINISHED_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+# The `error.code` of a `cancelled` run_finished whose run the agent stopped because the agent itself
+# was stopped (not because the run was cancelled): the control plane records the run as interrupted.
+# A control plane that does not know the code records it as cancelled, as before.
+AGENT_STOPPED = "agent_stopped"
