@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .cache import NoCache, OutputCache
+from .collector import PROCESS_HOLD
 from .context import CancelToken, EngineCallbacks, EventFn, RunState
 from .errors import GraphError, NodeFailure, NodeOutputError
 from .expansion import Expand
@@ -78,7 +79,9 @@ class _Execution:
         # The runtime graph starts as the validated graph and grows with expansions.
         self.nodes: dict[str, NodeSpec] = dict(graph.nodes)
         self.inputs = dict(graph.inputs)
-        self.consumers = {k: list(v) for k, v in graph.consumers.items()}
+        # Shallow: only an expansion's own nodes gain consumers, and _expand gives them new lists;
+        # copying every list would cost an object per node that the run keeps to its end.
+        self.consumers = dict(graph.consumers)
         self.output_order = graph.output_nodes()  # graph order: the first output node is added first
         self.outputs_set = set(self.output_order)
         # Cache keys are only worth their cost when there is a cache to ask.
@@ -150,13 +153,16 @@ class _Execution:
         return OTHER
 
     # -- the loop -------------------------------------------------------------------------------
-    async def execute(self) -> None:
+    async def execute(self, built: Callable[[], None] | None = None) -> None:
+        """Admit the output nodes, then run; `built` is called in between (nothing ran yet)."""
         for nid in self.output_order:
             hit = None if self.no_cache else self.cache.get(self.sigs[nid])
             if hit is not None:
                 self._note_cached(nid, hit)
             else:
                 self.sched.add_node(self.index[nid])
+        if built is not None:
+            built()
         if self.cached and self.run.reports_status:
             self.run.emit_status({"event": "execution_cached", "nodes": list(self.cached)})
         try:
@@ -512,50 +518,67 @@ async def execute_graph(
     run_id: str | None = None,
     keep_outputs: str = "outputs",
     inline: bool = False,
+    freeze_gc: bool = False,
     clock: Callable[[], float] = time.monotonic,
 ) -> RunResult:
     """Run a graph on the current event loop. Raises GraphError before running an invalid graph.
 
     `inline=True` lets cheap sync nodes run on the loop's thread; only pass it when this loop
     serves nothing else (run_graph's own loop), since a node then blocks the loop while it runs.
+    `freeze_gc=True` keeps the garbage collector off the run's own structures (see collector.py);
+    it changes process-wide collector state, so only a caller that owns the process passes it.
     """
     if keep_outputs not in ("outputs", "all"):
         raise ValueError("keep_outputs must be 'outputs' or 'all'")
-    registry = registry or default_registry()
-    presets = presets or PresetLibrary.default()
-    parsed = graph if isinstance(graph, Graph) else parse_graph(graph, registry, presets)
-    run_id = run_id or uuid.uuid4().hex[:12]
-    metrics: dict[str, float] = {}
-    warnings: list[dict[str, Any]] = []
-    base = callbacks or EngineCallbacks.all_to(on_event)
     if on_event is not None and callbacks is not None:
         raise ValueError("pass on_event or callbacks, not both")
+    held = freeze_gc and PROCESS_HOLD.hold()
+    building = held
 
-    def signal(event: dict[str, Any]) -> None:
-        if event["event"] == "metric":
-            metrics[event["name"]] = event["value"]
-        elif event["event"] == "warning":
-            warnings.append(event)
-        if base.signal is not None:
-            base.signal(event)
+    def built() -> None:  # the run's structures exist and no node ran yet
+        nonlocal building
+        if building:
+            building = False
+            PROCESS_HOLD.built()
 
-    run = RunState(
-        run_id=run_id, seed=seed, device=device, deterministic=deterministic,
-        data_dir=Path(data_dir) if data_dir else Path.cwd() / ".codefy-data" / "runs" / run_id,
-        callbacks=EngineCallbacks(base.status, base.inner_status, signal), cancel=cancel, clock=clock)
-    run.presets = presets
-    cache = cache if cache is not None else NoCache()
-    started = clock()
-    execution = _Execution(parsed, registry=registry, presets=presets, run=run, cache=cache,
-                           max_parallel_nodes=max_parallel_nodes, inline=inline, keep_outputs=keep_outputs)
-    restore = enable_deterministic() if deterministic else None
-    cache.begin_run(run_id)
     try:
-        await execution.execute()
+        registry = registry or default_registry()
+        presets = presets or PresetLibrary.default()
+        parsed = graph if isinstance(graph, Graph) else parse_graph(graph, registry, presets)
+        run_id = run_id or uuid.uuid4().hex[:12]
+        metrics: dict[str, float] = {}
+        warnings: list[dict[str, Any]] = []
+        base = callbacks or EngineCallbacks.all_to(on_event)
+
+        def signal(event: dict[str, Any]) -> None:
+            if event["event"] == "metric":
+                metrics[event["name"]] = event["value"]
+            elif event["event"] == "warning":
+                warnings.append(event)
+            if base.signal is not None:
+                base.signal(event)
+
+        run = RunState(
+            run_id=run_id, seed=seed, device=device, deterministic=deterministic,
+            data_dir=Path(data_dir) if data_dir else Path.cwd() / ".codefy-data" / "runs" / run_id,
+            callbacks=EngineCallbacks(base.status, base.inner_status, signal), cancel=cancel, clock=clock)
+        run.presets = presets
+        cache = cache if cache is not None else NoCache()
+        started = clock()
+        execution = _Execution(parsed, registry=registry, presets=presets, run=run, cache=cache,
+                               max_parallel_nodes=max_parallel_nodes, inline=inline, keep_outputs=keep_outputs)
+        restore = enable_deterministic() if deterministic else None
+        cache.begin_run(run_id)
+        try:
+            await execution.execute(built)
+        finally:
+            cache.end_run(run_id)
+            if restore is not None:
+                restore()
     finally:
-        cache.end_run(run_id)
-        if restore is not None:
-            restore()
+        built()
+        if held:
+            PROCESS_HOLD.release()
     if execution.failure is not None:
         status = "failed"
     elif execution.cancelled:
@@ -573,6 +596,9 @@ def run_graph(graph: dict[str, Any] | Graph, **kwargs: Any) -> RunResult:
     Works inside a running event loop too (a notebook): the run then gets a thread of its own.
     """
     kwargs.setdefault("inline", True)
+    # run_graph is the whole of what its caller is doing (a script, a notebook cell, `codefy run`),
+    # so it may keep the collector off the run's own structures until the run ends.
+    kwargs.setdefault("freeze_gc", True)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
