@@ -186,6 +186,11 @@ class NodeDef:
     fingerprint_fn: Callable[[dict[str, Any]], Any] | None = None
     # Nodes whose ports depend on their params (Subgraph, Preset) compute them here.
     dynamic_ports: PortsFn | None = field(default=None, repr=False)
+    # Whether a declared input is lazy: parsing asks once per node of a graph, so it is kept.
+    has_lazy: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.has_lazy = any(p.lazy for p in self.inputs.values())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
