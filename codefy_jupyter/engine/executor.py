@@ -76,12 +76,13 @@ class _Execution:
         self.limit = 1 if run.seed is not None else max(1, max_parallel_nodes)
         self.inline = inline
         self.keep_all = keep_outputs == "all"
-        # The runtime graph starts as the validated graph and grows with expansions.
-        self.nodes: dict[str, NodeSpec] = dict(graph.nodes)
-        self.inputs = dict(graph.inputs)
-        # Shallow: only an expansion's own nodes gain consumers, and _expand gives them new lists;
-        # copying every list would cost an object per node that the run keeps to its end.
-        self.consumers = dict(graph.consumers)
+        # The runtime graph starts as the validated graph and grows with expansions. It is shared
+        # with the Graph (which may be reused by the caller) until the first expansion copies it:
+        # three copies of 100k-entry maps are memory every later step would touch.
+        self.nodes: dict[str, NodeSpec] = graph.nodes
+        self.inputs = graph.inputs
+        self.consumers = graph.consumers
+        self._graph_shared = True
         self.output_order = graph.output_nodes()  # graph order: the first output node is added first
         self.outputs_set = set(self.output_order)
         # Cache keys are only worth their cost when there is a cache to ask.
@@ -420,6 +421,10 @@ class _Execution:
             self._fail(parent, NodeOutputError(problem[0], field=problem[1]), code="invalid_expansion",
                        field=problem[1])
             return
+        if self._graph_shared:
+            # Shallow copies: only an expansion's own nodes gain consumers, and they get new lists.
+            self.nodes, self.inputs, self.consumers = dict(self.nodes), dict(self.inputs), dict(self.consumers)
+            self._graph_shared = False
         self.nodes.update(sub.nodes)
         self.inputs.update(sub.inputs)
         for nid in sub.nodes:

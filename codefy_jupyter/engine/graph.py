@@ -154,17 +154,22 @@ def parse_graph(
 
     resolver = PortResolver(registry, presets, _depth)
     nodes: dict[str, NodeSpec] = {}
-    seen: set[str] = set()
+    inputs: dict[str, dict[str, tuple[str, str]]] = {}
+    consumers: dict[str, list[str]] = {}
+    # Ids of nodes that failed to parse: edges to them are not reported again. (Those that parsed
+    # are `nodes`; one set of every id would be another big table to fill and probe per node.)
+    rejected: set[str] = set()
     for i, raw in enumerate(raw_nodes):
-        spec = _parse_node(raw, i, prefix, registry, resolver, seen, problems)
+        spec = _parse_node(raw, i, prefix, registry, resolver, nodes, rejected, problems)
         if spec is not None:
-            nodes[spec.id] = spec
+            nid = spec.id
+            nodes[nid] = spec
+            inputs[nid] = {}
+            consumers[nid] = []
 
-    inputs: dict[str, dict[str, tuple[str, str]]] = {nid: {} for nid in nodes}
-    consumers: dict[str, list[str]] = {nid: [] for nid in nodes}
     aimed: set[tuple[str, str]] = set()  # inputs some edge points at, even a rejected one
     for i, raw in enumerate(raw_edges):
-        _parse_edge(raw, i, prefix, nodes, seen, inputs, consumers, problems, aimed)
+        _parse_edge(raw, i, prefix, nodes, rejected, inputs, consumers, problems, aimed)
 
     bound_full = {(prefix + n, p) for n, p in (bound or ())} | aimed
     for nid, spec in nodes.items():
@@ -174,9 +179,10 @@ def parse_graph(
                                         nid, f"inputs.{port}"))
 
     iface_params: dict[str, tuple[str, str]] = {}
-    iface_in = _parse_interface(data.get("inputs"), "inputs", prefix, nodes, seen, problems, is_input=True,
+    iface_in = _parse_interface(data.get("inputs"), "inputs", prefix, nodes, rejected, problems, is_input=True,
                                 params_out=iface_params)
-    iface_out = _parse_interface(data.get("outputs"), "outputs", prefix, nodes, seen, problems, is_input=False)
+    iface_out = _parse_interface(data.get("outputs"), "outputs", prefix, nodes, rejected, problems,
+                                 is_input=False)
 
     order = topological_order(nodes, inputs, consumers)
     if len(order) < len(nodes):
@@ -219,8 +225,8 @@ def _check_settings(settings: dict[str, Any]) -> list[Problem]:
 
 
 def _parse_node(
-    raw: Any, i: int, prefix: str, registry: NodeRegistry, resolver: PortResolver, seen: set[str],
-    problems: list[Problem],
+    raw: Any, i: int, prefix: str, registry: NodeRegistry, resolver: PortResolver, nodes: dict[str, NodeSpec],
+    rejected: set[str], problems: list[Problem],
 ) -> NodeSpec | None:
     if not isinstance(raw, dict):
         problems.append(Problem("invalid_field", "a node is a JSON object", field=f"nodes[{i}]"))
@@ -233,10 +239,17 @@ def _parse_node(
     if "/" in local:
         problems.append(Problem("invalid_id", "node ids may not contain '/' (it joins flattened ids)", nid, "id"))
         return None
-    if nid in seen:
+    if nid in nodes or nid in rejected:
         problems.append(Problem("duplicate_id", f"node id {local!r} is used more than once", nid, "id"))
         return None
-    seen.add(nid)
+    spec = _node_spec(raw, nid, registry, resolver, problems)
+    if spec is None:
+        rejected.add(nid)
+    return spec
+
+
+def _node_spec(raw: dict[str, Any], nid: str, registry: NodeRegistry, resolver: PortResolver,
+               problems: list[Problem]) -> NodeSpec | None:
     type_ = raw.get("type")
     nd = registry._defs.get(type_) if isinstance(type_, str) else None
     if nd is None:
@@ -249,7 +262,7 @@ def _parse_node(
     params: dict[str, Any] = {}
     bad = False
     if not raw_params:  # the common case of all defaults
-        params = {name: pspec.default for name, pspec in nd.params.items()}
+        params = dict(nd.default_params)
     for name in raw_params:
         if name not in nd.params:
             problems.append(Problem("unknown_param", f"{type_} has no param {name!r}", nid, f"params.{name}",
@@ -280,7 +293,7 @@ def _parse_node(
 
 
 def _parse_edge(
-    raw: Any, i: int, prefix: str, nodes: dict[str, NodeSpec], seen: set[str],
+    raw: Any, i: int, prefix: str, nodes: dict[str, NodeSpec], rejected: set[str],
     inputs: dict[str, dict[str, tuple[str, str]]], consumers: dict[str, list[str]], problems: list[Problem],
     aimed: set[tuple[str, str]],
 ) -> None:
@@ -316,7 +329,7 @@ def _parse_edge(
         return
     aimed.add((dst, t_port))
     for key, nid, spec in (("source", src, src_spec), ("target", dst, dst_spec)):
-        if spec is None and nid not in seen:  # nodes that failed to parse were reported already
+        if spec is None and nid not in rejected:  # nodes that failed to parse were reported already
             problems.append(Problem("missing_node", f"edge {key} {(source, target)[key == 'target']!r} is not a "
                                     "node of this graph", field=f"edges[{i}].{key}"))
     if src_spec is None or dst_spec is None:
@@ -339,7 +352,7 @@ def _parse_edge(
 
 
 def _parse_interface(
-    raw: Any, key: str, prefix: str, nodes: dict[str, NodeSpec], seen: set[str], problems: list[Problem], *,
+    raw: Any, key: str, prefix: str, nodes: dict[str, NodeSpec], rejected: set[str], problems: list[Problem], *,
     is_input: bool, params_out: dict[str, tuple[str, str]] | None = None,
 ) -> dict[str, tuple[str, str]]:
     """Interface entries are `{"node", "port"}`; an input may instead be `{"node", "param"}`, which
@@ -356,7 +369,7 @@ def _parse_interface(
                 and isinstance(ref.get("node"), str) and "port" not in ref:
             nid = prefix + ref["node"]
             if nid not in nodes:
-                if nid not in seen:
+                if nid not in rejected:
                     problems.append(Problem("missing_node", f"{ref['node']!r} is not a node of this graph",
                                             field=where))
                 continue
@@ -373,7 +386,7 @@ def _parse_interface(
             continue
         nid = prefix + ref["node"]
         if nid not in nodes:
-            if nid in seen:  # the node itself failed to parse and was reported
+            if nid in rejected:  # the node itself failed to parse and was reported
                 continue
             problems.append(Problem("missing_node", f"{ref['node']!r} is not a node of this graph", field=where))
             continue
