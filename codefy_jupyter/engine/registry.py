@@ -13,9 +13,9 @@ import json
 import math
 import threading
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, Callable
 
+from .entry_points import entry_points
 from .errors import Problem, RegistryError
 
 ENTRY_POINT_GROUP = "codefy_jupyter.nodes"
