@@ -102,16 +102,20 @@ class _Execution:
         self.cached: list[str] = []
         self.failure: NodeFailure | None = None
         self.cancelled = False
-        # The scheduler works on dense integer handles; ids[h] and index[id] translate.
+        # The scheduler works on dense integer handles; ids[h] and index[id] translate, and specs[h]
+        # is the node: the steps of a run reach a node by its handle, through lists read in about
+        # the order they were built, instead of probing 100k-entry maps by id.
         self.ids: list[str] = list(graph.nodes)
+        self.specs: list[NodeSpec] = list(graph.nodes.values())
         self.index: dict[str, int] = {nid: h for h, nid in enumerate(self.ids)}
+        self.classes = self._initial_classes()
         self.sched = ExecutionList(self._deps_of, self._is_available, self._pick_class, size=len(self.ids))
         self._pool: ThreadPoolExecutor | None = None
 
     # -- callbacks for the scheduler ------------------------------------------------------------
     def _deps_of(self, handle: int) -> list[int]:
         nid = self.ids[handle]
-        spec = self.nodes[nid]
+        spec = self.specs[handle]
         index = self.index
         if not spec.has_lazy:  # the common case
             return [index[src] for src, _ in self.inputs[nid].values()]
@@ -133,12 +137,42 @@ class _Execution:
         self._note_cached(dep, hit)
         return True
 
+    def _initial_classes(self) -> bytearray:
+        """Pick classes of the validated graph's nodes but ASYNC, walking back from the outputs:
+        their producers block an output, and those producers' producers are two hops away. Work
+        in proportion to the edges near outputs, instead of a scan of each node's consumers and
+        theirs when it is admitted."""
+        index, inputs = self.index, self.inputs
+        classes = bytearray([OTHER]) * len(self.ids)
+        feeds = bytearray(len(self.ids))
+        feeding: list[str] = []  # producers of outputs, outputs among them
+        for nid in self.output_order:
+            classes[index[nid]] = OUTPUT
+        for nid in self.output_order:
+            for src, _ in inputs[nid].values():
+                h = index[src]
+                if not feeds[h]:
+                    feeds[h] = 1
+                    feeding.append(src)
+                    if classes[h] > BLOCKS_OUTPUT:
+                        classes[h] = BLOCKS_OUTPUT
+        for nid in feeding:
+            for src, _ in inputs[nid].values():
+                h = index[src]
+                if classes[h] > TWO_HOPS:
+                    classes[h] = TWO_HOPS
+        return classes
+
     def _pick_class(self, handle: int) -> int:
+        if handle < len(self.classes):
+            cls = self.classes[handle]
+            return ASYNC if cls != OUTPUT and self.specs[handle].definition.is_async else cls
+        # A node an expansion added: its consumers are few, scan them.
         nid = self.ids[handle]
         outputs = self.outputs_set
         if nid in outputs:
             return OUTPUT
-        if self.nodes[nid].definition.is_async:
+        if self.specs[handle].definition.is_async:
             return ASYNC
         consumers = self.consumers[nid]
         if len(consumers) > _CLASS_SCAN_LIMIT:
@@ -189,17 +223,17 @@ class _Execution:
                     if handle is None:
                         break
                     nid = self.ids[handle]
-                    prepared = self._prepare(nid)
+                    prepared = self._prepare(nid, handle)
                     if prepared is None:
                         continue
                     spec, kwargs = prepared
                     if spec.definition.is_async:
                         if self.run.seed is not None:  # a seeded run overlaps nothing
-                            self._finish(nid, await call_async(self.run, spec, kwargs))
+                            self._finish(nid, await call_async(self.run, spec, kwargs), handle)
                         else:
                             self._start_async(nid, spec, kwargs)
                     elif self.inline and not running and not self.tasks and (self.limit == 1 or not sched.has_ready()):
-                        self._finish(nid, call_sync(self.run, spec, kwargs))
+                        self._finish(nid, call_sync(self.run, spec, kwargs), handle)
                     else:
                         fut = loop.run_in_executor(self._executor(), call_sync, self.run, spec, kwargs)
                         fut.add_done_callback(lambda _f: event.set())
@@ -255,11 +289,11 @@ class _Execution:
         self.tasks[nid] = task
 
     # -- one node -------------------------------------------------------------------------------
-    def _prepare(self, nid: str) -> tuple[NodeSpec, dict[str, Any]] | None:
+    def _prepare(self, nid: str, handle: int) -> tuple[NodeSpec, dict[str, Any]] | None:
         """Resolve a staged node that needs no call, or return what to call it with."""
         outcome = self.async_results.pop(nid, None)
         if outcome is not None:
-            self._finish(nid, outcome)
+            self._finish(nid, outcome, handle)
             return None
         if nid in self.expansions:
             self._resolve_expansion(nid)
@@ -267,9 +301,9 @@ class _Execution:
         if not self.no_cache:
             hit = self.cache.get(self.sigs[nid])  # defensive: an equal node may have just filled it
             if hit is not None:
-                self._complete(nid, hit, cached=True)
+                self._complete(nid, hit, cached=True, handle=handle)
                 return None
-        spec = self.nodes[nid]
+        spec = self.specs[handle]
         kwargs = dict(spec.params)
         links = self.links.get(nid, {})
         bound = self.bound.get(nid, {})
@@ -324,8 +358,8 @@ class _Execution:
             kwargs[port] = links[src][src_port]
         return True
 
-    def _finish(self, nid: str, outcome: Outcome) -> None:
-        spec = self.nodes[nid]
+    def _finish(self, nid: str, outcome: Outcome, handle: int | None = None) -> None:
+        spec = self.nodes[nid] if handle is None else self.specs[handle]
         if outcome.kind == "cancelled":
             if self.failure is None:
                 self.cancelled = True
@@ -345,15 +379,16 @@ class _Execution:
         if isinstance(value, Expand):
             self._expand(nid, value)
         else:
-            self._complete(nid, value, cached=False, elapsed_s=outcome.elapsed_s)
+            self._complete(nid, value, cached=False, elapsed_s=outcome.elapsed_s, handle=handle)
 
     def _late_outcome(self, nid: str, outcome: Outcome) -> None:
         """A node that finished after the run stopped: count it as executed, use nothing of it."""
         if outcome.kind == "ok" and nid not in self.done:
             self.executed.append(nid)
 
-    def _complete(self, nid: str, outputs: dict[str, Any], *, cached: bool, elapsed_s: float = 0.0) -> None:
-        self.sched.complete(self.index[nid])
+    def _complete(self, nid: str, outputs: dict[str, Any], *, cached: bool, elapsed_s: float = 0.0,
+                  handle: int | None = None) -> None:
+        self.sched.complete(self.index[nid] if handle is None else handle)
         self.done.add(nid)
         self.done_order.append(nid)
         if cached:
@@ -427,9 +462,10 @@ class _Execution:
             self._graph_shared = False
         self.nodes.update(sub.nodes)
         self.inputs.update(sub.inputs)
-        for nid in sub.nodes:
+        for nid, inner_spec in sub.nodes.items():
             self.index[nid] = len(self.ids)
             self.ids.append(nid)
+            self.specs.append(inner_spec)
         self.sched.grow(len(self.ids))
         for nid, consumers in sub.consumers.items():
             self.consumers[nid] = list(consumers)
