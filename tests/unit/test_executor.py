@@ -350,3 +350,37 @@ def test_runtime_cycle_inside_a_block_is_attributed_to_the_block(reg):
     assert (result.error.node_id, result.error.node_type, result.error.code) == ("blk", "Const", "cycle")
     assert result.error.params["cycle"] == ["blk/a", "blk/b"]
     assert result.error.executed == ["blk"]
+
+
+def test_ready_nodes_run_in_the_ux_order_of_their_distance_to_an_output(reg):
+    # Four sources ready at once: `s` is an output itself, `a` feeds one, `b` is two hops from one,
+    # `c` three. The graph lists them in the opposite order, so only the classes decide.
+    nodes = [{"id": i, "type": "Const"} for i in ("c", "b", "a", "s")]
+    nodes += [{"id": i, "type": "Scale"} for i in ("c1", "c2", "C", "b1", "B", "A")]
+    edges = [edge("c", "value", "c1", "x"), edge("c1", "y", "c2", "x"), edge("c2", "y", "C", "x"),
+             edge("b", "value", "b1", "x"), edge("b1", "y", "B", "x"), edge("a", "value", "A", "x")]
+    result = run({"nodes": nodes, "edges": edges}, reg, max_parallel_nodes=1)
+    assert result.ok
+    assert [n for n in result.executed if n in ("s", "a", "b", "c")] == ["s", "a", "b", "c"]
+    assert result.executed[:3] == ["s", "a", "A"]  # an output, once ready, goes before any producer
+
+
+def test_a_producer_with_many_consumers_is_seen_feeding_an_output_wherever_that_consumer_is(reg):
+    # `wide` feeds each node of a 79-node chain (its first 79 consumers) and, as its 80th, `direct`,
+    # an output: it feeds an output directly, so it goes before `other`, two hops from one. (Pick
+    # classes used to look at the first 64 consumers only, and called `wide` "other".)
+    nodes = [{"id": "other", "type": "Const"}, {"id": "wide", "type": "Const"}, {"id": "o1", "type": "Scale"},
+             {"id": "out", "type": "Scale"}]
+    edges = [edge("other", "value", "o1", "x"), edge("o1", "y", "out", "x")]
+    prev = None
+    for i in range(79):
+        nodes.append({"id": f"w{i}", "type": "Scale" if prev is None else "Add"})
+        edges.append(edge("wide", "value", f"w{i}", "x" if prev is None else "a"))
+        if prev is not None:
+            edges.append(edge(prev, "y", f"w{i}", "b"))
+        prev = f"w{i}"
+    nodes.append({"id": "direct", "type": "Scale"})
+    edges.append(edge("wide", "value", "direct", "x"))
+    result = run({"nodes": nodes, "edges": edges}, reg, max_parallel_nodes=1)
+    assert result.ok
+    assert result.executed.index("wide") < result.executed.index("other")
