@@ -96,7 +96,6 @@ class _Execution:
         self.expansions: dict[str, dict[str, Any]] = {}
         self.async_results: dict[str, Outcome] = {}
         self.tasks: dict[str, asyncio.Task[Outcome]] = {}
-        self.done: set[str] = set()
         self.done_order: list[str] = []
         self.executed: list[str] = []
         self.cached: list[str] = []
@@ -108,6 +107,15 @@ class _Execution:
         self.ids: list[str] = list(graph.nodes)
         self.specs: list[NodeSpec] = list(graph.nodes.values())
         self.index: dict[str, int] = {nid: h for h, nid in enumerate(self.ids)}
+        # The same for input maps and consumer lists (the very objects the maps hold).
+        ids = self.ids
+        self.inputs_h = list(graph.inputs.values()) if list(graph.inputs) == ids else [graph.inputs[n] for n in ids]
+        self.consumers_h = (list(graph.consumers.values()) if list(graph.consumers) == ids
+                            else [graph.consumers[n] for n in ids])
+        self.done_h = bytearray(len(ids))  # 1 once the node's outputs exist (ran or cached)
+        # Whether a node may have finished before one of its producers (it was cached, or it has
+        # lazy inputs it did not ask for): only then must a producer skip finished consumers.
+        self.early_done = False
         self.classes = self._initial_classes()
         self.sched = ExecutionList(self._deps_of, self._is_available, self._pick_class, size=len(self.ids))
         self._pool: ThreadPoolExecutor | None = None
@@ -118,7 +126,7 @@ class _Execution:
         spec = self.specs[handle]
         index = self.index
         if not spec.has_lazy:  # the common case
-            return [index[src] for src, _ in self.inputs[nid].values()]
+            return [index[src] for src, _ in self.inputs_h[handle].values()]
         strong = self.strong_lazy.get(nid, ())
         return [index[src] for port, (src, _) in self.inputs[nid].items()
                 if not spec.inputs[port].lazy or port in strong]
@@ -308,7 +316,7 @@ class _Execution:
         links = self.links.get(nid, {})
         bound = self.bound.get(nid, {})
         strong = self.strong_lazy.get(nid, ())
-        sources = self.inputs[nid]
+        sources = self.inputs_h[handle]
         for port, pspec in spec.inputs.items():
             src = sources.get(port)
             if src is None:
@@ -383,14 +391,17 @@ class _Execution:
 
     def _late_outcome(self, nid: str, outcome: Outcome) -> None:
         """A node that finished after the run stopped: count it as executed, use nothing of it."""
-        if outcome.kind == "ok" and nid not in self.done:
+        if outcome.kind == "ok" and not self.done_h[self.index[nid]]:
             self.executed.append(nid)
 
     def _complete(self, nid: str, outputs: dict[str, Any], *, cached: bool, elapsed_s: float = 0.0,
                   handle: int | None = None) -> None:
-        self.sched.complete(self.index[nid] if handle is None else handle)
-        self.done.add(nid)
+        h = self.index[nid] if handle is None else handle
+        self.sched.complete(h)
+        self.done_h[h] = 1
         self.done_order.append(nid)
+        if cached or self.specs[h].has_lazy:
+            self.early_done = True
         if cached:
             self.cached.append(nid)
         else:
@@ -399,10 +410,16 @@ class _Execution:
                 sig = self.sigs[nid]
                 if not sig.startswith("nocache:"):
                     self.cache.set(sig, outputs)
-        for consumer in self.consumers[nid]:
-            if consumer not in self.done:
-                self.links.setdefault(consumer, {})[nid] = outputs
-        self.links.pop(nid, None)
+        links = self.links
+        if self.early_done:
+            index, done_h = self.index, self.done_h
+            for consumer in self.consumers_h[h]:
+                if not done_h[index[consumer]]:
+                    links.setdefault(consumer, {})[nid] = outputs
+        else:
+            for consumer in self.consumers_h[h]:
+                links.setdefault(consumer, {})[nid] = outputs
+        links.pop(nid, None)
         if self.keep_all or nid in self.outputs_set:
             self.kept[nid] = outputs
         if self.run.reports_status:
@@ -415,8 +432,10 @@ class _Execution:
             self.cache.at_node_boundary()
 
     def _note_cached(self, nid: str, outputs: dict[str, Any]) -> None:
-        if nid not in self.done:
-            self.done.add(nid)
+        h = self.index[nid]
+        if not self.done_h[h]:
+            self.done_h[h] = 1
+            self.early_done = True
             self.done_order.append(nid)
             self.cached.append(nid)
             if self.keep_all or nid in self.outputs_set:
@@ -466,12 +485,15 @@ class _Execution:
             self.index[nid] = len(self.ids)
             self.ids.append(nid)
             self.specs.append(inner_spec)
+            self.inputs_h.append(sub.inputs[nid])
         self.sched.grow(len(self.ids))
+        self.done_h.extend(bytes(len(sub.nodes)))
         for nid, consumers in sub.consumers.items():
             self.consumers[nid] = list(consumers)
             if not self.no_cache:
                 self.sigs[nid] = child_signature(self.sigs[parent], nid[len(parent) + 1:],
                                                  sub.nodes[nid].definition.cacheable)
+        self.consumers_h.extend(self.consumers[nid] for nid in sub.nodes)
         for inner, ports in exp.inputs.items():
             self.bound[f"{parent}/{inner}"] = dict(ports)
         targets = {ref[0] for refs in resolved.values() for ref in (refs if isinstance(refs, list) else [refs])}

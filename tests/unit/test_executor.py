@@ -384,3 +384,52 @@ def test_a_producer_with_many_consumers_is_seen_feeding_an_output_wherever_that_
     result = run({"nodes": nodes, "edges": edges}, reg, max_parallel_nodes=1)
     assert result.ok
     assert result.executed.index("wide") < result.executed.index("other")
+
+
+def test_a_value_is_released_after_its_last_consumer_even_when_a_lazy_consumer_finished_without_it():
+    # `pick` finishes first, never asking for `p`; `p` then runs for `d`. Once `d` is done nothing
+    # may hold p's value any more: not a link to `pick`, which no longer needs one.
+    import weakref
+
+    from codefy_jupyter.engine import NodeRegistry, lazy
+
+    class Value:
+        pass
+
+    refs: list[weakref.ref[Value]] = []
+    alive_after_d: list[bool] = []
+    reg = NodeRegistry()
+    reg.node("Const", outputs={"y": "any"})(lambda ctx: {"y": 1})
+
+    @reg.node("Make", inputs={"x": "any"}, outputs={"y": "any"})
+    def make(ctx, x):
+        value = Value()
+        refs.append(weakref.ref(value))
+        return {"y": value}
+
+    @reg.node("Pick", inputs={"cond": "any", "a": lazy("any"), "b": lazy("any")}, outputs={"y": "any"})
+    def pick(ctx, cond, a, b):
+        return {"y": a}
+
+    @pick.check_lazy_status
+    def pick_needs(ctx, cond, a, b):
+        return ["a"]
+
+    reg.node("Use", inputs={"x": "any"}, outputs={"y": "any"})(lambda ctx, x: {"y": 0})
+
+    @reg.node("After", inputs={"x": "any"}, outputs={"y": "any"})
+    def after(ctx, x):
+        alive_after_d.append(refs[0]() is not None)
+        return {"y": 0}
+
+    # `p` waits behind q1 -> q2, so `pick` (an output, ready once cond and a ran) goes first.
+    nodes = [{"id": "pick", "type": "Pick"}, {"id": "cond", "type": "Const"}, {"id": "a", "type": "Const"},
+             {"id": "q1", "type": "Const"}, {"id": "q2", "type": "Use"}, {"id": "p", "type": "Make"},
+             {"id": "d", "type": "Use"}, {"id": "e", "type": "After"}]
+    edges = [edge("cond", "y", "pick", "cond"), edge("a", "y", "pick", "a"), edge("p", "y", "pick", "b"),
+             edge("q1", "y", "q2", "x"), edge("q2", "y", "p", "x"), edge("p", "y", "d", "x"),
+             edge("d", "y", "e", "x")]
+    result = run({"nodes": nodes, "edges": edges}, reg, max_parallel_nodes=1)
+    assert result.ok
+    assert result.executed.index("pick") < result.executed.index("p"), result.executed
+    assert alive_after_d == [False]
