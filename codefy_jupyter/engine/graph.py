@@ -172,9 +172,10 @@ def parse_graph(
         _parse_edge(raw, i, prefix, nodes, rejected, inputs, consumers, problems, aimed)
 
     bound_full = {(prefix + n, p) for n, p in (bound or ())} | aimed
-    for nid, spec in nodes.items():
+    # nodes and inputs were filled together, so they pair up in order without a lookup by id.
+    for (nid, spec), connected in zip(nodes.items(), inputs.values()):
         for port, pspec in spec.inputs.items():
-            if not pspec.optional and port not in inputs[nid] and (nid, port) not in bound_full:
+            if not pspec.optional and port not in connected and (nid, port) not in bound_full:
                 problems.append(Problem("missing_input", f"required input {port!r} ({pspec.type}) is not connected",
                                         nid, f"inputs.{port}"))
 
@@ -200,7 +201,9 @@ def parse_graph(
 def topological_order(nodes: Any, inputs: dict[str, dict[str, tuple[str, str]]],
                       consumers: dict[str, list[str]]) -> list[str]:
     """Kahn's algorithm: inputs before consumers; nodes on or behind a cycle are left out."""
-    indegree = {nid: len(inputs[nid]) for nid in nodes}
+    indegree = {nid: len(ins) for nid, ins in inputs.items()}  # a parsed graph's: in node order
+    if len(indegree) != len(nodes):
+        indegree = {nid: len(inputs[nid]) for nid in nodes}
     order = [nid for nid, d in indegree.items() if d == 0]
     i = 0
     while i < len(order):
@@ -319,12 +322,13 @@ def _parse_edge(
     src_spec, dst_spec = nodes.get(src), nodes.get(dst)
     s_type = src_spec.outputs.get(s_port) if src_spec is not None else None
     t_spec = dst_spec.inputs.get(t_port) if dst_spec is not None else None
-    taken = dst_spec is not None and t_port in inputs[dst]
+    dst_inputs = inputs[dst_spec.id] if dst_spec is not None else None
+    taken = dst_inputs is not None and t_port in dst_inputs
     if s_type is not None and t_spec is not None and not taken and (
             s_type == t_spec.type or types_compatible(s_type, t_spec.type)):
         # The nodes' own id objects, not the concatenated copies: every later dict lookup on
         # these ids then matches by identity, without comparing string contents.
-        inputs[dst_spec.id][t_port] = (src_spec.id, s_port)
+        dst_inputs[t_port] = (src_spec.id, s_port)
         consumers[src_spec.id].append(dst_spec.id)
         return
     aimed.add((dst, t_port))
