@@ -1,6 +1,6 @@
 """Finding the node packs of an entry-point group without importlib.metadata's full pass.
 
-`importlib.metadata.entry_points(group=...)` imports ~18 ms of modules (email, zipfile, csv) and
+`importlib.metadata.entry_points(group=...)` imports 10-18 ms of modules (email, zipfile, csv) and
 parses the entry points of every installed distribution (4-9 ms for ~100 of them) to keep a
 handful, and the first run of a process paid both. A pack's distribution names the group in a
 `[group]` header of its `entry_points.txt`, so this scan reads each distribution's file as text and
