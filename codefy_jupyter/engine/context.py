@@ -11,7 +11,6 @@ so a consumer sees a run's events in order.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import random
 import sys
@@ -91,8 +90,11 @@ def seed_everything(seed: int) -> None:
 
     np.random.seed(seed)
     torch = sys.modules.get("torch")
-    if torch is None and importlib.util.find_spec("torch") is not None:
-        import torch  # noqa: F811 - a seeded run must seed torch even before a node imports it
+    if torch is None:
+        import importlib.util  # only seeded runs need it: not worth an import in every process
+
+        if importlib.util.find_spec("torch") is not None:
+            import torch  # noqa: F811 - a seeded run must seed torch even before a node imports it
     if torch is not None:
         torch.manual_seed(seed)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .cache import NoCache, OutputCache
+from .collector import PROCESS_HOLD
 from .context import CancelToken, EngineCallbacks, EventFn, RunState
 from .errors import GraphError, NodeFailure, NodeOutputError
 from .expansion import Expand
@@ -75,10 +76,13 @@ class _Execution:
         self.limit = 1 if run.seed is not None else max(1, max_parallel_nodes)
         self.inline = inline
         self.keep_all = keep_outputs == "all"
-        # The runtime graph starts as the validated graph and grows with expansions.
-        self.nodes: dict[str, NodeSpec] = dict(graph.nodes)
-        self.inputs = dict(graph.inputs)
-        self.consumers = {k: list(v) for k, v in graph.consumers.items()}
+        # The runtime graph starts as the validated graph and grows with expansions. It is shared
+        # with the Graph (which may be reused by the caller) until the first expansion copies it:
+        # three copies of 100k-entry maps are memory every later step would touch.
+        self.nodes: dict[str, NodeSpec] = graph.nodes
+        self.inputs = graph.inputs
+        self.consumers = graph.consumers
+        self._graph_shared = True
         self.output_order = graph.output_nodes()  # graph order: the first output node is added first
         self.outputs_set = set(self.output_order)
         # Cache keys are only worth their cost when there is a cache to ask.
@@ -92,25 +96,37 @@ class _Execution:
         self.expansions: dict[str, dict[str, Any]] = {}
         self.async_results: dict[str, Outcome] = {}
         self.tasks: dict[str, asyncio.Task[Outcome]] = {}
-        self.done: set[str] = set()
         self.done_order: list[str] = []
         self.executed: list[str] = []
         self.cached: list[str] = []
         self.failure: NodeFailure | None = None
         self.cancelled = False
-        # The scheduler works on dense integer handles; ids[h] and index[id] translate.
+        # The scheduler works on dense integer handles; ids[h] and index[id] translate, and specs[h]
+        # is the node: the steps of a run reach a node by its handle, through lists read in about
+        # the order they were built, instead of probing 100k-entry maps by id.
         self.ids: list[str] = list(graph.nodes)
+        self.specs: list[NodeSpec] = list(graph.nodes.values())
         self.index: dict[str, int] = {nid: h for h, nid in enumerate(self.ids)}
+        # The same for input maps and consumer lists (the very objects the maps hold).
+        ids = self.ids
+        self.inputs_h = list(graph.inputs.values()) if list(graph.inputs) == ids else [graph.inputs[n] for n in ids]
+        self.consumers_h = (list(graph.consumers.values()) if list(graph.consumers) == ids
+                            else [graph.consumers[n] for n in ids])
+        self.done_h = bytearray(len(ids))  # 1 once the node's outputs exist (ran or cached)
+        # Whether a node may have finished before one of its producers (it was cached, or it has
+        # lazy inputs it did not ask for): only then must a producer skip finished consumers.
+        self.early_done = False
+        self.classes = self._initial_classes()
         self.sched = ExecutionList(self._deps_of, self._is_available, self._pick_class, size=len(self.ids))
         self._pool: ThreadPoolExecutor | None = None
 
     # -- callbacks for the scheduler ------------------------------------------------------------
     def _deps_of(self, handle: int) -> list[int]:
         nid = self.ids[handle]
-        spec = self.nodes[nid]
+        spec = self.specs[handle]
         index = self.index
         if not spec.has_lazy:  # the common case
-            return [index[src] for src, _ in self.inputs[nid].values()]
+            return [index[src] for src, _ in self.inputs_h[handle].values()]
         strong = self.strong_lazy.get(nid, ())
         return [index[src] for port, (src, _) in self.inputs[nid].items()
                 if not spec.inputs[port].lazy or port in strong]
@@ -129,12 +145,42 @@ class _Execution:
         self._note_cached(dep, hit)
         return True
 
+    def _initial_classes(self) -> bytearray:
+        """Pick classes of the validated graph's nodes but ASYNC, walking back from the outputs:
+        their producers block an output, and those producers' producers are two hops away. Work
+        in proportion to the edges near outputs, instead of a scan of each node's consumers and
+        theirs when it is admitted."""
+        index, inputs = self.index, self.inputs
+        classes = bytearray([OTHER]) * len(self.ids)
+        feeds = bytearray(len(self.ids))
+        feeding: list[str] = []  # producers of outputs, outputs among them
+        for nid in self.output_order:
+            classes[index[nid]] = OUTPUT
+        for nid in self.output_order:
+            for src, _ in inputs[nid].values():
+                h = index[src]
+                if not feeds[h]:
+                    feeds[h] = 1
+                    feeding.append(src)
+                    if classes[h] > BLOCKS_OUTPUT:
+                        classes[h] = BLOCKS_OUTPUT
+        for nid in feeding:
+            for src, _ in inputs[nid].values():
+                h = index[src]
+                if classes[h] > TWO_HOPS:
+                    classes[h] = TWO_HOPS
+        return classes
+
     def _pick_class(self, handle: int) -> int:
+        if handle < len(self.classes):
+            cls = self.classes[handle]
+            return ASYNC if cls != OUTPUT and self.specs[handle].definition.is_async else cls
+        # A node an expansion added: its consumers are few, scan them.
         nid = self.ids[handle]
         outputs = self.outputs_set
         if nid in outputs:
             return OUTPUT
-        if self.nodes[nid].definition.is_async:
+        if self.specs[handle].definition.is_async:
             return ASYNC
         consumers = self.consumers[nid]
         if len(consumers) > _CLASS_SCAN_LIMIT:
@@ -150,13 +196,16 @@ class _Execution:
         return OTHER
 
     # -- the loop -------------------------------------------------------------------------------
-    async def execute(self) -> None:
+    async def execute(self, built: Callable[[], None] | None = None) -> None:
+        """Admit the output nodes, then run; `built` is called in between (nothing ran yet)."""
         for nid in self.output_order:
             hit = None if self.no_cache else self.cache.get(self.sigs[nid])
             if hit is not None:
                 self._note_cached(nid, hit)
             else:
                 self.sched.add_node(self.index[nid])
+        if built is not None:
+            built()
         if self.cached and self.run.reports_status:
             self.run.emit_status({"event": "execution_cached", "nodes": list(self.cached)})
         try:
@@ -182,17 +231,17 @@ class _Execution:
                     if handle is None:
                         break
                     nid = self.ids[handle]
-                    prepared = self._prepare(nid)
+                    prepared = self._prepare(nid, handle)
                     if prepared is None:
                         continue
                     spec, kwargs = prepared
                     if spec.definition.is_async:
                         if self.run.seed is not None:  # a seeded run overlaps nothing
-                            self._finish(nid, await call_async(self.run, spec, kwargs))
+                            self._finish(nid, await call_async(self.run, spec, kwargs), handle)
                         else:
                             self._start_async(nid, spec, kwargs)
                     elif self.inline and not running and not self.tasks and (self.limit == 1 or not sched.has_ready()):
-                        self._finish(nid, call_sync(self.run, spec, kwargs))
+                        self._finish(nid, call_sync(self.run, spec, kwargs), handle)
                     else:
                         fut = loop.run_in_executor(self._executor(), call_sync, self.run, spec, kwargs)
                         fut.add_done_callback(lambda _f: event.set())
@@ -248,11 +297,11 @@ class _Execution:
         self.tasks[nid] = task
 
     # -- one node -------------------------------------------------------------------------------
-    def _prepare(self, nid: str) -> tuple[NodeSpec, dict[str, Any]] | None:
+    def _prepare(self, nid: str, handle: int) -> tuple[NodeSpec, dict[str, Any]] | None:
         """Resolve a staged node that needs no call, or return what to call it with."""
         outcome = self.async_results.pop(nid, None)
         if outcome is not None:
-            self._finish(nid, outcome)
+            self._finish(nid, outcome, handle)
             return None
         if nid in self.expansions:
             self._resolve_expansion(nid)
@@ -260,14 +309,14 @@ class _Execution:
         if not self.no_cache:
             hit = self.cache.get(self.sigs[nid])  # defensive: an equal node may have just filled it
             if hit is not None:
-                self._complete(nid, hit, cached=True)
+                self._complete(nid, hit, cached=True, handle=handle)
                 return None
-        spec = self.nodes[nid]
+        spec = self.specs[handle]
         kwargs = dict(spec.params)
         links = self.links.get(nid, {})
         bound = self.bound.get(nid, {})
         strong = self.strong_lazy.get(nid, ())
-        sources = self.inputs[nid]
+        sources = self.inputs_h[handle]
         for port, pspec in spec.inputs.items():
             src = sources.get(port)
             if src is None:
@@ -317,8 +366,8 @@ class _Execution:
             kwargs[port] = links[src][src_port]
         return True
 
-    def _finish(self, nid: str, outcome: Outcome) -> None:
-        spec = self.nodes[nid]
+    def _finish(self, nid: str, outcome: Outcome, handle: int | None = None) -> None:
+        spec = self.nodes[nid] if handle is None else self.specs[handle]
         if outcome.kind == "cancelled":
             if self.failure is None:
                 self.cancelled = True
@@ -338,17 +387,21 @@ class _Execution:
         if isinstance(value, Expand):
             self._expand(nid, value)
         else:
-            self._complete(nid, value, cached=False, elapsed_s=outcome.elapsed_s)
+            self._complete(nid, value, cached=False, elapsed_s=outcome.elapsed_s, handle=handle)
 
     def _late_outcome(self, nid: str, outcome: Outcome) -> None:
         """A node that finished after the run stopped: count it as executed, use nothing of it."""
-        if outcome.kind == "ok" and nid not in self.done:
+        if outcome.kind == "ok" and not self.done_h[self.index[nid]]:
             self.executed.append(nid)
 
-    def _complete(self, nid: str, outputs: dict[str, Any], *, cached: bool, elapsed_s: float = 0.0) -> None:
-        self.sched.complete(self.index[nid])
-        self.done.add(nid)
+    def _complete(self, nid: str, outputs: dict[str, Any], *, cached: bool, elapsed_s: float = 0.0,
+                  handle: int | None = None) -> None:
+        h = self.index[nid] if handle is None else handle
+        self.sched.complete(h)
+        self.done_h[h] = 1
         self.done_order.append(nid)
+        if cached or self.specs[h].has_lazy:
+            self.early_done = True
         if cached:
             self.cached.append(nid)
         else:
@@ -357,10 +410,16 @@ class _Execution:
                 sig = self.sigs[nid]
                 if not sig.startswith("nocache:"):
                     self.cache.set(sig, outputs)
-        for consumer in self.consumers[nid]:
-            if consumer not in self.done:
-                self.links.setdefault(consumer, {})[nid] = outputs
-        self.links.pop(nid, None)
+        links = self.links
+        if self.early_done:
+            index, done_h = self.index, self.done_h
+            for consumer in self.consumers_h[h]:
+                if not done_h[index[consumer]]:
+                    links.setdefault(consumer, {})[nid] = outputs
+        else:
+            for consumer in self.consumers_h[h]:
+                links.setdefault(consumer, {})[nid] = outputs
+        links.pop(nid, None)
         if self.keep_all or nid in self.outputs_set:
             self.kept[nid] = outputs
         if self.run.reports_status:
@@ -373,8 +432,10 @@ class _Execution:
             self.cache.at_node_boundary()
 
     def _note_cached(self, nid: str, outputs: dict[str, Any]) -> None:
-        if nid not in self.done:
-            self.done.add(nid)
+        h = self.index[nid]
+        if not self.done_h[h]:
+            self.done_h[h] = 1
+            self.early_done = True
             self.done_order.append(nid)
             self.cached.append(nid)
             if self.keep_all or nid in self.outputs_set:
@@ -414,17 +475,25 @@ class _Execution:
             self._fail(parent, NodeOutputError(problem[0], field=problem[1]), code="invalid_expansion",
                        field=problem[1])
             return
+        if self._graph_shared:
+            # Shallow copies: only an expansion's own nodes gain consumers, and they get new lists.
+            self.nodes, self.inputs, self.consumers = dict(self.nodes), dict(self.inputs), dict(self.consumers)
+            self._graph_shared = False
         self.nodes.update(sub.nodes)
         self.inputs.update(sub.inputs)
-        for nid in sub.nodes:
+        for nid, inner_spec in sub.nodes.items():
             self.index[nid] = len(self.ids)
             self.ids.append(nid)
+            self.specs.append(inner_spec)
+            self.inputs_h.append(sub.inputs[nid])
         self.sched.grow(len(self.ids))
+        self.done_h.extend(bytes(len(sub.nodes)))
         for nid, consumers in sub.consumers.items():
             self.consumers[nid] = list(consumers)
             if not self.no_cache:
                 self.sigs[nid] = child_signature(self.sigs[parent], nid[len(parent) + 1:],
                                                  sub.nodes[nid].definition.cacheable)
+        self.consumers_h.extend(self.consumers[nid] for nid in sub.nodes)
         for inner, ports in exp.inputs.items():
             self.bound[f"{parent}/{inner}"] = dict(ports)
         targets = {ref[0] for refs in resolved.values() for ref in (refs if isinstance(refs, list) else [refs])}
@@ -512,6 +581,7 @@ async def execute_graph(
     run_id: str | None = None,
     keep_outputs: str = "outputs",
     inline: bool = False,
+    freeze_gc: bool = False,
     clock: Callable[[], float] = time.monotonic,
     cpu_threads: int | None = None,
 ) -> RunResult:
@@ -522,47 +592,63 @@ async def execute_graph(
 
     `inline=True` lets cheap sync nodes run on the loop's thread; only pass it when this loop
     serves nothing else (run_graph's own loop), since a node then blocks the loop while it runs.
+    `freeze_gc=True` keeps the garbage collector off the run's own structures (see collector.py);
+    it changes process-wide collector state, so only a caller that owns the process passes it.
     """
     if keep_outputs not in ("outputs", "all"):
         raise ValueError("keep_outputs must be 'outputs' or 'all'")
     if cpu_threads is not None and (type(cpu_threads) is not int or cpu_threads < 1):
         raise ValueError(f"cpu_threads must be a positive integer or None, got {cpu_threads!r}")
-    registry = registry or default_registry()
-    presets = presets or PresetLibrary.default()
-    parsed = graph if isinstance(graph, Graph) else parse_graph(graph, registry, presets)
-    run_id = run_id or uuid.uuid4().hex[:12]
-    metrics: dict[str, float] = {}
-    warnings: list[dict[str, Any]] = []
-    base = callbacks or EngineCallbacks.all_to(on_event)
     if on_event is not None and callbacks is not None:
         raise ValueError("pass on_event or callbacks, not both")
+    held = freeze_gc and PROCESS_HOLD.hold()
+    building = held
 
-    def signal(event: dict[str, Any]) -> None:
-        if event["event"] == "metric":
-            metrics[event["name"]] = event["value"]
-        elif event["event"] == "warning":
-            warnings.append(event)
-        if base.signal is not None:
-            base.signal(event)
+    def built() -> None:  # the run's structures exist and no node ran yet
+        nonlocal building
+        if building:
+            building = False
+            PROCESS_HOLD.built()
 
-    run = RunState(
-        run_id=run_id, seed=seed, device=device, deterministic=deterministic,
-        data_dir=Path(data_dir) if data_dir else Path.cwd() / ".codefy-data" / "runs" / run_id,
-        callbacks=EngineCallbacks(base.status, base.inner_status, signal), cancel=cancel, clock=clock,
-        cpu_threads=cpu_threads)
-    run.presets = presets
-    cache = cache if cache is not None else NoCache()
-    started = clock()
-    execution = _Execution(parsed, registry=registry, presets=presets, run=run, cache=cache,
-                           max_parallel_nodes=max_parallel_nodes, inline=inline, keep_outputs=keep_outputs)
-    restore = enable_deterministic() if deterministic else None
-    cache.begin_run(run_id)
     try:
-        await execution.execute()
+        registry = registry or default_registry()
+        presets = presets or PresetLibrary.default()
+        parsed = graph if isinstance(graph, Graph) else parse_graph(graph, registry, presets)
+        run_id = run_id or uuid.uuid4().hex[:12]
+        metrics: dict[str, float] = {}
+        warnings: list[dict[str, Any]] = []
+        base = callbacks or EngineCallbacks.all_to(on_event)
+
+        def signal(event: dict[str, Any]) -> None:
+            if event["event"] == "metric":
+                metrics[event["name"]] = event["value"]
+            elif event["event"] == "warning":
+                warnings.append(event)
+            if base.signal is not None:
+                base.signal(event)
+
+        run = RunState(
+            run_id=run_id, seed=seed, device=device, deterministic=deterministic,
+            data_dir=Path(data_dir) if data_dir else Path.cwd() / ".codefy-data" / "runs" / run_id,
+            callbacks=EngineCallbacks(base.status, base.inner_status, signal), cancel=cancel, clock=clock,
+            cpu_threads=cpu_threads)
+        run.presets = presets
+        cache = cache if cache is not None else NoCache()
+        started = clock()
+        execution = _Execution(parsed, registry=registry, presets=presets, run=run, cache=cache,
+                               max_parallel_nodes=max_parallel_nodes, inline=inline, keep_outputs=keep_outputs)
+        restore = enable_deterministic() if deterministic else None
+        cache.begin_run(run_id)
+        try:
+            await execution.execute(built)
+        finally:
+            cache.end_run(run_id)
+            if restore is not None:
+                restore()
     finally:
-        cache.end_run(run_id)
-        if restore is not None:
-            restore()
+        built()
+        if held:
+            PROCESS_HOLD.release()
     if execution.failure is not None:
         status = "failed"
     elif execution.cancelled:
@@ -580,6 +666,9 @@ def run_graph(graph: dict[str, Any] | Graph, **kwargs: Any) -> RunResult:
     Works inside a running event loop too (a notebook): the run then gets a thread of its own.
     """
     kwargs.setdefault("inline", True)
+    # run_graph is the whole of what its caller is doing (a script, a notebook cell, `codefy run`),
+    # so it may keep the collector off the run's own structures until the run ends.
+    kwargs.setdefault("freeze_gc", True)
     try:
         asyncio.get_running_loop()
     except RuntimeError:

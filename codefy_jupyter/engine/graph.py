@@ -19,7 +19,8 @@ MAX_NESTING = 16
 SEED_MAX = 2**32 - 1
 
 
-@dataclass
+# slots: a big graph has one per node, and a smaller object is fewer cache lines to touch per step.
+@dataclass(slots=True)
 class NodeSpec:
     id: str
     type: str
@@ -155,8 +156,11 @@ def parse_graph(
 
     resolver = PortResolver(registry, presets, _depth)
     nodes: dict[str, NodeSpec] = {}
-    local_ids: dict[str, str] = {}  # local id -> full id
-    seen: set[str] = set()
+    inputs: dict[str, dict[str, tuple[str, str]]] = {}
+    consumers: dict[str, list[str]] = {}
+    # Ids of nodes that failed to parse: edges to them are not reported again. (Those that parsed
+    # are `nodes`; one set of every id would be another big table to fill and probe per node.)
+    rejected: set[str] = set()
     for i, raw in enumerate(raw_nodes):
         if type(raw) is not dict:  # inline: a list of a million non-objects must cost little
             if len(problems) < problems.limit:
@@ -164,13 +168,13 @@ def parse_graph(
             else:
                 problems.more += 1
             continue
-        spec = _parse_node(raw, i, prefix, registry, resolver, seen, problems)
+        spec = _parse_node(raw, i, prefix, registry, resolver, nodes, rejected, problems)
         if spec is not None:
-            nodes[spec.id] = spec
-            local_ids[spec.id[len(prefix):]] = spec.id
+            nid = spec.id
+            nodes[nid] = spec
+            inputs[nid] = {}
+            consumers[nid] = []
 
-    inputs: dict[str, dict[str, tuple[str, str]]] = {nid: {} for nid in nodes}
-    consumers: dict[str, list[str]] = {nid: [] for nid in nodes}
     aimed: set[tuple[str, str]] = set()  # inputs some edge points at, even a rejected one
     for i, raw in enumerate(raw_edges):
         if type(raw) is not dict:
@@ -179,19 +183,21 @@ def parse_graph(
             else:
                 problems.more += 1
             continue
-        _parse_edge(raw, i, prefix, nodes, seen, inputs, consumers, problems, aimed)
+        _parse_edge(raw, i, prefix, nodes, rejected, inputs, consumers, problems, aimed)
 
     bound_full = {(prefix + n, p) for n, p in (bound or ())} | aimed
-    for nid, spec in nodes.items():
+    # nodes and inputs were filled together, so they pair up in order without a lookup by id.
+    for (nid, spec), connected in zip(nodes.items(), inputs.values()):
         for port, pspec in spec.inputs.items():
-            if not pspec.optional and port not in inputs[nid] and (nid, port) not in bound_full:
+            if not pspec.optional and port not in connected and (nid, port) not in bound_full:
                 problems.append(Problem("missing_input", f"required input {port!r} ({pspec.type}) is not connected",
                                         nid, f"inputs.{port}"))
 
     iface_params: dict[str, tuple[str, str]] = {}
-    iface_in = _parse_interface(data.get("inputs"), "inputs", prefix, nodes, seen, problems, is_input=True,
+    iface_in = _parse_interface(data.get("inputs"), "inputs", prefix, nodes, rejected, problems, is_input=True,
                                 params_out=iface_params)
-    iface_out = _parse_interface(data.get("outputs"), "outputs", prefix, nodes, seen, problems, is_input=False)
+    iface_out = _parse_interface(data.get("outputs"), "outputs", prefix, nodes, rejected, problems,
+                                 is_input=False)
 
     order = topological_order(nodes, inputs, consumers)
     if len(order) < len(nodes):
@@ -209,7 +215,9 @@ def parse_graph(
 def topological_order(nodes: Any, inputs: dict[str, dict[str, tuple[str, str]]],
                       consumers: dict[str, list[str]]) -> list[str]:
     """Kahn's algorithm: inputs before consumers; nodes on or behind a cycle are left out."""
-    indegree = {nid: len(inputs[nid]) for nid in nodes}
+    indegree = {nid: len(ins) for nid, ins in inputs.items()}  # a parsed graph's: in node order
+    if len(indegree) != len(nodes):
+        indegree = {nid: len(inputs[nid]) for nid in nodes}
     order = [nid for nid, d in indegree.items() if d == 0]
     i = 0
     while i < len(order):
@@ -234,8 +242,8 @@ def _check_settings(settings: dict[str, Any]) -> list[Problem]:
 
 
 def _parse_node(
-    raw: Any, i: int, prefix: str, registry: NodeRegistry, resolver: PortResolver, seen: set[str],
-    problems: list[Problem],
+    raw: Any, i: int, prefix: str, registry: NodeRegistry, resolver: PortResolver, nodes: dict[str, NodeSpec],
+    rejected: set[str], problems: list[Problem],
 ) -> NodeSpec | None:
     if not isinstance(raw, dict):
         problems.append(Problem("invalid_field", "a node is a JSON object", field=f"nodes[{i}]"))
@@ -248,10 +256,17 @@ def _parse_node(
     if "/" in local:
         problems.append(Problem("invalid_id", "node ids may not contain '/' (it joins flattened ids)", nid, "id"))
         return None
-    if nid in seen:
+    if nid in nodes or nid in rejected:
         problems.append(Problem("duplicate_id", f"node id {local!r} is used more than once", nid, "id"))
         return None
-    seen.add(nid)
+    spec = _node_spec(raw, nid, registry, resolver, problems)
+    if spec is None:
+        rejected.add(nid)
+    return spec
+
+
+def _node_spec(raw: dict[str, Any], nid: str, registry: NodeRegistry, resolver: PortResolver,
+               problems: list[Problem]) -> NodeSpec | None:
     type_ = raw.get("type")
     nd = registry._defs.get(type_) if isinstance(type_, str) else None
     if nd is None:
@@ -266,7 +281,7 @@ def _parse_node(
     params: dict[str, Any] = {}
     bad = False
     if not raw_params:  # the common case of all defaults
-        params = {name: pspec.default for name, pspec in nd.params.items()}
+        params = dict(nd.default_params)
     for name in raw_params:
         if name not in nd.params:
             problems.append(Problem("unknown_param", f"{type_} has no param {name!r}", nid, f"params.{name}",
@@ -289,15 +304,15 @@ def _parse_node(
         if port_problems:
             problems.extend(port_problems)
             return None
+        has_lazy = any(p.lazy for p in ins.values())
     else:
-        ins, outs = nd.inputs, nd.outputs
+        ins, outs, has_lazy = nd.inputs, nd.outputs, nd.has_lazy
     label = raw.get("label")
-    has_lazy = any(p.lazy for p in ins.values()) if ins else False
     return NodeSpec(nid, type_, params, nd, ins, outs, label if isinstance(label, str) else None, has_lazy)
 
 
 def _parse_edge(
-    raw: Any, i: int, prefix: str, nodes: dict[str, NodeSpec], seen: set[str],
+    raw: Any, i: int, prefix: str, nodes: dict[str, NodeSpec], rejected: set[str],
     inputs: dict[str, dict[str, tuple[str, str]]], consumers: dict[str, list[str]], problems: list[Problem],
     aimed: set[tuple[str, str]],
 ) -> None:
@@ -323,17 +338,18 @@ def _parse_edge(
     src_spec, dst_spec = nodes.get(src), nodes.get(dst)
     s_type = src_spec.outputs.get(s_port) if src_spec is not None else None
     t_spec = dst_spec.inputs.get(t_port) if dst_spec is not None else None
-    taken = dst_spec is not None and t_port in inputs[dst]
+    dst_inputs = inputs[dst_spec.id] if dst_spec is not None else None
+    taken = dst_inputs is not None and t_port in dst_inputs
     if s_type is not None and t_spec is not None and not taken and (
             s_type == t_spec.type or types_compatible(s_type, t_spec.type)):
         # The nodes' own id objects, not the concatenated copies: every later dict lookup on
         # these ids then matches by identity, without comparing string contents.
-        inputs[dst_spec.id][t_port] = (src_spec.id, s_port)
+        dst_inputs[t_port] = (src_spec.id, s_port)
         consumers[src_spec.id].append(dst_spec.id)
         return
     aimed.add((dst, t_port))
     for key, nid, spec in (("source", src, src_spec), ("target", dst, dst_spec)):
-        if spec is None and nid not in seen:  # nodes that failed to parse were reported already
+        if spec is None and nid not in rejected:  # nodes that failed to parse were reported already
             problems.append(Problem("missing_node", f"edge {key} {(source, target)[key == 'target']!r} is not a "
                                     "node of this graph", field=f"edges[{i}].{key}"))
     if src_spec is None or dst_spec is None:
@@ -356,7 +372,7 @@ def _parse_edge(
 
 
 def _parse_interface(
-    raw: Any, key: str, prefix: str, nodes: dict[str, NodeSpec], seen: set[str], problems: list[Problem], *,
+    raw: Any, key: str, prefix: str, nodes: dict[str, NodeSpec], rejected: set[str], problems: list[Problem], *,
     is_input: bool, params_out: dict[str, tuple[str, str]] | None = None,
 ) -> dict[str, tuple[str, str]]:
     """Interface entries are `{"node", "port"}`; an input may instead be `{"node", "param"}`, which
@@ -373,7 +389,7 @@ def _parse_interface(
                 and isinstance(ref.get("node"), str) and "port" not in ref:
             nid = prefix + ref["node"]
             if nid not in nodes:
-                if nid not in seen:
+                if nid not in rejected:
                     problems.append(Problem("missing_node", f"{ref['node']!r} is not a node of this graph",
                                             field=where))
                 continue
@@ -390,7 +406,7 @@ def _parse_interface(
             continue
         nid = prefix + ref["node"]
         if nid not in nodes:
-            if nid in seen:  # the node itself failed to parse and was reported
+            if nid in rejected:  # the node itself failed to parse and was reported
                 continue
             problems.append(Problem("missing_node", f"{ref['node']!r} is not a node of this graph", field=where))
             continue

@@ -13,9 +13,9 @@ import json
 import math
 import threading
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, Callable
 
+from .entry_points import entry_points
 from .errors import Problem, RegistryError
 
 ENTRY_POINT_GROUP = "codefy_jupyter.nodes"
@@ -186,6 +186,13 @@ class NodeDef:
     fingerprint_fn: Callable[[dict[str, Any]], Any] | None = None
     # Nodes whose ports depend on their params (Subgraph, Preset) compute them here.
     dynamic_ports: PortsFn | None = field(default=None, repr=False)
+    # Parsing asks these once per node of a graph, so they are decided once per type.
+    has_lazy: bool = field(init=False, repr=False, compare=False)
+    default_params: dict[str, Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.has_lazy = any(p.lazy for p in self.inputs.values())
+        self.default_params = {name: spec.default for name, spec in self.params.items()}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)

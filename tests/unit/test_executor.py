@@ -350,3 +350,86 @@ def test_runtime_cycle_inside_a_block_is_attributed_to_the_block(reg):
     assert (result.error.node_id, result.error.node_type, result.error.code) == ("blk", "Const", "cycle")
     assert result.error.params["cycle"] == ["blk/a", "blk/b"]
     assert result.error.executed == ["blk"]
+
+
+def test_ready_nodes_run_in_the_ux_order_of_their_distance_to_an_output(reg):
+    # Four sources ready at once: `s` is an output itself, `a` feeds one, `b` is two hops from one,
+    # `c` three. The graph lists them in the opposite order, so only the classes decide.
+    nodes = [{"id": i, "type": "Const"} for i in ("c", "b", "a", "s")]
+    nodes += [{"id": i, "type": "Scale"} for i in ("c1", "c2", "C", "b1", "B", "A")]
+    edges = [edge("c", "value", "c1", "x"), edge("c1", "y", "c2", "x"), edge("c2", "y", "C", "x"),
+             edge("b", "value", "b1", "x"), edge("b1", "y", "B", "x"), edge("a", "value", "A", "x")]
+    result = run({"nodes": nodes, "edges": edges}, reg, max_parallel_nodes=1)
+    assert result.ok
+    assert [n for n in result.executed if n in ("s", "a", "b", "c")] == ["s", "a", "b", "c"]
+    assert result.executed[:3] == ["s", "a", "A"]  # an output, once ready, goes before any producer
+
+
+def test_a_producer_with_many_consumers_is_seen_feeding_an_output_wherever_that_consumer_is(reg):
+    # `wide` feeds each node of a 79-node chain (its first 79 consumers) and, as its 80th, `direct`,
+    # an output: it feeds an output directly, so it goes before `other`, two hops from one. (Pick
+    # classes used to look at the first 64 consumers only, and called `wide` "other".)
+    nodes = [{"id": "other", "type": "Const"}, {"id": "wide", "type": "Const"}, {"id": "o1", "type": "Scale"},
+             {"id": "out", "type": "Scale"}]
+    edges = [edge("other", "value", "o1", "x"), edge("o1", "y", "out", "x")]
+    prev = None
+    for i in range(79):
+        nodes.append({"id": f"w{i}", "type": "Scale" if prev is None else "Add"})
+        edges.append(edge("wide", "value", f"w{i}", "x" if prev is None else "a"))
+        if prev is not None:
+            edges.append(edge(prev, "y", f"w{i}", "b"))
+        prev = f"w{i}"
+    nodes.append({"id": "direct", "type": "Scale"})
+    edges.append(edge("wide", "value", "direct", "x"))
+    result = run({"nodes": nodes, "edges": edges}, reg, max_parallel_nodes=1)
+    assert result.ok
+    assert result.executed.index("wide") < result.executed.index("other")
+
+
+def test_a_value_is_released_after_its_last_consumer_even_when_a_lazy_consumer_finished_without_it():
+    # `pick` finishes first, never asking for `p`; `p` then runs for `d`. Once `d` is done nothing
+    # may hold p's value any more: not a link to `pick`, which no longer needs one.
+    import weakref
+
+    from codefy_jupyter.engine import NodeRegistry, lazy
+
+    class Value:
+        pass
+
+    refs: list[weakref.ref[Value]] = []
+    alive_after_d: list[bool] = []
+    reg = NodeRegistry()
+    reg.node("Const", outputs={"y": "any"})(lambda ctx: {"y": 1})
+
+    @reg.node("Make", inputs={"x": "any"}, outputs={"y": "any"})
+    def make(ctx, x):
+        value = Value()
+        refs.append(weakref.ref(value))
+        return {"y": value}
+
+    @reg.node("Pick", inputs={"cond": "any", "a": lazy("any"), "b": lazy("any")}, outputs={"y": "any"})
+    def pick(ctx, cond, a, b):
+        return {"y": a}
+
+    @pick.check_lazy_status
+    def pick_needs(ctx, cond, a, b):
+        return ["a"]
+
+    reg.node("Use", inputs={"x": "any"}, outputs={"y": "any"})(lambda ctx, x: {"y": 0})
+
+    @reg.node("After", inputs={"x": "any"}, outputs={"y": "any"})
+    def after(ctx, x):
+        alive_after_d.append(refs[0]() is not None)
+        return {"y": 0}
+
+    # `p` waits behind q1 -> q2, so `pick` (an output, ready once cond and a ran) goes first.
+    nodes = [{"id": "pick", "type": "Pick"}, {"id": "cond", "type": "Const"}, {"id": "a", "type": "Const"},
+             {"id": "q1", "type": "Const"}, {"id": "q2", "type": "Use"}, {"id": "p", "type": "Make"},
+             {"id": "d", "type": "Use"}, {"id": "e", "type": "After"}]
+    edges = [edge("cond", "y", "pick", "cond"), edge("a", "y", "pick", "a"), edge("p", "y", "pick", "b"),
+             edge("q1", "y", "q2", "x"), edge("q2", "y", "p", "x"), edge("p", "y", "d", "x"),
+             edge("d", "y", "e", "x")]
+    result = run({"nodes": nodes, "edges": edges}, reg, max_parallel_nodes=1)
+    assert result.ok
+    assert result.executed.index("pick") < result.executed.index("p"), result.executed
+    assert alive_after_d == [False]

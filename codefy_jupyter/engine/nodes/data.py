@@ -7,7 +7,6 @@ Only batch shuffling follows the run seed. torch is imported inside the function
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -143,6 +142,8 @@ def read_csv_dataset(path: str, target_column: str, task: str) -> Dataset:
     if not file.is_file():
         raise FileNotFoundError(f"param 'path': no such file: {str(file)!r}")
     with file.open(newline="", encoding="utf-8-sig") as handle:
+        import csv  # here, not at import: every process that loads the node packs would pay for it
+
         rows = list(csv.reader(handle))
     if not rows:
         raise ValueError(f"param 'path': {str(file)!r} is empty (expected a header row)")
