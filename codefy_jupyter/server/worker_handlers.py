@@ -116,7 +116,7 @@ class WorkerSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHan
                 self._refusal = (CLOSE_TRY_AGAIN if err.code == "recovering" else 1011, str(err)[:120])
             else:
                 token = self._token()
-                self._credential = await self.service.workers.enrollment.authenticate(
+                self._credential = await self.service.workers.authenticate(
                     token, loopback=self.loopback, server_token=self.token)
                 if self._credential is None:
                     self._refusal = (CLOSE_CREDENTIALS, "a worker token, or the server token from this machine, "
@@ -215,7 +215,7 @@ class WorkerSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHan
         log.warning("codefy: worker %s sent a malformed frame (%s): %s", self._worker.name, err.code, err)
         run_id = _run_id_of(message)
         if run_id is not None:
-            self.service.workers.executor.warn(
+            self.service.workers.warn(
                 self._worker, run_id, "worker_bad_frame",
                 f"worker {self._worker.name} sent a frame that could not be read: {err}",
                 {"worker": self._worker.name, "code": err.code, "path": err.path})

@@ -36,15 +36,14 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable
 
 from ...wire import run_events as ev
 from ..runs import state as rs
-from ..runs.event_log import EventLog
 from ..runs.executors import ExecutionOutcome, RunSpec
 from ...wire.fingerprint import digest
-from ..store.database import Store
 from .handshake import check_graph_types, graph_node_types
+from .host import RunHost
 from ...wire.protocol import (
     AGENT_STOPPED, INBOX_MAX_FRAMES, Ack, Artifact, Assign, Cancel, Drain, Event, Metrics, RunAlive, RunFacts, RunFinished,
     RunFrame, RunInbox, RunStarted, RunWarning, should_pause_reading,
@@ -57,16 +56,6 @@ RESUME = "worker_resume"
 SHUTDOWN_CANCEL_GRACE_S = 5.0
 # Event types only the control plane writes into a run's log.
 _CONTROL_PLANE_TYPES = ev.CLOSING | {ev.EXECUTION_START}
-
-
-class WorkerHost(Protocol):
-    """What the executor needs from RunService."""
-
-    events: EventLog
-    store: Store
-    clock: Callable[[], float]
-
-    def worker_run_status(self, run_id: str, status: str) -> None: ...
 
 
 @dataclass
@@ -116,7 +105,7 @@ class WorkerRunHandle:
 class WorkerExecutor:
     name = "worker"
 
-    def __init__(self, registry: WorkerRegistry, host: WorkerHost, *, resume_grace_s: float = 300.0,
+    def __init__(self, registry: WorkerRegistry, host: RunHost, *, resume_grace_s: float = 300.0,
                  cancel_grace_s: float = 30.0, heartbeat_s: float = 10.0, max_inbox: int = INBOX_MAX_FRAMES) -> None:
         self.registry = registry
         self.host = host
