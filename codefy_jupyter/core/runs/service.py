@@ -10,11 +10,14 @@ Everything here runs on the server's event loop; the executor hops engine events
 threads (in batches) and calls `_on_engine_event` on it.
 
 Worker runs (`options.target`: a worker's name, `any`, or the one-shot pool) are checked and placed
-by the same scheduler; a placement on a worker starts through the WorkerExecutor
-(`self.workers`, core/workers/service.py), which writes the run's events itself and ends with an
-`ExecutionOutcome` filed here like an in-process result. A run without a target, or with worker
-`local`, never reaches that code. At start, a worker run the previous process left running is
-adopted (`_adopt`) instead of retired, when its row has a resume point.
+by the same scheduler; a placement on a worker starts through WorkerService's public methods
+(`self.workers`, core/workers/service.py), which sees this service only as the `RunHost` of
+core/workers/host.py and ends each run with an `ExecutionOutcome` filed here like an in-process
+result. A run without a target, or with worker `local`, never reaches that code.
+
+Each run held here has one `RunRecord` (core/runs/records.py); how a run ends is decided in
+core/runs/endings.py, what becomes of a previous process's runs at start in core/runs/recovery.py
+(a worker run with a resume point is adopted instead of retired).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
 import time
 import uuid
 from functools import partial
@@ -35,12 +37,13 @@ from . import state as rs
 from ..config import Settings
 from ..errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError, Unavailable
 from ...wire import cpu_threads
-from . import endings
+from . import endings, recovery
 from .event_log import EventLog
 from .executors import ExecutionOutcome, InProcessExecutor, RunHandle, RunSpec
 from .records import RunBook, RunRecord
 from ...wire.fingerprint import digest, environment_document
-from .requests import SubmitRequest, parse_submit
+from .requests import options_doc, parse_submit, strip_secrets
+from .retention import remove_run_files
 from ..scheduling.queue import (
     LOCAL, LocalMachine, OfferedDevice, Placement, Run, RunQueue, SubmitError, build_limits, resolve_run_device,
 )
@@ -98,44 +101,31 @@ class RunService:
         await self.store.put_fingerprint(self.fingerprint_digest, document)
         await self.workers.load()
         for row in await self.store.active_runs():
-            last = await self.store.last_event(row["id"])
-            if last is not None and last.type in ev.CLOSING:
-                # Not a transition but a repair: the log, which is the record, already closed the run
-                # (a row written before status and closing event shared one transaction).
-                status = ev.closing_status(last.type, last.payload) or rs.INTERRUPTED
-                await self.store.update_run(row["id"], status=status, finished_at=row.get("finished_at") or
+            resume = self.workers.resume_point(row)
+            fate = recovery.recover(row, await self.store.last_event(row["id"]), resume)
+            if isinstance(fate, recovery.Repair):
+                await self.store.update_run(row["id"], status=fate.status, finished_at=row.get("finished_at") or
                                             self.clock())
                 continue
             self.events.track(row["id"], int(row["last_seq"]))
-            if row["status"] in (rs.RUNNING, rs.DISCONNECTED) and self.workers.resume_point(row) is not None:
-                await self._adopt(row)
+            if isinstance(fate, recovery.Adopt):
+                assert resume is not None
+                await self._adopt(row, resume, fate)
                 continue
-            closing = ev.execution_stopped(row["id"], status=rs.INTERRUPTED, code="server_restart",
-                                           message="the server stopped while this run was "
-                                           f"{row['status']}; it did not resume")
-            await self._write_final(row["id"], rs.INTERRUPTED, closing, error=None, from_state=row["status"])
+            await self._write_final(row["id"], rs.INTERRUPTED, fate.closing, error=None, from_state=row["status"])
             log.info("run %s was %s when the server stopped: interrupted", row["id"], row["status"])
         await self._retention()
 
-    async def _adopt(self, row: dict[str, Any]) -> None:
-        """A worker run the previous process left running: it keeps its slots and waits,
-        disconnected, for its worker to come back (no assign is sent)."""
-        resume = self.workers.resume_point(row)
-        assert resume is not None
-        name = resume["worker"]
+    async def _adopt(self, row: dict[str, Any], resume: dict[str, Any], fate: recovery.Adopt) -> None:
         handle = self.workers.adopt(row)
         self._order += 1
-        devices = tuple(resume.get("devices") or ())
-        run = Run(run_id=row["id"], order=self._order, device=resume["device"],
-                  devices=devices if len(devices) > 1 else (), seeded=row.get("seed") is not None, worker=name)
-        self.queue.adopt(run, name, resume.get("slots") or [f"{name}/{d}" for d in devices or (resume["device"],)])
-        started = row.get("started_at") or self.clock()
-        # Its worker's connection went with the old process: disconnected until the worker is back.
-        status = row["status"] if row["status"] == rs.DISCONNECTED else rs.next_state(row["status"], rs.DISCONNECT)
-        self._runs.add(row["id"], status=status, started=started, worker=name, handle=handle)
-        await self.store.update_run(row["id"], status=status)
+        run, slots = recovery.adopted_run(row, resume, self._order)
+        self.queue.adopt(run, fate.worker, slots)
+        self._runs.add(row["id"], status=fate.status, started=fate.started or self.clock(), worker=fate.worker,
+                       handle=handle)
+        await self.store.update_run(row["id"], status=fate.status)
         self.keep(asyncio.get_running_loop().create_task(self._await_run(row["id"], handle)))
-        log.info("run %s executes on worker %s: adopted, waiting for the worker", row["id"], name)
+        log.info("run %s executes on worker %s: adopted, waiting for the worker", row["id"], fate.worker)
 
     async def shutdown(self) -> None:
         """Graceful stop: waiting runs are retired at once, executing ones get 5 s to stop."""
@@ -212,7 +202,7 @@ class RunService:
             raise BadRequest("an interactive run needs options.session", code="session_required",
                              params={"field": "options.session"})
         run_id = uuid.uuid4().hex[:16]
-        stored_graph, secrets = self._strip_secrets(graph)
+        stored_graph, secrets = strip_secrets(graph, self.registry)
         self._order += 1
         run = Run(run_id=run_id, order=self._order, device=resolved.device,
                   devices=resolved.devices if (worker is None and pool is None) or len(resolved.devices) > 1 else (),
@@ -236,7 +226,7 @@ class RunService:
                 "devices": list(resolved.devices or (resolved.device,)), "queue_key": run.queue_key,
                 "worker_id": worker if worker != "any" else None,
                 "lane": req.options.lane, "session": req.options.session, "seed": seed,
-                "deterministic": req.options.deterministic, "options": _options_doc(req, resolved),
+                "deterministic": req.options.deterministic, "options": options_doc(req, resolved),
                 "graph": stored_graph, "submitted_at": self.clock()}
             await self.store.create_run(row)
         except BaseException:
@@ -281,20 +271,6 @@ class RunService:
                 await self._reschedule()
 
         loop.call_later(max(0, seconds), lambda: self.keep(loop.create_task(expire())))
-
-    def _strip_secrets(self, graph: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
-        """A copy of the graph with SECRET values blanked, and the values by node and param."""
-        secrets: dict[str, dict[str, str]] = {}
-        nodes = []
-        for node in graph.get("nodes", []):
-            nd = self.registry.get(node.get("type"))
-            params = node.get("params") or {}
-            hidden = {k: v for k, v in params.items() if nd and k in nd.params and nd.params[k].type == "secret"}
-            if hidden:
-                secrets[node["id"]] = hidden
-                node = {**node, "params": {**params, **{k: "" for k in hidden}}}
-            nodes.append(node)
-        return {**graph, "nodes": nodes}, secrets
 
     # -- scheduling and execution -----------------------------------------------------------------
     async def _reschedule(self) -> None:
@@ -457,7 +433,7 @@ class RunService:
             self.events.forget(item.run["id"])
             folder = self.data_dir / "runs" / item.run["id"]
             keep = {"checkpoints"} if item.run["status"] == rs.INTERRUPTED else set()
-            await asyncio.to_thread(_remove_run_files, folder, keep)
+            await asyncio.to_thread(remove_run_files, folder, keep)
 
     # -- commands -------------------------------------------------------------------------------
     async def cancel(self, run_id: str, *, user: str | None = None, admin: bool = True) -> dict[str, Any]:
@@ -608,37 +584,8 @@ def _log_failed_write(what: str, future: asyncio.Future) -> None:
         log.error("codefy: %s failed: %s", what, future.exception())
 
 
-def _remove_run_files(folder: Path, keep: set[str]) -> None:
-    if not folder.is_dir():
-        return
-    for entry in folder.iterdir():
-        if entry.name in keep:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
-    if not keep:
-        try:
-            folder.rmdir()
-        except OSError:  # something new appeared in it: leave it
-            pass
-
-
 def _event_view(e: Any) -> dict[str, Any]:
     return {"seq": e.seq, "type": e.type, "payload": e.payload, "created_at": e.created_at}
-
-
-def _options_doc(req: SubmitRequest, resolved: Any) -> dict[str, Any]:
-    o = req.options
-    doc: dict[str, Any] = {"lane": o.lane, "record_outputs": o.record_outputs, "requested_device": resolved.requested}
-    if o.cpu_threads is not None:
-        doc["cpu_threads"] = o.cpu_threads
-    if o.target is not None:
-        doc["target"] = {"worker": o.target.worker or "local", "devices": list(o.target.devices)}
-        if o.target.pool is not None:
-            doc["target"].update(worker=o.target.worker or "any", pool=o.target.pool)
-    return doc
 
 
 __all__ = ["RunService", "SubmitError", "ServiceError"]
