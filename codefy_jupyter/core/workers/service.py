@@ -3,8 +3,9 @@
 It ties together the WorkerRegistry (who is connected), the WorkerExecutor (their runs), worker
 credentials (core/workers/enrollment.py) and the run queue, which learns every change of a worker
 as a `WorkerOffer` (connected, draining, disconnected, offline, its devices and catalog) and then
-reschedules. No tornado here: the handler gives each connection a `WorkerLink` and calls
-`hello`, `frame` and `closed`.
+reschedules. No tornado here: the handler gives each connection a `WorkerLink` and, as its sans-IO
+session (core/workers/session.py) says, calls `hello`, `connected`, `frame`/`frames`, `warn` and
+`closed`.
 
 Runs without a target never reach this module.
 """
@@ -31,16 +32,12 @@ from ...wire.protocol import (
     Frame, Heartbeat, Hello, Reject, RunAlive, RunFrame, Welcome,
 )
 from .registry import Worker, WorkerLink, WorkerRegistry
+from .session import (  # noqa: F401  (the close codes, re-exported)
+    CLOSE_CREDENTIALS, CLOSE_HELLO_TIMEOUT, CLOSE_HOST_ORIGIN, CLOSE_REJECTED, CLOSE_REMOVED, CLOSE_REPLACED,
+)
 
 log = logging.getLogger("codefy.workers")
 
-# Close codes of /codefy/ws/worker (the 4000s are the application's own).
-CLOSE_HOST_ORIGIN = 4003
-CLOSE_CREDENTIALS = 4401
-CLOSE_REJECTED = 4400
-CLOSE_HELLO_TIMEOUT = 4408
-CLOSE_REPLACED = 4409
-CLOSE_REMOVED = 4410
 
 
 @dataclass(frozen=True)
