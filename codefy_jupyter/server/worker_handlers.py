@@ -5,8 +5,9 @@ before reading anything: 4003 for a Host outside the allowed list or any Origin 
 none, and no web page has a reason to open this socket), 4401 for credentials. Credentials come as
 `Authorization: token <T>`, `X-Codefy-Token: <T>` or `?token=<T>`: a worker token (from any peer)
 or the server's own token from a loopback peer. Then `hello` within 10 s, judged by
-core/workers/handshake.py; every later frame goes to the WorkerService. The handler is the
-connection's `WorkerLink` (send a frame, close with a code).
+core/workers/handshake.py; every later frame goes to the WorkerService. What to do with each message
+is decided by the sans-IO session (core/workers/session.py); the handler carries out its actions
+and is the connection's `WorkerLink` (send a frame, close with a code).
 
 REST: GET /workers (the agents, their devices and slots; this server's as `local`), GET/DELETE
 /workers/{id}, POST /workers/{id}/drain and /undrain, POST /workers/enrollments (a one-time token),
@@ -30,11 +31,11 @@ from tornado import web, websocket
 from ..core.errors import NotFound, ServiceError
 from ..core.runs.service import RunService
 from ..core.workers.handshake import Credential
-from ..wire.codec import MAX_FRAME_BYTES, decode, encode, unpack
-from ..wire.frames import HELLO_TIMEOUT_S, Batch, Frame, Hello, ProtocolError, Reject, RunFrame
-from ..core.workers.service import (
-    CLOSE_CREDENTIALS, CLOSE_HELLO_TIMEOUT, CLOSE_HOST_ORIGIN, CLOSE_REJECTED,
+from ..core.workers.session import (
+    CLOSE_CREDENTIALS, CLOSE_HOST_ORIGIN, CLOSED, Action, BadFrame, Close, Connected, Deliver, Judge, Record, Send,
+    WorkerSession,
 )
+from ..wire.protocol import HELLO_TIMEOUT_S, MAX_FRAME_BYTES, Frame, Hello, encode
 from .handlers import AUTH_RESOURCE, CodefyAPIHandler, api
 
 log = logging.getLogger("codefy.workers")
@@ -99,7 +100,6 @@ class WorkerSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHan
         self._refusal: tuple[int, str] | None = None
         self._credential: Credential | None = None
         self._protocol_close: int | None = None
-        self._worker: Any = None
         self.peer = self.request.remote_ip or ""
         self.loopback = is_loopback(self.peer)
         if not self.check_host():
@@ -115,7 +115,7 @@ class WorkerSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHan
                 self._refusal = (CLOSE_TRY_AGAIN if err.code == "recovering" else 1011, str(err)[:120])
             else:
                 token = self._token()
-                self._credential = await self.service.workers.enrollment.authenticate(
+                self._credential = await self.service.workers.authenticate(
                     token, loopback=self.loopback, server_token=self.token)
                 if self._credential is None:
                     self._refusal = (CLOSE_CREDENTIALS, "a worker token, or the server token from this machine, "
@@ -131,125 +131,74 @@ class WorkerSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHan
         except websocket.WebSocketClosedError:
             pass  # on_close files the drop
 
-    # -- the connection -----------------------------------------------------------------------------
+    # -- the connection: a thin adapter of core/workers/session.py ---------------------------------------
     def open(self, *args: Any, **kwargs: Any) -> None:
         self._hello_timer: asyncio.TimerHandle | None = None
-        if self._refusal is not None:
-            code, reason = self._refusal
-            self.close(code, reason)
-            return
         timeout = float(self.settings.get(HELLO_TIMEOUT_SETTING, HELLO_TIMEOUT_S))
-        self._hello_timer = asyncio.get_running_loop().call_later(timeout, self._no_hello, timeout)
+        self._session = WorkerSession(hello_timeout_s=timeout, refusal=self._refusal)
+        self._apply(self._session.opened())
+        if self._session.state != CLOSED:
+            self._hello_timer = asyncio.get_running_loop().call_later(timeout, self._no_hello)
 
-    def _no_hello(self, timeout: float) -> None:
-        if self._worker is None:
-            self._reject("hello_timeout", f"no hello within {timeout:g} s of connecting", {"seconds": timeout},
-                         CLOSE_HELLO_TIMEOUT)
-
-    def _reject(self, code: str, message: str, params: dict[str, Any], close_code: int = CLOSE_REJECTED) -> None:
-        self.send(Reject(code=code, message=message, params=params))
-        self.close(close_code, message[:120])
+    def _no_hello(self) -> None:
+        self._apply(self._session.hello_deadline())
 
     def on_message(self, message: str | bytes) -> Awaitable[None] | None:
         """Not a coroutine: tornado reads the next message at once when this returns None, and only
         awaits what it returns (the hello's judgement, or a full inbox draining: TCP then paces the
         agent). A task per message would cost more than most frames."""
-        if self._refusal is not None:
-            return None
-        try:
-            frame = decode(message, sender="agent")
-        except ProtocolError as err:
-            if self._worker is None:
-                self._reject(err.code, str(err), {"path": err.path})
-            else:
-                self._bad_frame(err, message)
-            return None
-        if self._worker is None:
-            return self._hello(frame)
-        if type(frame) is Batch:
-            return self._batch(frame)
-        return self.service.workers.frame(self._worker, frame, self)
+        return self._apply(self._session.received(message))
 
-    def _batch(self, batch: Batch) -> Awaitable[None] | None:
-        """A batch's frames, in order, as if they had come one by one; a malformed one is dropped alone."""
-        frames: list[RunFrame] = []
+    def _apply(self, actions: list[Action]) -> Awaitable[None] | None:
+        """Carry out the session's actions in order; what to await before reading on, if anything."""
         waits: list[Awaitable[None]] = []
-        for item, raw in zip(unpack(batch), batch.frames):
-            if isinstance(item, ProtocolError):
-                if frames:  # what came before it is recorded before its warning
-                    waits.append(self.service.workers.frames(self._worker, frames, self))
-                    frames = []
-                self._bad_frame(item, raw)
-            else:
-                frames.append(item)  # type: ignore[arg-type]
-        if frames:
-            waits.append(self.service.workers.frames(self._worker, frames, self))
+        for action in actions:
+            kind = type(action)
+            if kind is Deliver:
+                waits.append(self.service.workers.frame(self._session.worker, action.frame, self))
+            elif kind is Record:
+                waits.append(self.service.workers.frames(self._session.worker, list(action.frames), self))
+            elif kind is Send:
+                self.send(action.frame)
+            elif kind is Close:
+                self.close(action.code, action.reason)
+            elif kind is Judge:
+                if self._hello_timer is not None:
+                    self._hello_timer.cancel()
+                waits.append(self._judge(action.hello))
+            elif kind is Connected:
+                self.service.workers.connected(action.worker)
+            elif kind is BadFrame:
+                worker = self._session.worker
+                log.warning("codefy: worker %s sent a malformed frame (%s): %s", worker.name, action.code,
+                            action.detail)
+                if action.run_id is not None:
+                    self.service.workers.warn(worker, action.run_id, "worker_bad_frame", action.message, action.params)
         waits = [w for w in waits if w is not None]
         if not waits:
             return None
         return waits[0] if len(waits) == 1 else asyncio.gather(*waits)
 
-    async def _hello(self, frame: Frame) -> None:
-        if not isinstance(frame, Hello):
-            self._reject("hello_required", f"the first frame must be hello, not {frame.type}", {"type": frame.type})
-            return
-        if self._hello_timer is not None:
-            self._hello_timer.cancel()
+    async def _judge(self, hello: Hello) -> None:
         assert self._credential is not None
-        reply, worker = await self.service.workers.hello(frame, self._credential, self, loopback=self.loopback)
-        if worker is None:
-            assert isinstance(reply, Reject)
-            self.send(reply)
-            self.close(CLOSE_REJECTED, reply.message[:120])
-            return
-        if self.ws_connection is None:  # it closed while we judged the hello
-            return
-        self._worker = worker
-        self.send(reply)
-        self.service.workers.connected(worker)
-
-    def _bad_frame(self, err: ProtocolError, message: str | bytes | Any) -> None:
-        """A malformed frame after the hello: dropped (the agent keeps it spooled), and said so in
-        the server log and, when it names a run of this worker, in that run's log."""
-        log.warning("codefy: worker %s sent a malformed frame (%s): %s", self._worker.name, err.code, err)
-        run_id = _run_id_of(message)
-        if run_id is not None:
-            self.service.workers.executor.warn(
-                self._worker, run_id, "worker_bad_frame",
-                f"worker {self._worker.name} sent a frame that could not be read: {err}",
-                {"worker": self._worker.name, "code": err.code, "path": err.path})
+        reply, worker = await self.service.workers.hello(hello, self._credential, self, loopback=self.loopback)
+        self._apply(self._session.judged(reply, worker, still_open=self.ws_connection is not None))
 
     def on_close(self) -> None:
         timer = getattr(self, "_hello_timer", None)
         if timer is not None:
             timer.cancel()
-        worker = getattr(self, "_worker", None)
-        if worker is None:
+        session = getattr(self, "_session", None)
+        if session is None:
             return
-        if getattr(self, "_protocol_close", None) == 1009:
+        worker = session.worker
+        reason = session.closed(self.close_code, getattr(self, "_protocol_close", None))
+        if worker is None or reason is None:
+            return
+        if reason["code"] == "frame_too_large":
             log.warning("codefy: worker %s sent a frame over %d bytes; closed its connection", worker.name,
                         MAX_FRAME_BYTES)
-            reason = {"code": "frame_too_large", "params": {"close_code": 1009, "limit_bytes": MAX_FRAME_BYTES},
-                      "text": f"it sent a frame over the limit of {MAX_FRAME_BYTES} bytes"}
-        else:
-            reason = {"code": "connection_closed", "params": {"close_code": self.close_code},
-                      "text": "connection closed" + (f" ({self.close_code})" if self.close_code else "")}
         self.service.workers.closed(worker.name, self, reason)
-
-
-def _run_id_of(message: str | bytes | Any) -> str | None:
-    """The run a malformed frame names, if any (`message`: its text, or a batch item as parsed)."""
-    import json
-
-    if isinstance(message, (str, bytes)):
-        try:
-            raw = json.loads(message)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            return None
-    else:
-        raw = message
-    run_id = raw.get("run_id") if isinstance(raw, dict) else None
-    return run_id if isinstance(run_id, str) else None
 
 
 # -- REST ----------------------------------------------------------------------------------------------

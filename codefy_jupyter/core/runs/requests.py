@@ -131,3 +131,30 @@ def _parse_target(raw: Any) -> Target:
     for i, dev in enumerate(devices):
         _type(dev, (str,), f"options.target.devices[{i}]", "a device name")
     return Target(worker=worker, devices=tuple(devices), pool=pool)
+
+
+def options_doc(req: SubmitRequest, resolved: Any) -> dict[str, Any]:
+    o = req.options
+    doc: dict[str, Any] = {"lane": o.lane, "record_outputs": o.record_outputs, "requested_device": resolved.requested}
+    if o.cpu_threads is not None:
+        doc["cpu_threads"] = o.cpu_threads
+    if o.target is not None:
+        doc["target"] = {"worker": o.target.worker or "local", "devices": list(o.target.devices)}
+        if o.target.pool is not None:
+            doc["target"].update(worker=o.target.worker or "any", pool=o.target.pool)
+    return doc
+
+
+def strip_secrets(graph: dict[str, Any], registry: Any) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    """A copy of the graph with SECRET values blanked, and the values by node and param."""
+    secrets: dict[str, dict[str, str]] = {}
+    nodes = []
+    for node in graph.get("nodes", []):
+        nd = registry.get(node.get("type"))
+        params = node.get("params") or {}
+        hidden = {k: v for k, v in params.items() if nd and k in nd.params and nd.params[k].type == "secret"}
+        if hidden:
+            secrets[node["id"]] = hidden
+            node = {**node, "params": {**params, **{k: "" for k in hidden}}}
+        nodes.append(node)
+    return {**graph, "nodes": nodes}, secrets

@@ -10,11 +10,14 @@ Everything here runs on the server's event loop; the executor hops engine events
 threads (in batches) and calls `_on_engine_event` on it.
 
 Worker runs (`options.target`: a worker's name, `any`, or the one-shot pool) are checked and placed
-by the same scheduler; a placement on a worker starts through the WorkerExecutor
-(`self.workers`, core/workers/service.py), which writes the run's events itself and ends with an
-`ExecutionOutcome` filed here like an in-process result. A run without a target, or with worker
-`local`, never reaches that code. At start, a worker run the previous process left running is
-adopted (`_adopt`) instead of retired, when its row has a resume point.
+by the same scheduler; a placement on a worker starts through WorkerService's public methods
+(`self.workers`, core/workers/service.py), which sees this service only as the `RunHost` of
+core/workers/host.py and ends each run with an `ExecutionOutcome` filed here like an in-process
+result. A run without a target, or with worker `local`, never reaches that code.
+
+Each run held here has one `RunRecord` (core/runs/records.py); how a run ends is decided in
+core/runs/endings.py, what becomes of a previous process's runs at start in core/runs/recovery.py
+(a worker run with a resume point is adopted instead of retired).
 """
 
 from __future__ import annotations
@@ -22,10 +25,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
 import time
 import uuid
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
@@ -36,36 +37,29 @@ from . import state as rs
 from ..config import Settings
 from ..errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError, Unavailable
 from ...wire import cpu_threads
+from . import endings, recovery
 from .event_log import EventLog
 from .executors import ExecutionOutcome, InProcessExecutor, RunHandle, RunSpec
+from .records import RunBook, RunRecord
 from ...wire.fingerprint import digest, environment_document
-from .requests import SubmitRequest, parse_submit
+from .requests import SubmitRequest, options_doc, parse_submit, strip_secrets
+from .retention import remove_run_files
 from ..scheduling.device_sets import SubmitError, resolve_run_device
 from ..scheduling.limits import build_limits
 from ..scheduling.queue import RunQueue
 from ..scheduling.records import Placement, Run
 from ..scheduling.slot_groups import LOCAL, LocalMachine, OfferedDevice
 from ..store.database import Store
-from ..workers.executor import RESUME, WorkerRunHandle
 from ..workers.handshake import graph_node_types
 from ..workers.service import WorkerService
 
 log = logging.getLogger("codefy.runs")
 
 SHUTDOWN_GRACE_S = 5.0
-FINAL_STATUSES_KEPT = 10000
 LIST_LIMIT = 50
 OFFSET_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset cannot even be bound
 # Graphs with more nodes and edges than this are validated in a thread (a few ms of work inline).
 VALIDATE_INLINE_ITEMS = 2000
-
-
-@dataclass
-class _Active:
-    handle: RunHandle | WorkerRunHandle | None = None
-    started: float = 0.0
-    status: str = rs.RUNNING  # a worker run may be disconnected meanwhile
-    worker: str | None = None
 
 
 class RunService:
@@ -91,21 +85,14 @@ class RunService:
                               slots=self.devices, local=local_machine)
         self.events = EventLog(store, payload_cap_bytes=settings.run_event_payload_cap_bytes, clock=clock)
         self.events.on_write_failed = self._log_write_failed
-        self._vault: dict[str, dict[str, dict[str, str]]] = {}  # run -> node -> secret param -> value
-        self._graphs: dict[str, dict[str, Any]] = {}  # graphs of waiting runs (with secrets restored)
-        self._active: dict[str, _Active] = {}
+        self._runs = RunBook()  # one record per run held here, and the recently finished ones
         self._tasks: set[asyncio.Task[None]] = set()
         self._order = 0
-        self._unwritten: set[str] = set()
-        self._waiting_rows: dict[str, dict[str, Any]] = {}  # rows of runs not started yet
-        self._final: dict[str, str] = {}  # recently finished runs, for followers (insertion order)
-        self._finishing: dict[str, str] = {}  # runs whose final write is under way: their status before
-        self._deferred: dict[str, Placement] = {}
         self._session_caches: dict[str, SessionCache] = {}
         self._closing = False
         self.fingerprint_digest: str | None = None
         # Worker agents, their connections and runs (runs without a target never touch it).
-        self.workers = WorkerService(self)
+        self.workers = WorkerService(self, self.queue)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -116,70 +103,50 @@ class RunService:
         await self.store.put_fingerprint(self.fingerprint_digest, document)
         await self.workers.load()
         for row in await self.store.active_runs():
-            last = await self.store.last_event(row["id"])
-            if last is not None and last.type in ev.CLOSING:
-                # Not a transition but a repair: the log, which is the record, already closed the run
-                # (a row written before status and closing event shared one transaction).
-                status = ev.closing_status(last.type, last.payload) or rs.INTERRUPTED
-                await self.store.update_run(row["id"], status=status, finished_at=row.get("finished_at") or
+            resume = self.workers.resume_point(row)
+            fate = recovery.recover(row, await self.store.last_event(row["id"]), resume)
+            if isinstance(fate, recovery.Repair):
+                await self.store.update_run(row["id"], status=fate.status, finished_at=row.get("finished_at") or
                                             self.clock())
                 continue
             self.events.track(row["id"], int(row["last_seq"]))
-            if row["status"] in (rs.RUNNING, rs.DISCONNECTED) and RESUME in (row.get("execution_facts") or {}):
-                await self._adopt(row)
+            if isinstance(fate, recovery.Adopt):
+                assert resume is not None
+                await self._adopt(row, resume, fate)
                 continue
-            closing = ev.execution_stopped(row["id"], status=rs.INTERRUPTED, code="server_restart",
-                                           message="the server stopped while this run was "
-                                           f"{row['status']}; it did not resume")
-            await self._write_final(row["id"], rs.INTERRUPTED, closing, error=None, from_state=row["status"])
+            await self._write_final(row["id"], rs.INTERRUPTED, fate.closing, error=None, from_state=row["status"])
             log.info("run %s was %s when the server stopped: interrupted", row["id"], row["status"])
         await self._retention()
 
-    async def _adopt(self, row: dict[str, Any]) -> None:
-        """A worker run the previous process left running: it keeps its slots and waits,
-        disconnected, for its worker to come back (no assign is sent)."""
-        resume = row["execution_facts"][RESUME]
-        name = resume["worker"]
-        worker = self.workers.registry.get(name) or self.workers.registry.placeholder(name)
-        worker.runs.add(row["id"])
-        if not worker.devices:
-            uuids = resume.get("uuids") or {}
-            worker.devices = [{"device": d, **({"uuid": uuids[d]} if uuids.get(d) else {})}
-                              for d in resume.get("devices") or [resume["device"]]]
-        self.workers.offer(worker)
+    async def _adopt(self, row: dict[str, Any], resume: dict[str, Any], fate: recovery.Adopt) -> None:
+        handle = self.workers.adopt(row)
         self._order += 1
-        devices = tuple(resume.get("devices") or ())
-        run = Run(run_id=row["id"], order=self._order, device=resume["device"],
-                  devices=devices if len(devices) > 1 else (), seeded=row.get("seed") is not None, worker=name)
-        self.queue.adopt(run, name, resume.get("slots") or [f"{name}/{d}" for d in devices or (resume["device"],)])
-        started = row.get("started_at") or self.clock()
-        # Its worker's connection went with the old process: disconnected until the worker is back.
-        status = row["status"] if row["status"] == rs.DISCONNECTED else rs.next_state(row["status"], rs.DISCONNECT)
-        self._active[row["id"]] = _Active(started=started, status=status, worker=name)
-        await self.store.update_run(row["id"], status=status)
-        handle = self.workers.executor.adopt(row)
-        self._active[row["id"]].handle = handle
+        run, slots = recovery.adopted_run(row, resume, self._order)
+        self.queue.adopt(run, fate.worker, slots)
+        self._runs.add(row["id"], status=fate.status, started=fate.started or self.clock(), worker=fate.worker,
+                       handle=handle)
+        await self.store.update_run(row["id"], status=fate.status)
         self.keep(asyncio.get_running_loop().create_task(self._await_run(row["id"], handle)))
-        log.info("run %s executes on worker %s: adopted, waiting for the worker", row["id"], name)
+        log.info("run %s executes on worker %s: adopted, waiting for the worker", row["id"], fate.worker)
 
     async def shutdown(self) -> None:
         """Graceful stop: waiting runs are retired at once, executing ones get 5 s to stop."""
         self._closing = True
-        self.workers.executor.graceful_shutdown()
+        self.workers.shutting_down()
         for run in self.queue.waiting():
             self.queue.cancel(run.run_id)
             await self._finish_unstarted(run.run_id, rs.INTERRUPTED, "server_shutdown",
                                          "the server shut down before this run started")
-        handles = [a.handle for a in self._active.values() if a.handle is not None]
+        handles = [r.handle for r in self._runs.all_executing() if r.handle is not None]
         for handle in handles:
             handle.cancel("server shutdown")
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=SHUTDOWN_GRACE_S)
-        for run_id in list(self._active):
+        for run_id in [r.run_id for r in self._runs.all_executing()]:
             closing = ev.execution_stopped(run_id, status=rs.INTERRUPTED, code="server_shutdown",
                                            message="the server shut down while this run was executing")
             await self._write_final(run_id, rs.INTERRUPTED, closing, error=None)
-        await self.workers.executor.close()
+        await self.workers.close()
         await self.events.close()
 
     def keep(self, task: asyncio.Future[Any]) -> None:
@@ -192,20 +159,17 @@ class RunService:
 
     def worker_run_status(self, run_id: str, status: str) -> None:
         """A worker run's connection dropped (disconnected) or came back (running)."""
-        active = self._active.get(run_id)
-        if active is None:
+        record = self._runs.executing(run_id)
+        if record is None:
             return
-        status = rs.next_state(active.status, rs.DISCONNECT if status == rs.DISCONNECTED else rs.RECONNECT)
-        active.status = status
+        status = rs.next_state(record.status, rs.DISCONNECT if status == rs.DISCONNECTED else rs.RECONNECT)
+        record.status = status
         self.store.update_run(run_id, status=status, only_if_status=(rs.RUNNING, rs.DISCONNECTED)
                               ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} {status}"))
 
     async def fail_waiting(self, run_id: str, code: str, message: str, params: dict[str, Any]) -> None:
         """A waiting run that can no longer run (its worker was removed): failed, with the code on
         its execution_error event."""
-        self._graphs.pop(run_id, None)
-        self._waiting_rows.pop(run_id, None)
-        self._vault.pop(run_id, None)
         info = {"code": code, "message": message, "params": params}
         await self._write_final(run_id, rs.FAILED, ev.execution_error(run_id, info), error=info,
                                 from_state=rs.QUEUED)
@@ -240,14 +204,14 @@ class RunService:
             raise BadRequest("an interactive run needs options.session", code="session_required",
                              params={"field": "options.session"})
         run_id = uuid.uuid4().hex[:16]
-        stored_graph, secrets = self._strip_secrets(graph)
+        stored_graph, secrets = strip_secrets(graph, self.registry)
         self._order += 1
         run = Run(run_id=run_id, order=self._order, device=resolved.device,
                   devices=resolved.devices if (worker is None and pool is None) or len(resolved.devices) > 1 else (),
                   seeded=seed is not None, lane=req.options.lane, session=req.options.session,
                   **({} if worker is None and pool is None else {"worker": worker or "any", "pool": pool}))
         node_types = None
-        if worker not in (None, "any") and self._degraded(worker):
+        if worker not in (None, "any") and self.workers.is_degraded(worker):
             node_types = await asyncio.to_thread(graph_node_types, graph)
         device_field = "options.device" if req.options.device is not None else (
             "graph.settings.device" if settings.get("device") is not None else "options.device")
@@ -256,34 +220,31 @@ class RunService:
             self.queue.submit(run)
         else:
             self.queue.submit(run, node_types, device_field=device_field)
-        self._unwritten.add(run_id)  # placed before its row exists? it starts once the row is written
+        # Placed before its row exists? It starts once the row is written.
+        record = self._runs.add(run_id, written=False)
         try:
             row = {
                 "id": run_id, "name": req.name, "status": rs.QUEUED, "owner": owner, "device": resolved.device,
                 "devices": list(resolved.devices or (resolved.device,)), "queue_key": run.queue_key,
                 "worker_id": worker if worker != "any" else None,
                 "lane": req.options.lane, "session": req.options.session, "seed": seed,
-                "deterministic": req.options.deterministic, "options": _options_doc(req, resolved),
+                "deterministic": req.options.deterministic, "options": options_doc(req, resolved),
                 "graph": stored_graph, "submitted_at": self.clock()}
             await self.store.create_run(row)
         except BaseException:
-            self._unwritten.discard(run_id)
-            self._deferred.pop(run_id, None)
+            self._runs.discard(run_id)
             if not self.queue.cancel(run_id) and self.queue.is_running(run_id):
                 self.queue.finish(run_id)
                 await self._reschedule()
             raise
-        self._unwritten.discard(run_id)
+        record.written = True
         self.events.track(run_id, 0)
         for notice in resolved.warnings:
             self.events.emit(run_id, ev.run_warning(run_id, notice.code, notice.message, notice.params))
-        if secrets:
-            self._vault[run_id] = secrets
-        self._graphs[run_id] = graph
-        self._waiting_rows[run_id] = row
-        if pool is not None or self._one_shot(worker):
+        record.secrets, record.graph, record.row = secrets, graph, row
+        if pool is not None or self.workers.is_one_shot(worker):
             self._time_out_one_shot(run_id)
-        deferred = self._deferred.pop(run_id, None)
+        deferred, record.deferred = record.deferred, None
         if deferred is not None:
             await self._start(deferred)
         await self._reschedule()
@@ -291,7 +252,7 @@ class RunService:
         # scheduler pass, skipped for a run that started at once).
         view_row = {**row, "started_at": None, "finished_at": None, "error": None, "fingerprint_digest": None,
                     "last_seq": 0, "execution_facts": None}
-        active = self._active.get(run_id)
+        active = self._runs.executing(run_id)
         if active is None:
             return self._view(view_row)
         view = self._view({**view_row, "status": rs.RUNNING, "started_at": active.started})
@@ -299,10 +260,6 @@ class RunService:
         if active.worker is not None:
             view["worker_id"] = active.worker
         return view
-
-    def _one_shot(self, name: str | None) -> bool:
-        worker = self.workers.registry.get(name) if name else None
-        return worker is not None and worker.hello is not None and worker.hello.one_shot
 
     def _time_out_one_shot(self, run_id: str) -> None:
         """A run for a one-shot worker fails if none takes it within the queue timeout."""
@@ -317,24 +274,6 @@ class RunService:
 
         loop.call_later(max(0, seconds), lambda: self.keep(loop.create_task(expire())))
 
-    def _degraded(self, name: str) -> bool:
-        worker = self.workers.registry.get(name)
-        return worker is not None and worker.catalog is not None and not worker.catalog.matches
-
-    def _strip_secrets(self, graph: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
-        """A copy of the graph with SECRET values blanked, and the values by node and param."""
-        secrets: dict[str, dict[str, str]] = {}
-        nodes = []
-        for node in graph.get("nodes", []):
-            nd = self.registry.get(node.get("type"))
-            params = node.get("params") or {}
-            hidden = {k: v for k, v in params.items() if nd and k in nd.params and nd.params[k].type == "secret"}
-            if hidden:
-                secrets[node["id"]] = hidden
-                node = {**node, "params": {**params, **{k: "" for k in hidden}}}
-            nodes.append(node)
-        return {**graph, "nodes": nodes}, secrets
-
     # -- scheduling and execution -----------------------------------------------------------------
     async def _reschedule(self) -> None:
         if self._closing:
@@ -344,21 +283,23 @@ class RunService:
 
     async def _start(self, placement: Placement) -> None:
         run_id = placement.run_id
-        if run_id in self._unwritten:  # its submit is still writing the row
-            self._deferred[run_id] = placement
+        record = self._runs.get(run_id) or self._runs.add(run_id)
+        if not record.written:  # its submit is still writing the row
+            record.deferred = placement
             return
         # A run submitted by this process: its row is in memory (no read back).
-        row = self._waiting_rows.pop(run_id, None) or await self.store.get_run(run_id)
-        graph = self._graphs.pop(run_id, None) or (row or {}).get("graph")
+        row, graph, record.row, record.graph = record.row, record.graph, None, None
+        row = row or await self.store.get_run(run_id)
+        graph = graph or (row or {}).get("graph")
+        record.status, record.started = rs.next_state(record.status, rs.START), self.clock()
         if placement.worker != LOCAL:
-            self._start_on_worker(placement, row, graph)
+            self._start_on_worker(placement, record, row, graph)
             return
-        now = self.clock()
-        self._active[run_id] = _Active(started=now, status=rs.next_state(rs.QUEUED, rs.START))
+        now = record.started
         budget = self._cpu_budget(row, None)
         # Not awaited: writes commit in call order, so the final write queued later can never land
         # before this one, and the submit that started the run answers after one commit, not two.
-        self.store.update_run(run_id, status=self._active[run_id].status, started_at=now,
+        self.store.update_run(run_id, status=record.status, started_at=now,
                               fingerprint_digest=self.fingerprint_digest,
                               **({"execution_facts": {"cpu_threads": budget.to_dict()}} if budget else {})
                               ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} running"))
@@ -374,20 +315,17 @@ class RunService:
                        deterministic=bool(row.get("deterministic")),
                        max_parallel_nodes=self.settings.max_parallel_nodes,
                        data_dir=self.data_dir / "runs" / run_id, cache=cache, cpu=budget)
-        handle = self.executor.start(spec, partial(self._on_engine_event, run_id))
-        self._active[run_id].handle = handle
+        handle = record.handle = self.executor.start(spec, partial(self._on_engine_event, run_id))
         task = loop.create_task(self._await_run(run_id, handle))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _start_on_worker(self, placement: Placement, row: dict[str, Any], graph: dict[str, Any]) -> None:
+    def _start_on_worker(self, placement: Placement, record: RunRecord, row: dict[str, Any],
+                         graph: dict[str, Any]) -> None:
         """The run goes to a worker: the WorkerExecutor sends the assign (with the SECRET values
         this process holds); execution_start is written when the worker says the run started."""
         run_id, name = placement.run_id, placement.worker
-        now = self.clock()
-        self._active[run_id] = _Active(started=now, status=rs.next_state(rs.QUEUED, rs.START), worker=name)
-        worker = self.workers.registry.get(name)
-        uuids = {d.get("device"): d.get("uuid") for d in (worker.devices if worker else []) if d.get("uuid")}
+        now, record.worker = record.started, name
         devices = list(placement.devices)
         queue_key = f"{name}/{placement.device}"
         spec = RunSpec(run_id=run_id, graph=graph, device=placement.device, seed=row.get("seed"),
@@ -395,16 +333,12 @@ class RunService:
                        max_parallel_nodes=self.settings.max_parallel_nodes, worker=name, devices=tuple(devices),
                        queue_key=queue_key, slots=placement.slots, name=row.get("name"),
                        cpu=self._cpu_budget(row, name))
-        handle = self.workers.executor.start(spec, uuids={d: u for d, u in uuids.items() if d in devices})
-        fingerprint = (worker.info.get("fingerprint_digest") if worker else None) or None
-        if worker is not None and worker.hello is not None and worker.hello.fingerprint:
-            fingerprint = digest(worker.hello.fingerprint)
-        self.store.update_run(run_id, status=self._active[run_id].status, started_at=now, worker_id=name,
-                              devices=devices,
-                              queue_key=queue_key, fingerprint_digest=fingerprint,
-                              execution_facts=self.workers.executor.facts(run_id)
+        started = self.workers.start_run(spec)
+        self.store.update_run(run_id, status=record.status, started_at=now, worker_id=name,
+                              devices=devices, queue_key=queue_key, fingerprint_digest=started.fingerprint,
+                              execution_facts=started.facts
                               ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} running"))
-        self._active[run_id].handle = handle
+        handle = record.handle = started.handle
         self.keep(asyncio.get_running_loop().create_task(self._await_run(run_id, handle)))
 
     def _cpu_budget(self, row: dict[str, Any], worker: str | None) -> cpu_threads.CpuBudget | None:
@@ -414,14 +348,12 @@ class RunService:
         if worker is None:
             cores, slots = self.cpu_cores, self.limits.limit("cpu")
         else:
-            found = self.workers.registry.get(worker)
-            hello = found.hello if found is not None else None
-            cores, slots = (hello.cpu_count if hello else None), self.limits.limit(f"{worker}/cpu")
+            cores, slots = self.workers.cpu_count(worker), self.limits.limit(f"{worker}/cpu")
         return cpu_threads.decide(requested=requested, setting=self.settings.run_cpu_threads, cores=cores,
                                   cpu_slots=slots)
 
     def _on_engine_event(self, run_id: str, raw: dict[str, Any]) -> None:
-        if run_id not in self._active:
+        if self._runs.executing(run_id) is None:
             return  # a late event after the run was closed
         event = ev.from_engine(run_id, raw)
         if event is None:
@@ -439,79 +371,37 @@ class RunService:
         """The store refused some of an executing run's events: a log with a hole is not the record
         of the run, so the run is stopped and ends failed (`event_log_write_failed`), its closing
         event saying which events were lost and why."""
-        active = self._active.get(run_id)
+        active = self._runs.executing(run_id)
         if active is None or active.handle is None:
             return
         if active.worker is not None:
-            self.workers.executor.log_failed(run_id, lost)
+            self.workers.log_failed(run_id, lost)
         else:
             active.handle.cancel("the run's event log could not be written")
 
     async def _await_run(self, run_id: str, handle: RunHandle) -> None:
-        active = self._active[run_id]
+        active = self._runs.get(run_id)
+        assert active is not None and active.started is not None
         try:
             result: RunResult | None = await handle.done
             error: BaseException | None = None
         except BaseException as err:  # the engine refused the graph or crashed: the run fails
             result, error = None, err
         self.queue.finish(run_id)  # the slot first: the next run may start while we file this one
-        self._vault.pop(run_id, None)
-        if run_id not in self._active:
+        active.secrets = {}
+        if self._runs.executing(run_id) is not active:
             return  # shutdown already closed it (it outlived the grace period)
         await self._reschedule()
         duration = self.clock() - active.started
-        lost = self.events.lost.get(run_id)
-        if lost is not None and not isinstance(result, ExecutionOutcome):
-            info = {"code": "event_log_write_failed", "message": "the run's event log could not be written "
-                    f"(events {lost['first_seq']} to {lost['last_seq']} were lost: {lost['error']}); the run was "
-                    "stopped", "params": lost}
-            await self._write_final(run_id, rs.FAILED, ev.execution_error(run_id, info, duration_s=duration),
-                                    error=info)
-        elif isinstance(result, ExecutionOutcome):
-            await self._file_outcome(run_id, result, duration)
-            self.workers.executor.closed(run_id)
-        elif error is not None:
-            info = {"code": "execution_failed", "message": f"{type(error).__name__}: {error}",
-                    "exception_type": type(error).__name__}
-            await self._write_final(run_id, rs.FAILED, ev.execution_error(run_id, info, duration_s=duration),
-                                    error=info)
-        elif result.status == "succeeded":
-            closing = ev.execution_complete(run_id, duration_s=duration, metrics=result.metrics,
-                                            executed=len(result.executed), cached=len(result.cached))
-            await self._write_final(run_id, rs.SUCCEEDED, closing, error=None)
-        elif result.status == "cancelled":
-            reason = "the server shut down" if self._closing else "cancel requested"
-            closing = ev.execution_stopped(run_id, status=rs.INTERRUPTED if self._closing else rs.CANCELLED,
-                                           code="server_shutdown" if self._closing else "cancelled",
-                                           message=reason, duration_s=duration)
-            await self._write_final(run_id, closing.payload["status"], closing, error=None)
+        if isinstance(result, ExecutionOutcome):
+            ending = endings.of_outcome(run_id, result, duration=duration, shutting_down=self._closing)
         else:
-            info = result.error.to_dict() if result.error else {"message": "failed"}
-            await self._write_final(run_id, rs.FAILED, ev.execution_error(run_id, info, duration_s=duration),
-                                    error=info)
+            ending = endings.of_result(run_id, result, error, duration=duration, lost=self.events.lost.get(run_id),
+                                       shutting_down=self._closing)
+        await self._write_final(run_id, ending.status, ending.closing, error=ending.error, facts=ending.facts)
+        if isinstance(result, ExecutionOutcome):
+            self.workers.run_closed(run_id)
         await self._retention()
-
-    async def _file_outcome(self, run_id: str, outcome: ExecutionOutcome, duration: float) -> None:
-        """A worker run's end, filed like an in-process result."""
-        duration = outcome.duration_s if outcome.duration_s is not None else duration
-        facts = outcome.facts
-        if outcome.status == rs.SUCCEEDED:
-            closing = ev.execution_complete(run_id, duration_s=duration, metrics=outcome.metrics,
-                                            executed=outcome.executed, cached=outcome.cached)
-            await self._write_final(run_id, rs.SUCCEEDED, closing, error=None, facts=facts)
-        elif outcome.status == rs.FAILED:
-            info = outcome.error or {"code": outcome.code, "message": outcome.message, "params": outcome.params}
-            await self._write_final(run_id, rs.FAILED, ev.execution_error(run_id, info, duration_s=duration),
-                                    error=info, facts=facts)
-        elif outcome.status == rs.CANCELLED and self._closing:
-            closing = ev.execution_stopped(run_id, status=rs.INTERRUPTED, code="server_shutdown",
-                                           message="the server shut down", duration_s=duration)
-            await self._write_final(run_id, rs.INTERRUPTED, closing, error=None, facts=facts)
-        else:
-            closing = ev.execution_stopped(run_id, status=outcome.status, code=outcome.code or outcome.status,
-                                           message=outcome.message or outcome.status, params=outcome.params,
-                                           duration_s=duration)
-            await self._write_final(run_id, outcome.status, closing, error=None, facts=facts)
 
     async def _write_final(self, run_id: str, status: str, closing: ev.RunEvent, *, error: Any,
                            facts: dict[str, Any] | None = None, from_state: str | None = None) -> None:
@@ -521,24 +411,19 @@ class RunService:
         allow (a second ending, say) raises IllegalTransition and writes nothing."""
         before = self._known_status(run_id) if from_state is None else from_state
         rs.finish(before if before is not None else "unknown", status)
-        self._finishing[run_id] = before  # what followers see until the write commits (not "unknown")
-        self._active.pop(run_id, None)
+        self._runs.finishing(run_id, before)  # followers see `before` until the write commits
         rows = self.events.take_closing(run_id, closing)
         extra = {"execution_facts": facts} if facts is not None else {}
         try:
             await self.store.update_run(run_id, status=status, finished_at=self.clock(), error=error, events=rows,
                                         **extra)
-        finally:
-            self._finishing.pop(run_id, None)
-        self._final[run_id] = status
-        if len(self._final) > FINAL_STATUSES_KEPT:
-            del self._final[next(iter(self._final))]
+        except BaseException:
+            self._runs.discard(run_id)
+            raise
+        self._runs.finished(run_id, status)
         await self.events.committed(run_id, rows)
 
     async def _finish_unstarted(self, run_id: str, status: str, code: str, message: str) -> None:
-        self._graphs.pop(run_id, None)
-        self._waiting_rows.pop(run_id, None)
-        self._vault.pop(run_id, None)
         closing = ev.execution_stopped(run_id, status=status, code=code, message=message)
         await self._write_final(run_id, status, closing, error=None, from_state=rs.QUEUED)
 
@@ -550,7 +435,7 @@ class RunService:
             self.events.forget(item.run["id"])
             folder = self.data_dir / "runs" / item.run["id"]
             keep = {"checkpoints"} if item.run["status"] == rs.INTERRUPTED else set()
-            await asyncio.to_thread(_remove_run_files, folder, keep)
+            await asyncio.to_thread(remove_run_files, folder, keep)
 
     # -- commands -------------------------------------------------------------------------------
     async def cancel(self, run_id: str, *, user: str | None = None, admin: bool = True) -> dict[str, Any]:
@@ -559,8 +444,8 @@ class RunService:
         if self.queue.cancel(run_id):
             await self._finish_unstarted(run_id, rs.CANCELLED, "cancelled", "cancelled before it started")
             await self._reschedule()
-        elif run_id in self._active and self._active[run_id].handle is not None:
-            self._active[run_id].handle.cancel()
+        elif (record := self._runs.executing(run_id)) is not None and record.handle is not None:
+            record.handle.cancel()
         elif row["status"] in rs.FINISHED:
             raise Conflict(f"run {run_id} has already {row['status']}", code="run_finished",
                            params={"status": row["status"]})
@@ -646,13 +531,13 @@ class RunService:
     def _known_status(self, run_id: str) -> str | None:
         """The status from memory, consistent with the in-memory log: a run is final here only once
         its closing event is in it. None for runs this process does not know."""
-        if run_id in self._final:
-            return self._final[run_id]
-        if run_id in self._finishing:
-            return self._finishing[run_id]
-        if run_id in self._active:
-            return self._active[run_id].status
-        if self.queue.get(run_id) is not None or run_id in self._unwritten:
+        final = self._runs.finished_status(run_id)
+        if final is not None:
+            return final
+        record = self._runs.get(run_id)
+        if record is not None and (record.finishing or record.started is not None):
+            return record.status
+        if self.queue.get(run_id) is not None or (record is not None and not record.written):
             return rs.QUEUED
         return None
 
@@ -685,11 +570,11 @@ class RunService:
     def statistics(self) -> dict[str, Any]:
         stats = self.queue.statistics()
         return {"queues": [q.__dict__ for q in stats.queues], "interactive_running": stats.interactive_running,
-                "active_runs": len(self._active)}
+                "active_runs": self._runs.executing_count()}
 
     @property
     def active_count(self) -> int:
-        return len(self._active) + len(self.queue.waiting())
+        return self._runs.executing_count() + len(self.queue.waiting())
 
 
 def _size(items: Any) -> int:
@@ -701,37 +586,8 @@ def _log_failed_write(what: str, future: asyncio.Future) -> None:
         log.error("codefy: %s failed: %s", what, future.exception())
 
 
-def _remove_run_files(folder: Path, keep: set[str]) -> None:
-    if not folder.is_dir():
-        return
-    for entry in folder.iterdir():
-        if entry.name in keep:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
-    if not keep:
-        try:
-            folder.rmdir()
-        except OSError:  # something new appeared in it: leave it
-            pass
-
-
 def _event_view(e: Any) -> dict[str, Any]:
     return {"seq": e.seq, "type": e.type, "payload": e.payload, "created_at": e.created_at}
-
-
-def _options_doc(req: SubmitRequest, resolved: Any) -> dict[str, Any]:
-    o = req.options
-    doc: dict[str, Any] = {"lane": o.lane, "record_outputs": o.record_outputs, "requested_device": resolved.requested}
-    if o.cpu_threads is not None:
-        doc["cpu_threads"] = o.cpu_threads
-    if o.target is not None:
-        doc["target"] = {"worker": o.target.worker or "local", "devices": list(o.target.devices)}
-        if o.target.pool is not None:
-            doc["target"].update(worker=o.target.worker or "any", pool=o.target.pool)
-    return doc
 
 
 __all__ = ["RunService", "SubmitError", "ServiceError"]

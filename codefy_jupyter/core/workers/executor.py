@@ -11,11 +11,9 @@ written to the run's log through RunService's EventLog (`event`, `metrics`, `art
 so the log's own seq stays gapless. `execution_start` is written on `run_started` and the closing
 event on `run_finished`, by the control plane, as for in-process runs.
 
-Acknowledgement. A per-run task persists what arrived (one EventLog flush) and sends `ack` when the
-inbox says one is due (every 64 frames or 1 s). The resume point, `execution_facts.worker_resume`
-= {worker, seq, slots, devices, device, queue_key}, is written in the same transaction as each batch
-of the run's events (EventLog.attach), so the seq it names is exactly what the log holds: it is
-stored before every ack, and after a hard stop a replay from it adds nothing twice.
+Acknowledgement (core/workers/acks.py): an ack is sent only for frames whose every effect is in
+the store; the resume point, `execution_facts.worker_resume`, commits with each batch of the run's
+events. How frames become log events and outcomes: core/workers/frames.py (pure).
 
 A dropped connection (socket closed, or three heartbeats missed) leaves the worker's runs
 `disconnected` with their slots held (run_warning worker_disconnected). The same worker listing a
@@ -34,72 +32,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable
 
 from ...wire import run_events as ev
 from ..runs import state as rs
-from ..runs.event_log import EventLog
 from ..runs.executors import ExecutionOutcome, RunSpec
 from ...wire.fingerprint import digest
-from ..store.database import Store
-from .frame_events import event_of, events_of_report
+from .acks import Acks
+from .frames import events_of, outcome_of
 from .handshake import check_graph_types, graph_node_types
-from ...wire.acks import INBOX_MAX_FRAMES, RunInbox, should_pause_reading
-from ...wire.frames import (
-    AGENT_STOPPED, Ack, Artifact, Assign, Cancel, Drain, Event, Metrics, RunAlive, RunFacts, RunFinished, RunFrame,
-    RunStarted, RunWarning,
+from .host import RunHost
+from .records import RESUME, WorkerRun, facts_doc
+from ...wire.protocol import (
+    INBOX_MAX_FRAMES, Ack, Assign, Cancel, Drain, RunAlive, RunFacts, RunFinished, RunFrame, RunInbox, RunStarted,
+    should_pause_reading,
 )
 from .registry import Worker, WorkerRegistry
 
 log = logging.getLogger("codefy.workers")
 
-RESUME = "worker_resume"
 SHUTDOWN_CANCEL_GRACE_S = 5.0
-
-
-class WorkerHost(Protocol):
-    """What the executor needs from RunService."""
-
-    events: EventLog
-    store: Store
-    clock: Callable[[], float]
-
-    def worker_run_status(self, run_id: str, status: str) -> None: ...
-
-
-@dataclass
-class _WorkerRun:
-    run_id: str
-    worker: str
-    spec: RunSpec | None
-    done: asyncio.Future[ExecutionOutcome]
-    inbox: RunInbox
-    facts: dict[str, Any]
-    state: str = rs.RUNNING  # running | disconnected
-    assigned: bool = False
-    started: bool = False  # execution_start is in the log
-    heard: bool = False  # the worker sent a frame of this run: it has it
-    finished: bool = False  # `done` is resolved: nothing more goes into the log
-    adopted: bool = False
-    reconnected: bool = False
-    cancel_requested: bool = False
-    recorded_seq: int = 0  # highest frame seq whose effects are in the sink
-    facts_seq: int = 0  # recorded_seq as of the last execution_facts write handed to the store
-    started_at: float = 0.0
-    grace: asyncio.TimerHandle | None = None
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    drained: asyncio.Event = field(default_factory=asyncio.Event)
-    paused: bool = False
-    acker: asyncio.Task[None] | None = None
-    log_broken: bool = False  # the store refused some of its events: nothing more is acknowledged
 
 
 class WorkerRunHandle:
     """A started worker run (the RunHandle interface)."""
 
-    def __init__(self, executor: "WorkerExecutor", run: _WorkerRun) -> None:
+    def __init__(self, executor: "WorkerExecutor", run: WorkerRun) -> None:
         self.run_id = run.run_id
         self._executor = executor
         self._run = run
@@ -116,21 +75,30 @@ class WorkerRunHandle:
 class WorkerExecutor:
     name = "worker"
 
-    def __init__(self, registry: WorkerRegistry, host: WorkerHost, *, resume_grace_s: float = 300.0,
+    def __init__(self, registry: WorkerRegistry, host: RunHost, *, resume_grace_s: float = 300.0,
                  cancel_grace_s: float = 30.0, heartbeat_s: float = 10.0, max_inbox: int = INBOX_MAX_FRAMES) -> None:
         self.registry = registry
         self.host = host
         self.resume_grace_s = resume_grace_s
         self.cancel_grace_s = cancel_grace_s
         self.heartbeat_s = heartbeat_s
-        self.max_inbox = max_inbox
-        self._runs: dict[str, _WorkerRun] = {}
+        self._acks = Acks(registry, host, max_inbox)
+        self._runs: dict[str, WorkerRun] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watchdog: asyncio.Task[None] | None = None
         self._stray_cancelled: set[tuple[int, str]] = set()  # (link id, run id) told to stop
         # (link id, run id) -> whether the store says frames of that untracked run may be dropped
         self._stray_verdicts: dict[tuple[int, str], asyncio.Future[bool]] = {}
         self.closing = False
+
+    @property
+    def max_inbox(self) -> int:
+        """How many unprocessed frames of one run pause reading the worker's socket."""
+        return self._acks.max_inbox
+
+    @max_inbox.setter
+    def max_inbox(self, value: int) -> None:
+        self._acks.max_inbox = value
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start_watchdog(self) -> None:
@@ -174,7 +142,7 @@ class WorkerExecutor:
 
     def facts(self, run_id: str) -> dict[str, Any] | None:
         run = self._runs.get(run_id)
-        return self._facts_doc(run) if run is not None else None
+        return facts_doc(run) if run is not None else None
 
     def start(self, spec: RunSpec, *, uuids: dict[str, str] | None = None) -> WorkerRunHandle:
         """`uuids`: the run's cards' NVML UUIDs, kept in the resume point so that after a restart
@@ -184,7 +152,7 @@ class WorkerExecutor:
         resume = {"worker": spec.worker, "seq": 0, "slots": list(spec.slots), "device": spec.device,
                   "devices": list(spec.devices or (spec.device,)), "queue_key": spec.queue_key,
                   "uuids": dict(uuids or {})}
-        run = _WorkerRun(run_id=spec.run_id, worker=spec.worker, spec=spec, done=loop.create_future(),
+        run = WorkerRun(run_id=spec.run_id, worker=spec.worker, spec=spec, done=loop.create_future(),
                          inbox=RunInbox(spec.run_id, clock=loop.time), facts={"worker": spec.worker, RESUME: resume},
                          started_at=self.host.clock())
         if spec.cpu is not None:
@@ -202,7 +170,7 @@ class WorkerExecutor:
         resume = dict(facts[RESUME])
         loop = asyncio.get_running_loop()
         seq = int(resume.get("seq") or 0)
-        run = _WorkerRun(run_id=row["id"], worker=resume["worker"], spec=None, done=loop.create_future(),
+        run = WorkerRun(run_id=row["id"], worker=resume["worker"], spec=None, done=loop.create_future(),
                          inbox=RunInbox(row["id"], clock=loop.time, last_seq=seq), facts=facts,
                          state=rs.DISCONNECTED, assigned=True, started=bool(facts.get("started_at")), heard=True,
                          adopted=True,
@@ -215,14 +183,14 @@ class WorkerExecutor:
         self._arm_grace(run)
         return WorkerRunHandle(self, run)
 
-    def _track(self, run: _WorkerRun) -> None:
+    def _track(self, run: WorkerRun) -> None:
         self._runs[run.run_id] = run
         worker = self.registry.get(run.worker) or self.registry.placeholder(run.worker)
         worker.runs.add(run.run_id)
-        self.host.events.attach(run.run_id, lambda: self._capture_facts(run))
-        run.acker = asyncio.get_running_loop().create_task(self._ack_loop(run))
+        self.host.events.attach(run.run_id, lambda: self._acks.capture_facts(run))
+        run.acker = asyncio.get_running_loop().create_task(self._acks.loop(run))
 
-    async def _assign(self, run: _WorkerRun, worker: Worker) -> None:
+    async def _assign(self, run: WorkerRun, worker: Worker) -> None:
         spec = run.spec
         assert spec is not None
         if run.assigned or run.finished:
@@ -278,7 +246,7 @@ class WorkerExecutor:
         self._stray_cancelled = {key for key in self._stray_cancelled if key[0] != link_id}
         self._stray_verdicts = {key: v for key, v in self._stray_verdicts.items() if key[0] != link_id}
 
-    def _arm_grace(self, run: _WorkerRun) -> None:
+    def _arm_grace(self, run: WorkerRun) -> None:
         if run.grace is not None:
             run.grace.cancel()
         loop = asyncio.get_running_loop()
@@ -323,7 +291,7 @@ class WorkerExecutor:
                            {"worker": worker.name, "reason": {"code": "not_alive", "params": {},
                                                               "text": "the worker no longer has this run"}})
 
-    def _resume(self, run: _WorkerRun, worker: Worker) -> None:
+    def _resume(self, run: WorkerRun, worker: Worker) -> None:
         if run.grace is not None:
             run.grace.cancel()
             run.grace = None
@@ -335,7 +303,7 @@ class WorkerExecutor:
                 run.run_id, "worker_reconnected", f"worker {worker.name} reconnected; the run goes on",
                 {"worker": worker.name}))
         # What is recorded already: the agent drops it and replays only the rest.
-        self._send_ack(run, force=True)
+        self._acks.send(run, force=True)
         run.wake.set()
 
     def _stop_stray(self, worker: Worker, run_id: str, link_id: int) -> None:
@@ -355,7 +323,7 @@ class WorkerExecutor:
     def frames(self, worker: Worker, frames: list[RunFrame], link_id: int) -> Awaitable[None] | None:
         """Record the per-run frames of one message (a batch), in order, as `frame` would one by one;
         what to await covers every run the batch filled past its bound."""
-        paused: dict[str, _WorkerRun] = {}
+        paused: dict[str, WorkerRun] = {}
         record = self._record
         for frame in frames:
             run = record(worker, frame, link_id)
@@ -365,7 +333,7 @@ class WorkerExecutor:
             return None
         return _all_drained(list(paused.values()))
 
-    def _record(self, worker: Worker, frame: RunFrame, link_id: int) -> _WorkerRun | None:
+    def _record(self, worker: Worker, frame: RunFrame, link_id: int) -> WorkerRun | None:
         """`frame`'s work; returns the run when its inbox is over its bound (reading must pause)."""
         run = self._runs.get(frame.run_id)
         if run is None or run.worker != worker.name:
@@ -406,7 +374,7 @@ class WorkerExecutor:
             run.drained.clear()
         return run if run.paused else None
 
-    def _ensure_started(self, run: _WorkerRun) -> None:
+    def _ensure_started(self, run: WorkerRun) -> None:
         if run.started:
             return
         run.started = True
@@ -427,8 +395,7 @@ class WorkerExecutor:
                 worker=run.worker)
         self.host.events.emit(run.run_id, event)
 
-    def _apply(self, run: _WorkerRun, frame: RunFrame) -> None:
-        run_id = run.run_id
+    def _apply(self, run: WorkerRun, frame: RunFrame) -> None:
         if isinstance(frame, RunStarted):
             run.facts.update(visible_devices=list(frame.visible_devices), device_aliases=dict(frame.device_aliases))
             if frame.pid is not None:
@@ -436,17 +403,17 @@ class WorkerExecutor:
             self._ensure_started(run)
             return
         self._ensure_started(run)
-        if isinstance(frame, Event):
-            event = event_of(run_id, frame.event)
-            if event is not None:
-                self._log(run_id, event)
-        elif isinstance(frame, (Metrics, Artifact, RunWarning)):
-            for event in events_of_report(run_id, frame):
-                self._log(run_id, event)
-        elif isinstance(frame, RunFacts):
+        if isinstance(frame, RunFacts):
             self._run_facts(run, frame)
         elif isinstance(frame, RunFinished):
-            self._finish(run, _outcome(frame, run))
+            if frame.peak_memory is not None:
+                run.facts["peak_memory"] = frame.peak_memory
+            self._finish(run, outcome_of(frame, run.worker))
+        else:
+            for event in events_of(run.run_id, frame):
+                self.host.events.emit(run.run_id, event)
+                if event.type == "artifact":
+                    self._record_artifact(run.run_id, event.payload)
 
     def _log(self, run_id: str, event: ev.RunEvent) -> None:
         self.host.events.emit(run_id, event)
@@ -466,7 +433,7 @@ class WorkerExecutor:
                                                  payload.get("path", ""), payload.get("meta"))
         self._spawn(future)
 
-    def _run_facts(self, run: _WorkerRun, frame: RunFacts) -> None:
+    def _run_facts(self, run: WorkerRun, frame: RunFacts) -> None:
         if frame.kind == "fingerprint" and isinstance(frame.facts.get("document"), dict):
             document = frame.facts["document"]
             fingerprint = digest(document)
@@ -524,7 +491,7 @@ class WorkerExecutor:
         await self.host.store.update_run(frame.run_id, execution_facts=facts)
 
     # -- ending ------------------------------------------------------------------------------------
-    def _finish(self, run: _WorkerRun, outcome: ExecutionOutcome) -> None:
+    def _finish(self, run: WorkerRun, outcome: ExecutionOutcome) -> None:
         if run.finished:
             return
         run.finished = True
@@ -534,11 +501,11 @@ class WorkerExecutor:
         if not run.started and run.assigned:
             # It held its slots since the placement: its log still reads start ... end.
             self._ensure_started(run)
-        outcome.facts = self._facts_doc(run)
+        outcome.facts = facts_doc(run)
         if not run.done.done():
             run.done.set_result(outcome)
 
-    def _end_here(self, run: _WorkerRun, status: str, code: str, message: str, params: dict[str, Any]) -> None:
+    def _end_here(self, run: WorkerRun, status: str, code: str, message: str, params: dict[str, Any]) -> None:
         """The control plane ends the run without the worker's word (it left, was removed, ...)."""
         run.facts["ended_here"] = True
         run.facts["error_reason"] = code
@@ -553,10 +520,10 @@ class WorkerExecutor:
             return
         if run.inbox.last_seq > run.inbox.persisted_seq and not run.log_broken:
             run.inbox.persisted(run.inbox.last_seq)
-        self._send_ack(run, force=True)
+        self._acks.send(run, force=True)
         self._forget(run)
 
-    def _forget(self, run: _WorkerRun) -> None:
+    def _forget(self, run: WorkerRun) -> None:
         self._runs.pop(run.run_id, None)
         self.host.events.attach(run.run_id, None)
         if run.grace is not None:
@@ -609,72 +576,6 @@ class WorkerExecutor:
             self._end_here(run, rs.FAILED, "worker_removed", f"worker {worker.name} was removed",
                            {"worker": worker.name})
 
-    # -- persistence and acks ----------------------------------------------------------------------
-    def _facts_doc(self, run: _WorkerRun, seq: int | None = None) -> dict[str, Any]:
-        doc = dict(run.facts)
-        doc[RESUME] = {**doc[RESUME], "seq": run.recorded_seq if seq is None else seq} if RESUME in doc else None
-        if doc[RESUME] is None:
-            del doc[RESUME]
-        return doc
-
-    def _capture_facts(self, run: _WorkerRun) -> dict[str, Any]:
-        """Called by the EventLog as it hands a batch of the run's events to the store."""
-        run.facts_seq = run.recorded_seq
-        return {"execution_facts": self._facts_doc(run)}
-
-    async def _persist(self, run: _WorkerRun, seq: int) -> None:
-        """Make the run's frames up to `seq` durable; raises unless every event they produced is
-        in the store (an ack is a promise that the agent may forget the frames)."""
-        events = self.host.events
-        produced = events.next_seq(run.run_id) - 1
-        await events.flush()
-        if run.log_broken or (events.flushed_seq(run.run_id) or 0) < produced:
-            raise RuntimeError(f"events of run {run.run_id} up to {produced} are not in the store")
-        if run.facts_seq < seq and not run.finished:  # frames that wrote no event (run_facts, ...)
-            run.facts_seq = seq
-            await self.host.store.update_run(run.run_id, execution_facts=self._facts_doc(run, seq))
-
-    def _send_ack(self, run: _WorkerRun, *, force: bool = False) -> None:
-        worker = self.registry.get(run.worker)
-        if worker is None or worker.link is None:
-            return  # an ack nobody receives is an ack the agent never got: keep it owed
-        ack = run.inbox.take_ack(force=force)
-        if ack is not None:
-            worker.link.send(ack)
-
-    async def _ack_loop(self, run: _WorkerRun) -> None:
-        loop = asyncio.get_running_loop()
-        inbox = run.inbox
-        try:
-            while True:
-                run.wake.clear()
-                seq = run.recorded_seq
-                if seq > inbox.persisted_seq and not run.finished:
-                    try:
-                        await self._persist(run, seq)
-                    except Exception:
-                        if run.log_broken:
-                            return  # the run is ending failed; what was not recorded is never acked
-                        log.exception("codefy: recording frames of worker run %s failed", run.run_id)
-                        await asyncio.sleep(0.5)
-                        continue
-                    inbox.persisted(seq)
-                    if run.paused and not should_pause_reading(inbox.unprocessed, paused=True, limit=self.max_inbox):
-                        run.paused = False
-                        run.drained.set()
-                if run.state == rs.RUNNING:
-                    self._send_ack(run)
-                if run.recorded_seq > inbox.persisted_seq and not run.finished:
-                    continue
-                at = inbox.next_ack_at()
-                timeout = None if at is None else max(0.0, at - loop.time())
-                try:
-                    await asyncio.wait_for(run.wake.wait(), timeout)
-                except asyncio.TimeoutError:
-                    pass
-        except asyncio.CancelledError:
-            return
-
     # -- heartbeats ---------------------------------------------------------------------------------
     async def _watch_heartbeats(self) -> None:
         loop = asyncio.get_running_loop()
@@ -696,43 +597,8 @@ class WorkerExecutor:
         self.closing = True
 
 
-async def _all_drained(runs: list[_WorkerRun]) -> None:
+async def _all_drained(runs: list[WorkerRun]) -> None:
     for run in runs:
         await run.drained.wait()
 
 
-def _outcome(frame: RunFinished, run: _WorkerRun) -> ExecutionOutcome:
-    error = dict(frame.error) if frame.error else None
-    if frame.status == rs.FAILED:
-        error = error or {"message": "the run failed on the worker"}
-        for key in ("output_tail", "exit_code", "signal"):
-            value = getattr(frame, key)
-            if value is not None:
-                error.setdefault(key, value)
-    if frame.peak_memory is not None:
-        run.facts["peak_memory"] = frame.peak_memory
-    message, params = None, {}
-    if frame.status == rs.CANCELLED and error is not None and error.get("code") == AGENT_STOPPED:
-        # Stopped because its agent was stopped (`codefy agent stop`, SIGTERM): nobody cancelled it.
-        return ExecutionOutcome(rs.INTERRUPTED, executed=frame.executed, cached=frame.cached,
-                                metrics=dict(frame.metrics), duration_s=frame.duration_s, code=AGENT_STOPPED,
-                                message=str(error.get("message") or "the worker agent was stopped"),
-                                params={"worker": run.worker})
-    if frame.status == rs.CANCELLED:
-        message = "cancel requested"
-        if frame.signal is not None:  # it did not stop by itself: say how it was ended
-            message += f"; the run's process did not stop in time and was ended with {_signal_name(frame.signal)}"
-            params = {"signal": frame.signal}
-    return ExecutionOutcome(frame.status, error=error if frame.status == rs.FAILED else None,
-                            executed=frame.executed, cached=frame.cached, metrics=dict(frame.metrics),
-                            duration_s=frame.duration_s, code="cancelled" if frame.status == rs.CANCELLED else None,
-                            message=message, params=params)
-
-
-def _signal_name(number: int) -> str:
-    import signal
-
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"

@@ -3,8 +3,9 @@
 It ties together the WorkerRegistry (who is connected), the WorkerExecutor (their runs), worker
 credentials (core/workers/enrollment.py) and the run queue, which learns every change of a worker
 as a `WorkerOffer` (connected, draining, disconnected, offline, its devices and catalog) and then
-reschedules. No tornado here: the handler gives each connection a `WorkerLink` and calls
-`hello`, `frame` and `closed`.
+reschedules. No tornado here: the handler gives each connection a `WorkerLink` and, as its sans-IO
+session (core/workers/session.py) says, calls `hello`, `connected`, `frame`/`frames`, `warn` and
+`closed`.
 
 Runs without a target never reach this module.
 """
@@ -14,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable
+from dataclasses import dataclass
+from typing import Any, Awaitable
 
 from ..._version import __version__
 from ..errors import BadRequest, NotFound
@@ -22,51 +24,123 @@ from ...wire.fingerprint import digest
 from ..scheduling.slot_groups import OfferedDevice, WorkerOffer
 from .access import check_issue, check_manage
 from .enrollment import Enrollment, Issued
-from .executor import WorkerExecutor
+from ..runs.executors import RunSpec
+from .executor import RESUME, WorkerExecutor, WorkerRunHandle
 from .handshake import Credential, Refused, ServerSide, check_hello
 from ...wire.frames import Frame, Heartbeat, Hello, Reject, RunAlive, RunFrame, Welcome
+from .host import RunHost, WorkerQueue
 from .registry import Worker, WorkerLink, WorkerRegistry
-
-if TYPE_CHECKING:
-    from ..runs.service import RunService
+from .session import (  # noqa: F401  (the close codes, re-exported)
+    CLOSE_CREDENTIALS, CLOSE_HELLO_TIMEOUT, CLOSE_HOST_ORIGIN, CLOSE_REJECTED, CLOSE_REMOVED, CLOSE_REPLACED,
+)
 
 log = logging.getLogger("codefy.workers")
 
-# Close codes of /codefy/ws/worker (the 4000s are the application's own).
-CLOSE_HOST_ORIGIN = 4003
-CLOSE_CREDENTIALS = 4401
-CLOSE_REJECTED = 4400
-CLOSE_HELLO_TIMEOUT = 4408
-CLOSE_REPLACED = 4409
-CLOSE_REMOVED = 4410
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    """A run handed to its worker: what the run service writes on its row when it starts."""
+
+    handle: WorkerRunHandle
+    facts: dict[str, Any] | None
+    fingerprint: str | None
 
 
 class WorkerService:
-    def __init__(self, runs: "RunService") -> None:
-        self.runs = runs
-        settings = runs.settings
-        self.registry = WorkerRegistry(heartbeat_s=float(settings.worker_heartbeat_s), clock=runs.clock)
-        self.executor = WorkerExecutor(self.registry, runs, resume_grace_s=float(settings.worker_resume_grace_s),
+    """`host`: what the worker side may use of the run service (core/workers/host.py); `queue`: the
+    run queue's worker-facing part. The run service, in turn, calls only the public methods here."""
+
+    def __init__(self, host: RunHost, queue: WorkerQueue) -> None:
+        self.host = host
+        self.queue = queue
+        settings = host.settings
+        self.registry = WorkerRegistry(heartbeat_s=float(settings.worker_heartbeat_s), clock=host.clock)
+        self.executor = WorkerExecutor(self.registry, host, resume_grace_s=float(settings.worker_resume_grace_s),
                                        cancel_grace_s=float(settings.worker_cancel_grace_s),
                                        heartbeat_s=float(settings.worker_heartbeat_s))
-        self.enrollment = Enrollment(runs.store, clock=runs.clock)
+        self.enrollment = Enrollment(host.store, clock=host.clock)
         self._link_ids = itertools.count(1)
         self._link_numbers: dict[int, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def load(self) -> None:
         """Enrolled workers load as offline, so runs can target them and wait."""
-        self.registry.load_enrolled(await self.runs.store.list_workers())
+        self.registry.load_enrolled(await self.host.store.list_workers())
         for worker in self.registry.workers():
             self.offer(worker)
         self.executor.start_watchdog()
 
+    def shutting_down(self) -> None:
+        """The server stops: cancels from now on get the short shutdown grace."""
+        self.executor.graceful_shutdown()
+
+    async def close(self) -> None:
+        """After the run service's shutdown: timers, tasks and worker connections go."""
+        await self.executor.close()
+
+    # -- the run service's runs on workers --------------------------------------------------------
+    @staticmethod
+    def resume_point(row: dict[str, Any]) -> dict[str, Any] | None:
+        """The resume point a previous process stored on a worker run's row (None: not adoptable)."""
+        return (row.get("execution_facts") or {}).get(RESUME)
+
+    def adopt(self, row: dict[str, Any]) -> WorkerRunHandle:
+        """A worker run a previous process left running (its row has a resume point): its worker is
+        known (offline until it is back, with the run's devices) and the run waits for it."""
+        resume = row["execution_facts"][RESUME]
+        name = resume["worker"]
+        worker = self.registry.get(name) or self.registry.placeholder(name)
+        worker.runs.add(row["id"])
+        if not worker.devices:
+            uuids = resume.get("uuids") or {}
+            worker.devices = [{"device": d, **({"uuid": uuids[d]} if uuids.get(d) else {})}
+                              for d in resume.get("devices") or [resume["device"]]]
+        self.offer(worker)
+        return self.executor.adopt(row)
+
+    def start_run(self, spec: RunSpec) -> StartedRun:
+        """Hand a placed run to its worker (assign now, or when it connects)."""
+        assert spec.worker is not None
+        worker = self.registry.get(spec.worker)
+        devices = set(spec.devices)
+        uuids = {d.get("device"): d.get("uuid") for d in (worker.devices if worker else [])
+                 if d.get("uuid") and d.get("device") in devices}
+        handle = self.executor.start(spec, uuids=uuids)
+        fingerprint = (worker.info.get("fingerprint_digest") if worker else None) or None
+        if worker is not None and worker.hello is not None and worker.hello.fingerprint:
+            fingerprint = digest(worker.hello.fingerprint)
+        return StartedRun(handle, self.executor.facts(spec.run_id), fingerprint)
+
+    def run_closed(self, run_id: str) -> None:
+        """The run's final status and closing event are committed: acknowledge all, forget it."""
+        self.executor.closed(run_id)
+
+    def log_failed(self, run_id: str, lost: dict[str, Any]) -> None:
+        """The store refused some of the run's events: the run is stopped and ends failed."""
+        self.executor.log_failed(run_id, lost)
+
+    def is_one_shot(self, name: str | None) -> bool:
+        worker = self.registry.get(name) if name else None
+        return worker is not None and worker.hello is not None and bool(worker.hello.one_shot)
+
+    def is_degraded(self, name: str) -> bool:
+        """Connected with a node catalog that differs from the server's."""
+        worker = self.registry.get(name)
+        return worker is not None and worker.catalog is not None and not worker.catalog.matches
+
+    def cpu_count(self, name: str) -> int | None:
+        """The worker's cores as its hello reported them (None: unknown)."""
+        worker = self.registry.get(name)
+        hello = worker.hello if worker is not None else None
+        return hello.cpu_count if hello else None
+
     def server_side(self) -> ServerSide:
-        catalog = self.runs.registry.catalog()
+        catalog = self.host.registry.catalog()
         return ServerSide(version=__version__, catalog_hash=catalog["hash"], node_types=catalog["types"],
-                          heartbeat_s=float(self.runs.settings.worker_heartbeat_s),
-                          grace_s=float(self.runs.settings.worker_cancel_grace_s),
-                          resume_grace_s=float(self.runs.settings.worker_resume_grace_s))
+                          heartbeat_s=float(self.host.settings.worker_heartbeat_s),
+                          grace_s=float(self.host.settings.worker_cancel_grace_s),
+                          resume_grace_s=float(self.host.settings.worker_resume_grace_s))
 
     def offer(self, worker: Worker) -> None:
         """Tell the run queue how this worker stands now."""
@@ -82,7 +156,7 @@ class WorkerService:
             missing_types=frozenset(worker.catalog.worker_lacks) if worker.catalog is not None else None,
             one_shot=bool(hello.one_shot) if hello else False,
             run_id=hello.one_shot_run_id if hello else None)
-        self.runs.queue.set_worker(offer)
+        self.queue.set_worker(offer)
 
     # -- a connection -----------------------------------------------------------------------------
     def link_number(self, link: WorkerLink) -> int:
@@ -109,9 +183,9 @@ class WorkerService:
                     "capabilities": list(worker.capabilities), "machine_id": hello.machine_id,
                     "fingerprint_digest": digest(hello.fingerprint) if hello.fingerprint else None}
             worker.info = info
-            self._background(self.runs.store.worker_seen(worker.name, info))
+            self._background(self.host.store.worker_seen(worker.name, info))
         if hello.fingerprint:
-            self._background(self.runs.store.put_fingerprint(digest(hello.fingerprint), hello.fingerprint))
+            self._background(self.host.store.put_fingerprint(digest(hello.fingerprint), hello.fingerprint))
         if old is not None and old is not link:
             old.close(CLOSE_REPLACED, "replaced by a new connection of this worker")
             self.executor.dropped(worker, {"code": "replaced", "params": {}, "text": "replaced by a new connection"})
@@ -124,6 +198,13 @@ class WorkerService:
         self.executor.connected(worker)
         self.offer(worker)
         self._reschedule()
+
+    async def authenticate(self, token: str | None, *, loopback: bool, server_token: str | None) -> Credential | None:
+        return await self.enrollment.authenticate(token, loopback=loopback, server_token=server_token)
+
+    def warn(self, worker: Worker, run_id: str, code: str, message: str, params: dict[str, Any]) -> None:
+        """A run_warning in the log of a run of `worker` that is still executing (else nothing)."""
+        self.executor.warn(worker, run_id, code, message, params)
 
     def frame(self, worker: Worker, frame: Frame, link: WorkerLink) -> Awaitable[None] | None:
         now = asyncio.get_running_loop().time()
@@ -163,7 +244,7 @@ class WorkerService:
 
     # -- REST -------------------------------------------------------------------------------------
     def list(self) -> dict[str, Any]:
-        slots = self.runs.queue.slot_info()
+        slots = self.queue.slot_info()
         by_provider: dict[str, list[dict[str, Any]]] = {}
         for s in slots:
             by_provider.setdefault(s.provider, []).append({
@@ -173,7 +254,7 @@ class WorkerService:
         workers = []
         for worker in self.registry.workers():
             view = worker.view()
-            view["same_host"] = self.runs.queue.same_machine(worker.name)
+            view["same_host"] = self.queue.same_machine(worker.name)
             view["slots"] = by_provider.get(worker.name, [])
             # Each reported device carries its slot's figures too (as the listing is documented:
             # devices with their slots, same_card and shared_with).
@@ -210,14 +291,14 @@ class WorkerService:
     async def remove(self, name: str, *, user: str | None = None, admin: bool = True) -> None:
         """Revoke the worker's token, disconnect it, fail the runs queued for it and end its runs."""
         worker = self._managed(name, user, admin, "remove")
-        await self.runs.store.delete_worker(name)
+        await self.host.store.delete_worker(name)
         self.executor.remove_worker(worker)
         link = worker.link
         self.registry.remove(name)
         if link is not None:
             link.close(CLOSE_REMOVED, "this worker was removed")
-        for run in self.runs.queue.remove_worker(name):
-            await self.runs.fail_waiting(run.run_id, "worker_removed", f"worker {name} was removed",
+        for run in self.queue.remove_worker(name):
+            await self.host.fail_waiting(run.run_id, "worker_removed", f"worker {name} was removed",
                                          {"worker": name})
         self._reschedule()
 
@@ -257,11 +338,11 @@ class WorkerService:
 
     # -- helpers -----------------------------------------------------------------------------------
     def _reschedule(self) -> None:
-        self._background(self.runs.reschedule())
+        self._background(self.host.reschedule())
 
     def _background(self, aw: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(aw)
-        self.runs.keep(task)
+        self.host.keep(task)
 
 
 def _valid_device(item: Any) -> bool:
@@ -272,5 +353,5 @@ def _valid_device(item: Any) -> bool:
     return True
 
 
-__all__ = ["WorkerService", "CLOSE_CREDENTIALS", "CLOSE_HOST_ORIGIN", "CLOSE_HELLO_TIMEOUT", "CLOSE_REJECTED",
+__all__ = ["WorkerService", "StartedRun", "CLOSE_CREDENTIALS", "CLOSE_HOST_ORIGIN", "CLOSE_HELLO_TIMEOUT", "CLOSE_REJECTED",
            "CLOSE_REPLACED", "CLOSE_REMOVED", "Reject"]

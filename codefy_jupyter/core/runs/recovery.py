@@ -1,0 +1,59 @@
+"""What becomes, at start, of each run a previous process left active. Pure: the run service reads
+the rows and their last events, asks `recover`, and does what it answers.
+
+- `Repair`: the log, which is the record, already closed the run (a row written before status and
+  closing event shared one transaction): the row takes the log's status. Not a transition.
+- `Adopt`: a worker run with a resume point: it keeps its slots and waits, disconnected, for its
+  worker to come back (no assign is sent).
+- `Retire`: anything else ends interrupted (server_restart).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...wire import run_events as ev
+from ..scheduling.queue import Run
+from . import state as rs
+
+
+@dataclass(frozen=True)
+class Repair:
+    status: str
+
+
+@dataclass(frozen=True)
+class Adopt:
+    worker: str
+    status: str  # disconnected: its worker's connection went with the old process
+    started: float | None
+
+
+@dataclass(frozen=True)
+class Retire:
+    closing: ev.RunEvent
+
+
+def recover(row: dict[str, Any], last: ev.RunEvent | Any | None, resume: dict[str, Any] | None) -> Repair | Adopt | Retire:
+    """`last`: the run's last logged event (type, payload); `resume`: its worker resume point, if any."""
+    if last is not None and last.type in ev.CLOSING:
+        return Repair(ev.closing_status(last.type, last.payload) or rs.INTERRUPTED)
+    if row["status"] in (rs.RUNNING, rs.DISCONNECTED) and resume is not None:
+        status = row["status"] if row["status"] == rs.DISCONNECTED else rs.next_state(row["status"], rs.DISCONNECT)
+        return Adopt(worker=resume["worker"], status=status, started=row.get("started_at"))
+    return Retire(ev.execution_stopped(row["id"], status=rs.INTERRUPTED, code="server_restart",
+                                       message=f"the server stopped while this run was {row['status']}; "
+                                       "it did not resume"))
+
+
+def adopted_run(row: dict[str, Any], resume: dict[str, Any], order: int) -> tuple[Run, list[str]]:
+    """The adopted run as the queue holds it, and the slots it keeps."""
+    name = resume["worker"]
+    devices = tuple(resume.get("devices") or ())
+    run = Run(run_id=row["id"], order=order, device=resume["device"], devices=devices if len(devices) > 1 else (),
+              seeded=row.get("seed") is not None, worker=name)
+    return run, list(resume.get("slots") or [f"{name}/{d}" for d in devices or (resume["device"],)])
+
+
+__all__ = ["Adopt", "Repair", "Retire", "adopted_run", "recover"]
