@@ -120,7 +120,8 @@ async def test_the_workers_table_shows_a_connected_agent(jp_fetch, agents, contr
         # Same machine: its CPU is this server's (marked); one run on cuda:1 of the cpu+2 cards' 4 slots.
         assert row == {"name": "box", "state": "connected",
                        "devices": "cpu (shared with this server), cuda:0, cuda:1", "slots": "1/4",
-                       "running": 1, "running_ids": [run["id"]], "same_host": True}
+                       "running": 1, "running_ids": [run["id"]], "same_host": True, "tone": "ok",
+                       "degraded": False, "missing_types": []}
         assert table.local == {"devices": "cpu", "slots": "0/2"}
 
         await call(jp_fetch, "api", "workers", "box", "drain", method="POST")

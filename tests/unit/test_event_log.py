@@ -118,3 +118,41 @@ def test_an_event_emitted_with_the_next_rides_with_it_or_is_written_alone_soon(t
         await store.close()
 
     asyncio.run(main())
+
+
+def test_a_refused_closing_write_is_retaken_as_the_closing_event_alone_after_what_is_durable(tmp_path):
+    """A closing write carries the run's queued events; when the store refuses them (here a real
+    SQLite trigger), the run still ends: its closing event alone, numbered after the durable log,
+    with the events it carried recorded as lost."""
+    import sqlite3
+
+    async def main():
+        store, log = await open_log(tmp_path)
+        await store.create_run({"id": "r1", "status": "running"})
+        log.track("r1", 0)
+        log.emit("r1", status("r1", "fine", "done"))
+        await log.flush()
+        conn = sqlite3.connect(tmp_path / "codefy.db")
+        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON run_events WHEN NEW.payload LIKE '%poison%' "
+                     "BEGIN SELECT RAISE(ABORT, 'the disk says no'); END")
+        conn.commit()
+        conn.close()
+        log.emit("r1", status("r1", "poison", "done"))  # queued, not flushed: it rides with the closing write
+        rows = log.take_closing("r1", ev.execution_complete("r1", duration_s=0.1, metrics={}, executed=2, cached=0))
+        assert [r[0] for r in rows] == [2, 3]
+        try:
+            await store.update_run("r1", status="succeeded", events=rows)
+        except Exception as refused:
+            rows = log.retake_closing("r1", rows, refused)
+        else:
+            raise AssertionError("the trigger did not refuse the write")
+        assert [r[0] for r in rows] == [2] and rows[0][1] == "execution_complete"
+        await store.update_run("r1", status="succeeded", events=rows)
+        await log.committed("r1", rows)
+        stored, _, _ = await store.read_events("r1", 0)
+        assert [(e.seq, e.type) for e in stored] == [(1, "node_status"), (2, "execution_complete")]
+        assert log.lost["r1"]["first_seq"] == 2 and "the disk says no" in log.lost["r1"]["error"]
+        await log.close()
+        await store.close()
+
+    asyncio.run(main())

@@ -118,6 +118,24 @@ class EventLog:
         rows.append((seq, event.type, text, self._clock()))
         return rows
 
+    def retake_closing(self, run_id: str, rows: list[tuple[int, str, str, float]], error: BaseException
+                       ) -> list[tuple[int, str, str, float]]:
+        """The store refused a closing write (`rows`, from take_closing): a write of the run's events
+        failed ahead of it, or its own queued events did. The closing event alone, numbered right
+        after what is durable, for one more try; the events it carried are recorded as lost."""
+        durable = self._flushed.get(run_id, 0)
+        dropped = rows[:-1]
+        log.error("codefy: the closing write of run %s failed (%s: %s); writing its closing event alone after seq %d"
+                  "%s", run_id, type(error).__name__, error, durable,
+                  f", {len(dropped)} event(s) with it lost" if dropped else "")
+        if dropped:
+            lost = self.lost.setdefault(run_id, {"first_seq": dropped[0][0], "last_seq": dropped[-1][0],
+                                                 "error": f"{type(error).__name__}: {error}"})
+            lost["last_seq"] = max(lost["last_seq"], dropped[-1][0])
+        seq, kind, text, ts = rows[-1]
+        self._next_seq[run_id] = durable + 2
+        return [(durable + 1, kind, text, ts)]
+
     def _encoded(self, payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """The payload under the cap and its stored text, encoded once when it fits (the usual
         case) rather than once to measure and again to store."""

@@ -415,8 +415,15 @@ class RunService:
         rows = self.events.take_closing(run_id, closing)
         extra = {"execution_facts": facts} if facts is not None else {}
         try:
-            await self.store.update_run(run_id, status=status, finished_at=self.clock(), error=error, events=rows,
-                                        **extra)
+            try:
+                await self.store.update_run(run_id, status=status, finished_at=self.clock(), error=error,
+                                            events=rows, **extra)
+            except Exception as refused:
+                # A write of the run's events failed ahead of this one (its seqs no longer follow), or
+                # its own queued events were refused: the ending alone, once more. A run must end.
+                rows = self.events.retake_closing(run_id, rows, refused)
+                await self.store.update_run(run_id, status=status, finished_at=self.clock(), error=error,
+                                            events=rows, **extra)
         except BaseException:
             self._runs.discard(run_id)
             raise
