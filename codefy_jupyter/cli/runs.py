@@ -132,39 +132,28 @@ def _run_client(args: argparse.Namespace, as_json: bool, body: Callable[[Any], A
         return EXIT_INTERRUPTED
 
 
-def _final_loss(points: list[dict[str, Any]]) -> Any:
-    losses = [p for p in points if p.get("name") == "loss"] or \
-             [p for p in points if str(p.get("name", "")).endswith("loss")]
-    return losses[-1]["value"] if losses else None
+def loss_text(final: dict[str, Any] | None) -> str:
+    """`0.05515 (val_loss)`: the series is named, since runs may differ in which one they logged."""
+    return f"{value_text(final['value'])} ({final['name']})" if final else "-"
 
 
 async def _ls(client: Any, args: argparse.Namespace) -> int:
-    from ..kernel.errors import CodefyError
-
     page = await client.list(status=args.status, offset=args.offset, limit=args.limit)
     if args.json:
         dump(page, client.server)
         return EXIT_OK
 
-    async def loss(run: dict[str, Any]) -> Any:
-        if not run.get("started_at"):
-            return None
-        try:
-            return _final_loss(await client.metrics(run["id"]))
-        except CodefyError:
-            return None
-
-    losses = await asyncio.gather(*(loss(r) for r in page["runs"]))
     header = ("ID", "NAME", "STATUS", "WHERE", "DEVICE", "QUEUE", "STARTED", "DURATION", "LOSS")
     rows = []
-    for run, final in zip(page["runs"], losses):
+    for run in page["runs"]:
+        final = run.get("final_loss")  # the server's one rule (wire/run_summary.py), as every view
         name = run.get("name") or "-"
         name = name if len(name) <= 32 else name[:31] + "…"
         queue = f"#{run['queue_position']}" if run.get("queue_position") else "-"
         device = ",".join(run.get("devices") or []) if len(run.get("devices") or []) > 1 else run.get("device")
         where = run.get("worker_id") or ((run.get("options") or {}).get("target") or {}).get("worker") or "local"
         rows.append((run["id"], name, run["status"], where, device or "-", queue, timestamp(run.get("started_at")),
-                     duration(run), value_text(final) if final is not None else "-"))
+                     duration(run), loss_text(final)))
     if rows:
         widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
         for r in (header, *rows):
@@ -210,6 +199,8 @@ async def _show(client: Any, args: argparse.Namespace) -> int:
     out(row("Started", timestamp(run.get("started_at"))))
     out(row("Finished", timestamp(run.get("finished_at"))))
     out(row("Duration", duration(run)))
+    if run.get("final_loss"):
+        out(row("Final loss", loss_text(run["final_loss"])))
     error = run.get("error")
     if error:
         where = f"node {error['node_id']} ({error.get('node_type')}): " if error.get("node_id") else ""

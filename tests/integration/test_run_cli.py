@@ -555,3 +555,57 @@ def test_a_relative_graph_path_not_found_says_where_it_looked(cli):
     assert (f"error: graph file not found: examples/g.json (looked for {sub / 'examples' / 'g.json'}); "
             f"working directory {sub}; there is ../examples/g.json ({cli.cwd / 'examples' / 'g.json'})") \
         in proc.stderr
+
+
+def test_cli_widget_rows_and_api_show_the_same_final_loss(cli):
+    """The seen case: `runs ls` showed val_loss where RunsTable showed train_loss for one run."""
+    from codefy_jupyter.cli.output import value_text
+    from codefy_jupyter.kernel.client import Client
+    from codefy_jupyter.kernel.widgets import RunsTable
+    from codefy_jupyter.kernel.widgets.runs_rows import format_loss
+
+    graph = json.loads((Path(__file__).parents[2] / "examples" / "train_mlp.json").read_text())
+    next(n for n in graph["nodes"] if n["id"] == "train")["params"]["epochs"] = 3
+    run = submit(cli.state, graph, name="final loss")
+    wait_status(cli.state, run["id"], {"succeeded"}, timeout=90)
+
+    code, points = api(cli.state, "GET", f"runs/{run['id']}/metrics")
+    assert code == 200
+    last = {p["name"]: p["value"] for p in points["metrics"]}
+    assert last["val_loss"] != last["train_loss"]  # the two series the views used to disagree on
+    code, view = api(cli.state, "GET", f"runs/{run['id']}")
+    assert code == 200 and view["final_loss"] == {"name": "val_loss", "value": last["val_loss"]}
+    code, page = api(cli.state, "GET", "runs?limit=50")
+    assert next(r for r in page["runs"] if r["id"] == run["id"])["final_loss"] == view["final_loss"]
+
+    listed = cli("runs", "ls")
+    row = next(line for line in listed.stdout.splitlines() if line.startswith(run["id"]))
+    assert row.endswith(f"{value_text(last['val_loss'])} (val_loss)"), row
+    shown = cli("runs", "show", run["id"])
+    assert re.search(rf"Final loss\s+{re.escape(value_text(last['val_loss']))} \(val_loss\)", shown.stdout)
+
+    with Client(url=cli.state["url"], token=cli.state["token"]) as client:
+        table = RunsTable(client, refresh_s=0)
+        try:
+            cells = next(r for r in table.rows if r["id"] == run["id"])
+            assert (cells["final_loss"], cells["final_loss_title"]) == (format_loss(last["val_loss"]), "val_loss")
+        finally:
+            table.close()
+
+
+def test_a_run_behind_a_seeded_run_waiting_to_run_alone_says_why(cli):
+    """The seen case: an unseeded run at Queue #2 with a free cpu slot and no reason."""
+    busy = submit(cli.state, sleepy(30), name="busy")
+    wait_status(cli.state, busy["id"], {"running"})
+    seeded = submit(cli.state, SMALL, name="seeded", options={"seed": 7})
+    behind = submit(cli.state, SMALL, name="behind")
+    code, head = api(cli.state, "GET", f"runs/{seeded['id']}")
+    assert head["queue_reason"]["code"] == "waiting_to_run_alone"
+    code, view = api(cli.state, "GET", f"runs/{behind['id']}")
+    assert code == 200 and view["status"] == "queued" and view["queue_position"] == 2
+    reason = view["queue_reason"]
+    assert reason["code"] == "behind_waiting_run"
+    assert reason["params"] == {"run_id": seeded["id"], "code": "waiting_to_run_alone"}
+    assert seeded["id"] in reason["message"]
+    shown = cli("runs", "show", behind["id"])
+    assert re.search(rf"Waiting for\s+.*{seeded['id']}", shown.stdout), shown.stdout

@@ -303,7 +303,11 @@ class TestDeviceSetAdmission:
         # cuda:0 is free but reserved: it stays idle until cuda:1 frees.
         assert q.reason("s").to_dict()["params"] == {"devices": ["cuda:1"]}
         assert q.reason("s").code == "waiting_for_set_devices"
-        assert q.reason("later") is None  # behind s in its own queue: its turn
+        assert q.reason("later").to_dict() == {  # behind s, which waits for more than its turn
+            "code": "behind_waiting_run", "params": {"run_id": "s", "code": "waiting_for_set_devices"},
+            "message": "behind run s in the cuda:0 queue, which is waiting for cuda:1: a device-set run "
+                       "starts when every device is free"}
+        assert q.reasons()["later"] == q.reason("later")
         assert q.statistics().queue("cuda:0").running == 0
         assert q.done("x") == ["s"]
         assert q.done("s") == ["later"]
@@ -397,6 +401,28 @@ class TestDeviceSetAdmission:
 
 
 class TestSeededGate:
+    def test_a_run_behind_a_seeded_run_waiting_to_run_alone_says_why(self):
+        # The seen case: an unseeded run at Queue #2 with a free cpu unit and no reason.
+        q = Q()
+        q.add("busy", "cpu")
+        q.add("seed", "cpu", seeded=True)
+        q.add("behind", "cpu")
+        q.add("last", "cpu")
+        assert q.go() == ["busy"]
+        assert q.q.position("behind") == 2 and q.q.statistics().queue("cpu").running == 1  # a free unit
+        assert q.reason("seed").code == "waiting_to_run_alone"
+        for rid in ("behind", "last"):
+            assert q.reason(rid).to_dict() == {
+                "code": "behind_waiting_run", "params": {"run_id": "seed", "code": "waiting_to_run_alone"},
+                "message": "behind run seed in the cpu queue, which is waiting: a seeded run executes alone: "
+                           "waiting for 1 run to finish"}
+        assert set(q.q.reasons()) == {"seed", "behind", "last"}
+        assert q.done("busy") == ["seed"]
+        assert q.reason("behind").code == "seeded_run_executing"  # the head now
+        assert q.reason("last").params == {"run_id": "behind", "code": "seeded_run_executing"}
+        assert q.done("seed") == ["behind", "last"]
+        assert q.q.reasons() == {}
+
     def test_a_seeded_run_waits_for_everything_to_finish_and_claims_the_gate(self):
         q = Q()
         q.add("g", "cuda:0")

@@ -5,7 +5,8 @@ After every call the driver schedules (as RunService does) and checks the invari
 never over a slot's limit; FIFO within a queue; a start never takes room an earlier waiting head
 needs (the reservation rule, which also gives the oldest head a shared slot); a seeded run executes
 alone; interactive admission limits; positions 1..n in submit order; cancel removes exactly that
-run; a head without a reason is waiting for its own device. At the end, finishing runs drains
+run; a waiting run without a reason is plain FIFO behind a head that waits for its own device, and
+one behind a head with a reason says so. At the end, finishing runs drains
 every queue: no deadlock, no starvation.
 """
 
@@ -151,18 +152,23 @@ class Driver:
             assert all(self.q.position(r.run_id) == positions[r.run_id] for r in runs)
         for r in running:
             assert self.q.position(r.run_id) is None and self.q.reason(r.run_id) is None
-        # Reasons: only waiting heads and interactive runs have one; a head without one waits for
-        # its own device (its turn), and a waiting interactive run always has one.
+        # Reasons: a waiting run without one waits plain FIFO: it is in a queue whose head has no
+        # reason and waits for its own device (its turn). A run behind a head with a reason names
+        # that head and its code; a waiting interactive run always has one. reason() agrees.
         reasons = self.q.reasons()
-        head_ids = {h.run_id for h in self.heads()}
-        for rid in reasons:
-            assert rid in head_ids or self.q.get(rid).lane == INTERACTIVE
-        for h in self.heads():
-            if h.run_id not in reasons:
-                assert used[h.device] >= self.limits.limit(h.device), (h, used)
+        head_of = {h.queue_key: h for h in self.heads()}
         for r in self.q.waiting():
+            assert self.q.reason(r.run_id) == reasons.get(r.run_id), r
             if r.lane == INTERACTIVE:
                 assert r.run_id in reasons
+                continue
+            h = head_of[r.queue_key]
+            if r.run_id not in reasons:
+                assert h.run_id not in reasons and used[h.device] >= self.limits.limit(h.device), (r, h, used)
+            elif r is not h:
+                assert h.run_id in reasons, (r, h)
+                assert (reasons[r.run_id].code, reasons[r.run_id].params) == (
+                    "behind_waiting_run", {"run_id": h.run_id, "code": reasons[h.run_id].code})
         stats = self.q.statistics()
         for row in stats.queues:
             assert row.running == used.get(row.key, 0) and row.limit == self.limits.limit(row.key)

@@ -64,19 +64,6 @@ def test_action_messages_are_checked_against_the_rows():
         assert info.value.field == field and message in str(info.value)
 
 
-def test_final_loss_prefers_train_loss_and_takes_the_last_step():
-    points = [{"node_id": "t", "name": "val_loss", "step": 1, "value": 9.0},
-              {"node_id": "t", "name": "train_loss", "step": 2, "value": 0.5},
-              {"node_id": "t", "name": "train_loss", "step": 1, "value": 1.0},
-              {"node_id": "e", "name": "accuracy", "step": None, "value": 0.9}]
-    assert rr.final_loss(points) == 0.5
-    assert rr.final_loss([{"name": "val_loss", "step": 1, "value": 2.0}]) == 2.0
-    assert rr.final_loss([{"name": "bce_loss", "step": None, "value": 3.0},
-                          {"name": "bce_loss", "step": None, "value": 1.0}]) == 1.0
-    assert rr.final_loss([{"name": "accuracy", "step": 1, "value": 0.9}]) is None
-    assert rr.final_loss([{"name": "loss", "step": 1, "value": "NaN"}]) is None
-
-
 def test_loss_format_switches_to_scientific_below_a_thousandth():
     assert rr.format_loss(0.1235) == "0.1235"
     assert rr.format_loss(0.00042) == "4.20e-04"
@@ -101,10 +88,11 @@ def test_worker_devices_queue_and_budget_columns():
 
 
 def test_a_table_row():
-    row = rr.table_row(run(name="x" * 80), loss=0.25, now=2000.0)
+    row = rr.table_row(run(name="x" * 80, final_loss={"name": "val_loss", "value": 0.25}), now=2000.0)
     assert row["name"] == "x" * 63 + "…" and len(row["name"]) == rr.NAME_MAX
     assert (row["status"], row["worker"], row["devices"], row["duration"], row["final_loss"]) == (
         "succeeded", "This server", "cpu", "12.5 s", "0.25")
+    assert row["final_loss_title"] == "val_loss"
     assert row["actions"] == ["csv", "delete"] and row["queue"] == "" and row["reason"] == ""
     waiting = rr.table_row(run(status="queued", name=None, started_at=None, finished_at=None, queue_position=2,
                                queue_reason={"code": "c", "message": "waiting for worker gpu-box to reconnect"}))

@@ -330,6 +330,17 @@ class TestRefusals:
         q.add("ok", "cuda:0", worker="box")  # away is not a refusal: it waits
         assert q.why("ok")[0] == "worker_disconnected"
 
+    def test_runs_behind_a_run_waiting_for_its_worker_say_so(self):
+        q = Q()
+        q.set_worker(box("box", "cuda:0", state=DISCONNECTED))
+        q.add("a", "cuda:0", worker="box")
+        q.add("b", "cuda:0", worker="box")
+        assert q.go() == []
+        assert q.why("a")[0] == "worker_disconnected"
+        assert q.why("b") == ("behind_waiting_run",
+                              "behind run a in the box/cuda:0 queue, which is waiting for worker box to reconnect",
+                              {"run_id": "a", "code": "worker_disconnected"})
+
     def test_an_enrolled_worker_that_never_reported_takes_any_device_and_graph(self):
         q = Q()
         q.set_worker(WorkerOffer("new", state=OFFLINE, missing_types=None))

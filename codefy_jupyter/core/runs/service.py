@@ -44,6 +44,7 @@ from .records import RunBook, RunRecord
 from ...wire.fingerprint import digest, environment_document
 from .requests import SubmitRequest, options_doc, parse_submit, strip_secrets
 from .retention import remove_run_files
+from .summary import add_final_loss
 from ..scheduling.device_sets import SubmitError, resolve_run_device
 from ..scheduling.limits import build_limits
 from ..scheduling.queue import RunQueue
@@ -481,7 +482,7 @@ class RunService:
         return row
 
     async def get(self, run_id: str) -> dict[str, Any]:
-        return self._view(await self._row(run_id))
+        return (await add_final_loss(self.store, [self._view(await self._row(run_id))]))[0]
 
     async def list(self, *, status: str | list[str] | None = None, offset: int = 0,
                    limit: int = LIST_LIMIT) -> dict[str, Any]:
@@ -496,7 +497,8 @@ class RunService:
             raise BadRequest(f"offset must be from 0 to {OFFSET_MAX}", code="invalid_offset",
                              params={"field": "offset"})
         rows, total = await self.store.list_runs(statuses, offset=offset, limit=limit)
-        return {"runs": [self._view(r) for r in rows], "total": total, "offset": offset, "limit": limit}
+        runs = await add_final_loss(self.store, [self._view(r) for r in rows])
+        return {"runs": runs, "total": total, "offset": offset, "limit": limit}
 
     def _view(self, row: dict[str, Any]) -> dict[str, Any]:
         view = {k: v for k, v in row.items() if k not in ("graph", "last_seq")}

@@ -44,6 +44,7 @@ class PassState:
     started: list[Held] = field(default_factory=list)
     reasons: dict[str, Notice | None] = field(default_factory=dict)
     limits: dict[str, int] = field(default_factory=dict)  # group -> limit, computed once a pass
+    heads: dict[str, str] = field(default_factory=dict)  # queue key -> the last head offered there
 
 
 def holding_of(running: dict[str, Held]) -> dict[str, set[str]]:
@@ -107,6 +108,8 @@ class OfferPass:
             run = self._interactive_waiting[ref] if rank == 0 else self._queues[ref][at[ref]]
             why, choice = self._evaluate(run, state)
             state.reasons[run.run_id] = why
+            if rank == 1:
+                state.heads[ref] = run.run_id
             if choice is None:
                 continue
             self._start(run, choice, state)
@@ -304,3 +307,17 @@ class OfferPass:
             offer = self._workers.get(worker)
             if offer is not None and offer.one_shot:
                 self._one_shot_taken.add(worker)
+
+
+def behind(head: Run, why: Notice) -> Notice:
+    """The reason of a run behind `head` in its queue, when the head waits for more than its turn:
+    the run is not waiting for runs that can start, so it says which run it waits behind and why."""
+    return Notice("behind_waiting_run",
+                  f"behind run {head.run_id} in the {head.queue_key} queue, which is {_clause(why.message)}",
+                  {"run_id": head.run_id, "code": why.code})
+
+
+def _clause(message: str) -> str:
+    # "waiting for…" reads on after "which is"; other messages are quoted whole after a colon.
+    return message if message.startswith("waiting") else f"waiting: {message}"
+

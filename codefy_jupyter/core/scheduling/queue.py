@@ -79,8 +79,9 @@ or `worker: local` is a local run: everything above, and nothing below, applies 
 - `remove_worker` takes the runs waiting for that worker out of the queue and returns them (the
   caller fails them); executing runs keep their slots until `finish`.
 
-Wait reasons (`reason(run_id)`), only for a run that waits for more than its turn; a run behind
-others in its queue, or a head whose own device is full, is waiting its turn and has none:
+Wait reasons (`reason(run_id)`), only for a run that waits for more than its turn; a head whose own
+device is full, and a run behind such a head in its queue, is waiting its turn and has none. A run
+behind a head that has a reason waits for that too and says so (`behind_waiting_run`):
   seeded_run_executing     {run_id}          a seeded run executes here; nothing else may start
   waiting_for_seeded_run   {run_id}          an earlier seeded run waits to execute alone
   waiting_to_run_alone     {running}         this seeded run waits for `running` runs to end
@@ -96,6 +97,7 @@ others in its queue, or a head whose own device is full, is waiting its turn and
   one_shot_pool            {devices, pool}   no one-shot worker offering the device is free
   one_shot_taken           {worker}          the named one-shot worker has taken its run
   one_shot_run_id          {worker, run_id}  the named one-shot worker was started for another run
+  behind_waiting_run       {run_id, code}    behind head run_id of its queue, which waits with reason code
 
 API for the control plane (RunService, WorkerRegistry):
   RunQueue(limits, interactive_limit=2, slots=(), local=LocalMachine(machine_id, devices))
@@ -120,7 +122,7 @@ from codefy_jupyter.core.scheduling.device_sets import (  # noqa: F401  (re-expo
 from codefy_jupyter.core.scheduling.limits import (  # noqa: F401  (re-exported)
     Limits, build_limits, parse_concurrency_overrides, slot_device,
 )
-from codefy_jupyter.core.scheduling.offer_pass import Held, OfferPass, PassState, hold
+from codefy_jupyter.core.scheduling.offer_pass import Held, OfferPass, PassState, behind, hold
 from codefy_jupyter.core.scheduling.placement import ANY, ONE_SHOT, POOLS  # noqa: F401  (re-exported)
 from codefy_jupyter.core.scheduling.records import (  # noqa: F401  (re-exported)
     INTERACTIVE, LANES, QUEUED, Placement, QueueStats, Run, SchedulerStatistics, SlotInfo,
@@ -403,13 +405,39 @@ class RunQueue:
 
     def reason(self, run_id: str) -> Notice | None:
         """Why a waiting run waits for more than its turn, or None (see the module docstring)."""
-        return self.reasons().get(run_id)
+        state = self._dry_pass()
+        why = state.reasons.get(run_id)
+        run = self._waiting.get(run_id)
+        if why is not None or run is None or run.lane != QUEUED:
+            return why
+        return self._behind(run, state)
 
     def reasons(self) -> dict[str, Notice]:
         """`reason` of every waiting run that has one, from one dry pass."""
-        state = self._offer(dict(self._used), dict(self._group_used), dict(self._running), commit=False,
-                            holding=self._holding_now)
-        return {rid: why for rid, why in state.reasons.items() if why is not None}
+        state = self._dry_pass()
+        out = {rid: why for rid, why in state.reasons.items() if why is not None}
+        for key, head_id in state.heads.items():
+            head_why = state.reasons.get(head_id)
+            if head_why is None:
+                continue
+            head = self._waiting[head_id]
+            for run in self._queues[key]:
+                if run.order > head.order and run.run_id not in state.running:
+                    out[run.run_id] = behind(head, head_why)
+        return out
+
+    def _dry_pass(self) -> PassState:
+        return self._offer(dict(self._used), dict(self._group_used), dict(self._running), commit=False,
+                           holding=self._holding_now)
+
+    def _behind(self, run: Run, state: PassState) -> Notice | None:
+        """A run the pass did not offer: the reason of the head it waits behind, if that has one."""
+        head_id = state.heads.get(run.queue_key)
+        head_why = state.reasons.get(head_id) if head_id is not None else None
+        if head_why is None or run.run_id in state.running:
+            return None
+        head = self._waiting[head_id]
+        return behind(head, head_why) if run.order > head.order else None
 
     def statistics(self) -> SchedulerStatistics:
         """Per slot and queue key. A slot's `running` and `limit` are its group's (one physical

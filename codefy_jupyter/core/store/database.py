@@ -57,6 +57,7 @@ from .queries import (
     select_events_page,
     select_fingerprint,
     select_last_event,
+    select_last_loss_points,
     select_metrics,
     select_run,
     select_run_status,
@@ -443,6 +444,10 @@ class Store:
     async def read_metrics(self, run_id: str) -> list[dict]:
         """A run's metric points in the order they were recorded."""
         return await self._reader.run(select_metrics, run_id)
+
+    async def last_loss_points(self, run_ids: Sequence[str]) -> dict[str, list[dict]]:
+        """run id -> the last point of each of its loss series, in log order (runs without one left out)."""
+        return await self._reader.run(select_last_loss_points, list(run_ids)) if run_ids else {}
 
     async def record_artifact(self, run_id: str, node_id: str | None, kind: str, path: str,
                               meta: Mapping[str, Any] | None = None, created_at: float | None = None) -> int:

@@ -342,6 +342,23 @@ def select_metrics(conn: sqlite3.Connection, run_id: str) -> list[dict]:
     return [dict(zip(("node_id", "name", "step", "value", "created_at"), r)) for r in rows]
 
 
+def select_last_loss_points(conn: sqlite3.Connection, run_ids: Sequence[str]) -> dict[str, list[dict]]:
+    """The last point of every loss series (wire.run_summary.is_loss_series: LIKE is ASCII
+    case-insensitive too) of each run, in log order: all the final-loss rule reads, one query for a
+    page of runs rather than every point of every run."""
+    out: dict[str, list[dict]] = {}
+    for start in range(0, len(run_ids), 500):  # under SQLite's bound-parameter limit
+        chunk = list(run_ids[start:start + 500])
+        marks = ",".join("?" * len(chunk))
+        rows = conn.execute(
+            f"SELECT run_id, name, value FROM run_metrics WHERE id IN (SELECT MAX(id) FROM run_metrics "
+            f"WHERE run_id IN ({marks}) AND name LIKE '%loss' AND value IS NOT NULL GROUP BY run_id, name) "
+            "ORDER BY id", chunk).fetchall()
+        for run_id, name, value in rows:
+            out.setdefault(run_id, []).append({"name": name, "value": value})
+    return out
+
+
 def select_artifacts(conn: sqlite3.Connection, run_id: str) -> list[dict]:
     rows = conn.execute(
         f"SELECT {', '.join(_ARTIFACT_COLUMNS)} FROM run_artifacts WHERE run_id = ? ORDER BY id", (run_id,)

@@ -10,7 +10,7 @@ Duration, Final loss; a waiting run shows its place in line (Queue #N, or Any qu
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 LIST_LIMIT = 50  # the newest 50 runs, as the Runs panel
 NAME_MAX = 64
@@ -30,8 +30,6 @@ FILTERS: dict[str, list[str] | None] = {
 }
 FILTER_LABELS = [[key, key.capitalize()] for key in FILTERS]
 ACTIONS = ("stop", "watch", "csv", "delete")
-# Which series is the "final loss", first match wins; else any series whose name ends in "loss".
-LOSS_SERIES = ("train_loss", "loss", "val_loss")
 
 
 class ActionError(ValueError):
@@ -81,22 +79,6 @@ def check_action(content: Any, statuses: Mapping[str, str]) -> tuple[str, str | 
         which = "queued or running" if action in ("stop", "watch") else "finished"
         raise ActionError(f"{action.capitalize()} is for {which} runs only; run {run_id} is {status}", "action")
     return action, run_id
-
-
-def final_loss(points: Iterable[Mapping[str, Any]]) -> float | None:
-    """The last value of the run's loss series (train_loss, else loss, else val_loss, else the
-    first series by name whose name ends in "loss"), or None when it logged none."""
-    series: dict[str, list[tuple[float, int, float]]] = {}
-    for order, p in enumerate(points):
-        name, value = p.get("name"), p.get("value")
-        if not isinstance(name, str) or not isinstance(value, (int, float)) or isinstance(value, bool):
-            continue
-        step = p.get("step")
-        series.setdefault(name, []).append((step if isinstance(step, (int, float)) else order, order, float(value)))
-    names = [n for n in LOSS_SERIES if n in series] or sorted(n for n in series if n.lower().endswith("loss"))
-    if not names:
-        return None
-    return max(series[names[0]])[2]
 
 
 def format_loss(value: float | None) -> str:
@@ -176,9 +158,11 @@ def display_name(run: Mapping[str, Any]) -> str:
     return name or str(run.get("id", ""))[:12]
 
 
-def table_row(run: Mapping[str, Any], *, loss: float | None = None, now: float | None = None) -> dict[str, Any]:
-    """One run of `GET …/runs` as the row the browser renders (every cell already a string)."""
+def table_row(run: Mapping[str, Any], *, now: float | None = None) -> dict[str, Any]:
+    """One run of `GET …/runs` as the row the browser renders (every cell already a string). The
+    final loss is the API's `final_loss` (wire/run_summary.py: the rule the CLI shows too)."""
     now = time.time() if now is None else now
+    loss = run.get("final_loss") if isinstance(run.get("final_loss"), dict) else None
     queue, queue_title = queue_label(run)
     reason = run.get("queue_reason") if run.get("status") == "queued" else None
     return {
@@ -193,7 +177,8 @@ def table_row(run: Mapping[str, Any], *, loss: float | None = None, now: float |
         "budget": budget_label(run),
         "started": format_time(run.get("started_at")),
         "duration": format_duration(duration_of(run, now)),
-        "final_loss": format_loss(loss),
+        "final_loss": format_loss(loss["value"] if loss else None),
+        "final_loss_title": loss["name"] if loss else "",
         "actions": allowed_actions(run.get("status", "")),
     }
 

@@ -48,6 +48,7 @@ function render({ model, el }) {
     if (key === "devices") {
       return [h("span", {}, row.devices), row.queue ? h("span", { class: "cdf-sub cdf-queue", title: row.queue_title }, row.queue) : null];
     }
+    if (key === "final_loss") return h("span", { title: row.final_loss_title }, row.final_loss);
     return row[key];
   }
 

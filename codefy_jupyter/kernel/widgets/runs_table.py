@@ -19,8 +19,8 @@ from ..errors import CodefyError
 from ._base import CSS, Refresher, client_or_default, error_doc, esm
 from ._watching import Watching
 from .run_view import RunView
-from .runs_rows import (FILTER_LABELS, FINISHED, LIST_LIMIT, ActionError, check_action, count_label, csv_filename,
-                        final_loss, statuses_for, table_row)
+from .runs_rows import (FILTER_LABELS, LIST_LIMIT, ActionError, check_action, count_label, csv_filename,
+                        statuses_for, table_row)
 
 
 class RunsTable(Watching, anywidget.AnyWidget):
@@ -42,7 +42,6 @@ class RunsTable(Watching, anywidget.AnyWidget):
         super().__init__(refresh_s=refresh_s)
         self._client, self._owns_client = client_or_default(client)
         self._lock = threading.RLock()
-        self._losses: dict[str, float | None] = {}  # finished runs only: they no longer change
         self._statuses: dict[str, str] = {}
         self.on_msg(self._on_message)
         self.observe(lambda _c: self._safely(self.refresh), names=["filter"])
@@ -66,7 +65,7 @@ class RunsTable(Watching, anywidget.AnyWidget):
             statuses = statuses_for(self.filter)
             page = self._client.list(status=statuses, limit=LIST_LIMIT)
             now = time.time()
-            rows = [table_row(run, loss=self._loss(run), now=now) for run in page["runs"]]
+            rows = [table_row(run, now=now) for run in page["runs"]]
             self._statuses = {r["id"]: r["status"] for r in rows}
             with self.hold_sync():
                 self.rows = rows
@@ -92,7 +91,6 @@ class RunsTable(Watching, anywidget.AnyWidget):
     def delete(self, run_id: str) -> None:
         """Delete a finished run with its events, metrics and artifact records."""
         self._client.delete(run_id)
-        self._losses.pop(run_id, None)
         if self.watched is not None and self.watched.run_id == run_id:
             self.unwatch()
         self.message = f"deleted run {run_id}"
@@ -112,19 +110,6 @@ class RunsTable(Watching, anywidget.AnyWidget):
             self._client.close()
 
     # -- internals ------------------------------------------------------------------------------
-    def _loss(self, run: dict[str, Any]) -> float | None:
-        if run.get("status") not in FINISHED:
-            return None
-        run_id = run["id"]
-        if run_id not in self._losses:
-            try:
-                self._losses[run_id] = final_loss(self._client.metrics(run_id))
-            except CodefyError as err:
-                if err.status != 404:  # deleted since the list was read
-                    raise
-                return None
-        return self._losses[run_id]
-
     def _safely(self, fn: Any, *args: Any) -> Any:
         """Run an action for the browser or the refresher: a refusal is shown, never raised."""
         try:
