@@ -75,7 +75,10 @@ def fixtures() -> dict:
             run_row(2, "queued", started_at=None, queue_position=2,
                     queue_reason={"code": "worker_away", "message": "waiting for worker gpu-box to reconnect"}),
             run_row(3, "succeeded"), run_row(4, "failed")]
-    rows = [table_row(r, loss=0.00042 if r["status"] == "succeeded" else None, now=NOW) for r in runs]
+    for r in runs:  # the API's final_loss (wire/run_summary.py) on the finished run
+        if r["status"] == "succeeded":
+            r["final_loss"] = {"name": "train_loss", "value": 0.00042}
+    rows = [table_row(r, now=NOW) for r in runs]
     listing = {"workers": [{"name": "gpu-box", "state": "online",
                             "devices": [{"device": "cuda:0", "slots": {"limit": 1, "taken": 1}}],
                             "running_runs": ["r"]},
