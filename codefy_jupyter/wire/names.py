@@ -17,6 +17,8 @@ RESERVED_NAMES = RESERVED_WORKER_NAMES
 # One label of a worker name (`<name>` or the instance in `<name>.<instance>`).
 WORKER_NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,62}"
 _NAME = re.compile(WORKER_NAME_PATTERN)
+# A worker as the registry and the scheduler name it: `<name>` or `<name>.<instance>`.
+WORKER_NAME = re.compile(rf"^{WORKER_NAME_PATTERN}(?:\.{WORKER_NAME_PATTERN})?$")
 
 
 def name_problem(name: Any, *, what: str = "worker name") -> str | None:

@@ -3,13 +3,13 @@ the runs that finished here (followers ask for a run's status right after it end
 
 A record's `status` changes only through core/runs/state.py; the run service does that, this module
 just keeps what it decided. The record answers the questions that used to take nine dicts: is the
-run's row written yet, does a placement wait for it, which graph and secrets start it, is it
+run's row written yet, does a placement wait for it, which graph starts it (its SECRET values included), is it
 executing here (and with which handle, since when, on which worker), is its final write under way.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..scheduling.queue import Placement
@@ -31,7 +31,6 @@ class RunRecord:
     # has them blanked), so that starting it reads nothing back. Dropped when it starts.
     row: dict[str, Any] | None = None
     graph: dict[str, Any] | None = None
-    secrets: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> secret param -> value
     # Executing here: set when it starts (or is adopted after a restart).
     started: float | None = None
     handle: RunHandle | None = None
@@ -80,7 +79,6 @@ class RunBook:
         record.finishing = True
         record.status = before if before is not None else record.status
         record.row = record.graph = None
-        record.secrets = {}
         return record
 
     def finished(self, run_id: str, status: str) -> None:

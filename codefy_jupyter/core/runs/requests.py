@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...wire.cpu_threads import MAX_CPU_THREADS
+from ...wire.run_options import SEED_MAX
 from ..errors import SchemaError  # noqa: F401  (re-exported: the schema's refusal)
-
-SEED_MAX = 2**32 - 1
 
 
 @dataclass(frozen=True)
@@ -145,16 +144,15 @@ def options_doc(req: SubmitRequest, resolved: Any) -> dict[str, Any]:
     return doc
 
 
-def strip_secrets(graph: dict[str, Any], registry: Any) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
-    """A copy of the graph with SECRET values blanked, and the values by node and param."""
-    secrets: dict[str, dict[str, str]] = {}
+def strip_secrets(graph: dict[str, Any], registry: Any) -> dict[str, Any]:
+    """A copy of the graph with SECRET values blanked, for the database (the run keeps the graph as
+    submitted in memory until it starts)."""
     nodes = []
     for node in graph.get("nodes", []):
         nd = registry.get(node.get("type"))
         params = node.get("params") or {}
         hidden = {k: v for k, v in params.items() if nd and k in nd.params and nd.params[k].type == "secret"}
         if hidden:
-            secrets[node["id"]] = hidden
             node = {**node, "params": {**params, **{k: "" for k in hidden}}}
         nodes.append(node)
-    return {**graph, "nodes": nodes}, secrets
+    return {**graph, "nodes": nodes}

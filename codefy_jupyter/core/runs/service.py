@@ -205,7 +205,7 @@ class RunService:
             raise BadRequest("an interactive run needs options.session", code="session_required",
                              params={"field": "options.session"})
         run_id = uuid.uuid4().hex[:16]
-        stored_graph, secrets = strip_secrets(graph, self.registry)
+        stored_graph = strip_secrets(graph, self.registry)
         self._order += 1
         run = Run(run_id=run_id, order=self._order, device=resolved.device,
                   devices=resolved.devices if (worker is None and pool is None) or len(resolved.devices) > 1 else (),
@@ -242,7 +242,7 @@ class RunService:
         self.events.track(run_id, 0)
         for notice in resolved.warnings:
             self.events.emit(run_id, ev.run_warning(run_id, notice.code, notice.message, notice.params))
-        record.secrets, record.graph, record.row = secrets, graph, row
+        record.graph, record.row = graph, row
         if pool is not None or self.workers.is_one_shot(worker):
             self._time_out_one_shot(run_id)
         deferred, record.deferred = record.deferred, None
@@ -389,7 +389,6 @@ class RunService:
         except BaseException as err:  # the engine refused the graph or crashed: the run fails
             result, error = None, err
         self.queue.finish(run_id)  # the slot first: the next run may start while we file this one
-        active.secrets = {}
         if self._runs.executing(run_id) is not active:
             return  # shutdown already closed it (it outlived the grace period)
         await self._reschedule()

@@ -7,10 +7,8 @@ from dataclasses import dataclass, field
 
 from codefy_jupyter.core.scheduling.device_sets import Notice, device_kind
 from codefy_jupyter.wire.devices import DeviceError, canonical_device
-from codefy_jupyter.wire.names import RESERVED_WORKER_NAMES
+from codefy_jupyter.wire.names import RESERVED_WORKER_NAMES, WORKER_NAME
 
-# Worker names as the worker registry accepts them (`<name>` or `<name>.<instance>`).
-_WORKER = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}(?:\.[a-z0-9][a-z0-9-]{0,62})?$")
 _RESERVED_WORKERS = RESERVED_WORKER_NAMES
 
 
@@ -48,7 +46,7 @@ def _override_key(key: str) -> str | None:
         return None
     if not sep or worker == "local":
         return dev
-    if worker in _RESERVED_WORKERS or not _WORKER.match(worker):
+    if worker in _RESERVED_WORKERS or not WORKER_NAME.match(worker):
         return None
     return f"{worker}/{dev}"
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from codefy_jupyter.core.scheduling.device_sets import KIND_REQUESTS
 from codefy_jupyter.core.scheduling.placement import ANY, POOLS
-from codefy_jupyter.core.scheduling.slot_groups import LOCAL, WORKER_NAME, split_slot
+from codefy_jupyter.core.scheduling.slot_groups import LOCAL, split_slot
+from codefy_jupyter.wire.names import WORKER_NAME
 
 QUEUED = "queued"
 INTERACTIVE = "interactive"

@@ -22,13 +22,12 @@ form a *group*, and the run queue counts runs and limits per group (seed: "One d
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from codefy_jupyter.core.scheduling.device_sets import device_kind
 from codefy_jupyter.wire.devices import DeviceError, canonical_device
-from codefy_jupyter.wire.names import RESERVED_WORKER_NAMES
+from codefy_jupyter.wire.names import RESERVED_WORKER_NAMES, WORKER_NAME
 
 LOCAL = "local"
 CONNECTED = "connected"
@@ -38,7 +37,6 @@ OFFLINE = "offline"  # enrolled (or known) but not connected since this server s
 WORKER_STATES = (CONNECTED, DRAINING, DISCONNECTED, OFFLINE)
 
 # `<name>` or `<name>.<instance>`; reserved names (wire/names.py) are never worker names.
-WORKER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}(?:\.[a-z0-9][a-z0-9-]{0,62})?$")
 RESERVED = RESERVED_WORKER_NAMES
 _SHARED_BY_MACHINE = ("cpu", "mps:0")
 
