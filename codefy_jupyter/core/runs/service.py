@@ -42,14 +42,14 @@ from .event_log import EventLog
 from .executors import ExecutionOutcome, InProcessExecutor, RunHandle, RunSpec
 from .records import RunBook, RunRecord
 from ...wire.fingerprint import digest, environment_document
-from .requests import SubmitRequest, options_doc, parse_submit, strip_secrets
+from .requests import options_doc, parse_submit, strip_secrets
 from .retention import remove_run_files
 from .summary import add_final_loss
 from ..scheduling.device_sets import SubmitError, resolve_run_device
 from ..scheduling.limits import build_limits
 from ..scheduling.queue import RunQueue
 from ..scheduling.records import Placement, Run
-from ..scheduling.slot_groups import LOCAL, LocalMachine, OfferedDevice
+from ..scheduling.slot_groups import LOCAL, LocalMachine
 from ..store.database import Store
 from ..workers.handshake import graph_node_types
 from ..workers.service import WorkerService

@@ -8,8 +8,6 @@ worker.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ...wire import run_events as ev
 from ...wire.protocol import AGENT_STOPPED, Artifact, Event, Metrics, RunFinished, RunFrame, RunWarning
 from ..runs import state as rs

@@ -16,7 +16,6 @@ Rules (seed: security, node catalog and fingerprint):
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol
 
