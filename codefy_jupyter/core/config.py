@@ -76,6 +76,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("request_max_body_bytes", int, 16777216,
             "Largest request body a REST route reads, and largest /ws/execution message; a larger one is "
             "refused with 413 body_too_large (an error frame on the socket) before it is read."),
+    Setting("max_sweep_runs", int, 32,
+            "Variants in one sweep (the grid's size, or samples), and variants in one study. A larger sweep is "
+            "refused, never cut short."),
+    Setting("max_sweep_params", int, 4, "Entries in a sweep's params."),
+    Setting("max_sweep_domain", int, 32, "Distinct values of one swept parameter, after a range is expanded."),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}
@@ -119,6 +124,9 @@ class Settings:
     mount_label: str = "data"
     device_inventory: str = ""
     request_max_body_bytes: int = 16777216
+    max_sweep_runs: int = 32
+    max_sweep_params: int = 4
+    max_sweep_domain: int = 32
     # Where each value came from ("default", "config", "env"), for the startup log.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

@@ -19,6 +19,7 @@ from ..core.config import SETTINGS, Settings
 from ..core.devices import probe_inventory
 from ..wire.machine_identity import machine_id_digest
 from ..core.scheduling.slot_groups import LocalMachine, OfferedDevice
+from ..core.experiments.service import Experiments
 from ..core.runs.service import RunService
 from ..core.errors import Unavailable
 from ..core.store.database import Store
@@ -58,6 +59,7 @@ class CodefyApp(ExtensionApp):
                        "worker on a shared server.").tag(config=True)
 
     service: RunService | None = None
+    experiments: Experiments | None = None
     store: Store | None = None
     _starting: asyncio.Future[RunService] | None = None
 
@@ -100,12 +102,14 @@ class CodefyApp(ExtensionApp):
             local = LocalMachine(machine_id_digest(), tuple(OfferedDevice(d["key"], d.get("uuid") or None)
                                                             for d in inventory))
             service = RunService(store, settings, devices=devices, data_dir=data_dir, local_machine=local)
+            experiments = Experiments(service)  # before start: it follows recovery and retention too
             await service.start()
+            await experiments.start()
         except BaseException:
             await store.close()
             lock.release()
             raise
-        self._database_lock, self.store, self.service = lock, store, service
+        self._database_lock, self.store, self.service, self.experiments = lock, store, service, experiments
         self._activity = PeriodicCallback(self._report_activity, ACTIVITY_INTERVAL_S * 1000)
         self._activity.start()
         self.log.info("codefy: run queue ready (database %s, devices: %s)", database,

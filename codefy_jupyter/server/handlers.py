@@ -25,6 +25,7 @@ from jupyter_server.prometheus.log_functions import prometheus_log_method
 from tornado import web
 
 from ..core.errors import ServiceError
+from ..core.experiments.service import Experiments
 from ..core.runs.service import RunService
 from .request_body import CappedBody, CodefyHTTPError, write_error_shape
 
@@ -83,6 +84,13 @@ class CodefyAPIHandler(CappedBody, ExtensionHandlerMixin, APIHandler):
         except ServiceError as err:
             if self.current_user:  # strangers get the auth refusal, not details of the server
                 self.fail(err)
+
+    @property
+    def experiments(self) -> Experiments:
+        """Sweeps and studies (set up with the run service, so present once `prepare` got it)."""
+        experiments = self.extensionapp.experiments
+        assert experiments is not None
+        return experiments
 
     @property
     def username(self) -> str | None:

@@ -11,6 +11,8 @@ from .handlers import (
     ArtifactsHandler, CancelHandler, EventsHandler, MetricsHandler, NodesHandler, OpenAPIHandler, RunHandler,
     RunsHandler,
 )
+from .study_handlers import study_routes
+from .sweep_handlers import sweep_routes
 from .worker_handlers import worker_routes
 
 
@@ -27,4 +29,6 @@ def route_table(base: str) -> list[tuple[str, type, dict[str, Any]]]:
         (f"{base}codefy/api/openapi.yaml", OpenAPIHandler, {}),
         (f"{base}codefy/ws/execution", ExecutionSocket, {}),
         *worker_routes(base),
+        *sweep_routes(base),
+        *study_routes(base),
     ]

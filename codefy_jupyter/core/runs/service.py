@@ -27,9 +27,10 @@ import json
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from ...engine import GraphError, NodeRegistry, RunResult, SessionCache, default_registry, validate_graph
 from ...wire import run_events as ev
@@ -42,7 +43,7 @@ from .event_log import EventLog
 from .executors import ExecutionOutcome, InProcessExecutor, RunHandle, RunSpec
 from .records import RunBook, RunRecord
 from ...wire.fingerprint import digest, environment_document
-from .requests import options_doc, parse_submit, strip_secrets
+from .requests import SubmitRequest, options_doc, parse_submit, strip_secrets
 from .retention import remove_run_files
 from .summary import add_final_loss
 from ..scheduling.device_sets import SubmitError, resolve_run_device
@@ -61,6 +62,30 @@ LIST_LIMIT = 50
 OFFSET_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset cannot even be bound
 # Graphs with more nodes and edges than this are validated in a thread (a few ms of work inline).
 VALIDATE_INLINE_ITEMS = 2000
+
+
+# Run columns only the server's own submitters set (core/experiments): which sweep variant or study
+# attempt a child run is.
+LINK_FIELDS = frozenset({"sweep_id", "sweep_variant", "study_id", "study_attempt_id"})
+
+
+class RunObserver(Protocol):
+    """Told on the event loop; must not block (schedule work with `RunService.keep`)."""
+
+    def run_started(self, run_id: str) -> None: ...
+
+    def run_finished(self, run_id: str, status: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    req: SubmitRequest
+    seed: int | None
+    resolved: Any
+    worker: str | None
+    pool: str | None
+    node_types: Any
+    device_field: str
 
 
 class RunService:
@@ -91,6 +116,7 @@ class RunService:
         self._order = 0
         self._session_caches: dict[str, SessionCache] = {}
         self._closing = False
+        self._observers: list[RunObserver] = []
         self.fingerprint_digest: str | None = None
         # Worker agents, their connections and runs (runs without a target never touch it).
         self.workers = WorkerService(self, self.queue)
@@ -176,7 +202,9 @@ class RunService:
                                 from_state=rs.QUEUED)
 
     # -- submit -----------------------------------------------------------------------------------
-    async def submit(self, body: Any, *, owner: str | None = None) -> dict[str, Any]:
+    async def _prepare(self, body: Any) -> _Prepared:
+        """Everything a submit decides before it takes a run id: the request's shape (422), the
+        graph (400), the device or worker target (400), the lane's session. Writes nothing."""
         if self._closing:
             raise Unavailable("the server is shutting down; submit again once it is back",
                               code="shutting_down")
@@ -204,23 +232,61 @@ class RunService:
         if req.options.lane == "interactive" and not req.options.session:
             raise BadRequest("an interactive run needs options.session", code="session_required",
                              params={"field": "options.session"})
-        run_id = uuid.uuid4().hex[:16]
-        stored_graph = strip_secrets(graph, self.registry)
-        self._order += 1
-        run = Run(run_id=run_id, order=self._order, device=resolved.device,
-                  devices=resolved.devices if (worker is None and pool is None) or len(resolved.devices) > 1 else (),
-                  seeded=seed is not None, lane=req.options.lane, session=req.options.session,
-                  **({} if worker is None and pool is None else {"worker": worker or "any", "pool": pool}))
         node_types = None
         if worker not in (None, "any") and self.workers.is_degraded(worker):
             node_types = await asyncio.to_thread(graph_node_types, graph)
         device_field = "options.device" if req.options.device is not None else (
             "graph.settings.device" if settings.get("device") is not None else "options.device")
+        return _Prepared(req, seed, resolved, worker, pool, node_types, device_field)
+
+    def _queue_run(self, prepared: _Prepared, run_id: str, order: int) -> Run:
+        req, resolved, worker, pool = prepared.req, prepared.resolved, prepared.worker, prepared.pool
+        return Run(run_id=run_id, order=order, device=resolved.device,
+                   devices=resolved.devices if (worker is None and pool is None) or len(resolved.devices) > 1 else (),
+                   seeded=prepared.seed is not None, lane=req.options.lane, session=req.options.session,
+                   **({} if worker is None and pool is None else {"worker": worker or "any", "pool": pool}))
+
+    async def preflight(self, body: Any) -> None:
+        """Refuse, as `submit` would, a run that could never be queued as asked; queue nothing.
+        A sweep or a study checks its children's shared options this way before writing a row."""
+        prepared = await self._prepare(body)
+        run = self._queue_run(prepared, "preflight", 0)
+        if not run.is_local:
+            self.queue.check_placeable(run, prepared.node_types, device_field=prepared.device_field)
+
+    def add_observer(self, observer: RunObserver) -> None:
+        """Tell `observer` when runs start and when their final status has committed (sweeps and
+        studies follow their children this way, not by polling)."""
+        self._observers.append(observer)
+
+    def _notify(self, method: str, *args: Any) -> None:
+        for observer in self._observers:
+            try:
+                getattr(observer, method)(*args)
+            except Exception:
+                log.exception("codefy: a run observer failed on %s", method)
+
+    async def submit(self, body: Any, *, owner: str | None = None, run_id: str | None = None,
+                     links: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Queue a run. `run_id` and `links` are for the server's own submitters: a study chooses
+        its child's id before submitting it (the stamp it relinks by after a crash), and a sweep's
+        or study's child records which one it belongs to (`LINK_FIELDS`)."""
+        prepared = await self._prepare(body)
+        req, seed, resolved, worker, pool = (prepared.req, prepared.seed, prepared.resolved, prepared.worker,
+                                             prepared.pool)
+        graph = req.graph
+        unknown = set(links or ()) - LINK_FIELDS
+        if unknown:
+            raise ValueError(f"unknown run links: {sorted(unknown)}")
+        run_id = run_id or uuid.uuid4().hex[:16]
+        stored_graph = strip_secrets(graph, self.registry)
+        self._order += 1
+        run = self._queue_run(prepared, run_id, self._order)
         # The lane's refusals (503) and a worker target's (400) happen before anything is written.
         if run.is_local:
             self.queue.submit(run)
         else:
-            self.queue.submit(run, node_types, device_field=device_field)
+            self.queue.submit(run, prepared.node_types, device_field=prepared.device_field)
         # Placed before its row exists? It starts once the row is written.
         record = self._runs.add(run_id, written=False)
         try:
@@ -230,7 +296,7 @@ class RunService:
                 "worker_id": worker if worker != "any" else None,
                 "lane": req.options.lane, "session": req.options.session, "seed": seed,
                 "deterministic": req.options.deterministic, "options": options_doc(req, resolved),
-                "graph": stored_graph, "submitted_at": self.clock()}
+                "graph": stored_graph, "submitted_at": self.clock(), **(links or {})}
             await self.store.create_run(row)
         except BaseException:
             self._runs.discard(run_id)
@@ -293,6 +359,7 @@ class RunService:
         row = row or await self.store.get_run(run_id)
         graph = graph or (row or {}).get("graph")
         record.status, record.started = rs.next_state(record.status, rs.START), self.clock()
+        self._notify("run_started", run_id)
         if placement.worker != LOCAL:
             self._start_on_worker(placement, record, row, graph)
             return
@@ -429,6 +496,7 @@ class RunService:
             raise
         self._runs.finished(run_id, status)
         await self.events.committed(run_id, rows)
+        self._notify("run_finished", run_id, status)
 
     async def _finish_unstarted(self, run_id: str, status: str, code: str, message: str) -> None:
         closing = ev.execution_stopped(run_id, status=status, code=code, message=message)

@@ -40,6 +40,7 @@ from .queries import (
     UPDATABLE_RUN_FIELDS,
     DeletedRun,
     MetricPoint,
+    PruneHook,
     StoredEvent,
     StoreError,
     check_run_fields,
@@ -192,6 +193,7 @@ class Store:
         self._reader = reader
         self._clock = clock
         self._flushed: dict[str, int] = {}
+        self._prune_hooks: list[PruneHook] = []
         self._commits = self._writes = self._failed = self._largest = 0
         self._closed = False
         self._shutdown: asyncio.Future | None = None
@@ -365,7 +367,12 @@ class Store:
         """
         if keep_last < 0:
             return []
-        return await self._submit(partial(prune_runs, keep_last=keep_last), self._forget_runs)
+        return await self._submit(partial(prune_runs, keep_last=keep_last, hooks=tuple(self._prune_hooks)),
+                                  self._forget_runs)
+
+    def add_prune_hook(self, hook: PruneHook) -> None:
+        """`hook` sees the runs retention is about to delete, in its transaction (queries.PruneHook)."""
+        self._prune_hooks.append(hook)
 
     def _forget_runs(self, deleted: list[DeletedRun]) -> None:
         for item in deleted:

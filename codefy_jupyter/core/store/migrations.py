@@ -138,6 +138,17 @@ SCHEMA_STEPS: list[Step] = [
             ORDER BY e.used_at DESC LIMIT 1)
         """,
     ),
+    # 4: a run's link to the sweep or study that submitted it. study_attempt_id is the stamp a
+    # study writes on its attempt before submitting the child: after a crash between the two
+    # writes, the study finds its child by it (partial indexes: most runs belong to neither).
+    (
+        "ALTER TABLE runs ADD COLUMN sweep_id TEXT",
+        "ALTER TABLE runs ADD COLUMN sweep_variant INTEGER",
+        "ALTER TABLE runs ADD COLUMN study_id TEXT",
+        "ALTER TABLE runs ADD COLUMN study_attempt_id TEXT",
+        "CREATE INDEX runs_sweep ON runs (sweep_id) WHERE sweep_id IS NOT NULL",
+        "CREATE INDEX runs_study_attempt ON runs (study_attempt_id) WHERE study_attempt_id IS NOT NULL",
+    ),
 ]
 
 SCHEMA_VERSION = len(SCHEMA_STEPS)

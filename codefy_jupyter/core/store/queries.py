@@ -11,13 +11,16 @@ they touch nothing but the database.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 from .migrations import rollback_quietly
 from ..runs.state import FINISHED
+
+log = logging.getLogger(__name__)
 
 # A run in any other status (queued, running, disconnected, or one we do not know) is active: it
 # is never pruned, and recovery looks at it.
@@ -32,6 +35,7 @@ RUN_COLUMNS = (
     "id", "name", "status", "owner", "device", "devices", "queue_key", "lane", "session", "seed",
     "deterministic", "options", "graph", "submitted_at", "started_at", "finished_at", "error",
     "fingerprint_digest", "worker_id", "last_seq", "execution_facts",
+    "sweep_id", "sweep_variant", "study_id", "study_attempt_id",
 )
 _JSON_COLUMNS = frozenset({"devices", "options", "graph", "error", "execution_facts"})
 # last_seq moves only together with the events it counts (append_events); id never changes.
@@ -226,8 +230,36 @@ def delete_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> list[Delete
     return deleted
 
 
-def prune_runs(conn: sqlite3.Connection, keep_last: int) -> list[DeletedRun]:
-    """Delete finished runs outside the newest `keep_last` runs (active runs count, never go)."""
+class PruneHook(Protocol):
+    """Told, inside retention's transaction, which runs it is about to delete, so that results
+    read from them (a sweep's objectives, a study's evidence) can be copied first."""
+
+    def harvest(self, conn: sqlite3.Connection, run_ids: Sequence[str]) -> None: ...
+
+    def harvest_failed(self, conn: sqlite3.Connection, run_ids: Sequence[str], error: Exception) -> None: ...
+
+
+def _before_prune(conn: sqlite3.Connection, hook: PruneHook, run_ids: Sequence[str]) -> None:
+    # A harvest that fails must not hold the delete back (retention runs on schedule): its writes
+    # are rolled back to the savepoint and the hook records that the results are gone.
+    conn.execute("SAVEPOINT before_prune")
+    try:
+        hook.harvest(conn, run_ids)
+    except Exception as err:
+        conn.execute("ROLLBACK TO before_prune")
+        conn.execute("RELEASE before_prune")
+        conn.execute("SAVEPOINT before_prune")
+        try:
+            hook.harvest_failed(conn, run_ids, err)
+        except Exception:
+            conn.execute("ROLLBACK TO before_prune")
+            log.exception("store: recording a failed harvest failed too")
+    conn.execute("RELEASE before_prune")
+
+
+def prune_runs(conn: sqlite3.Connection, keep_last: int, hooks: Sequence[PruneHook] = ()) -> list[DeletedRun]:
+    """Delete finished runs outside the newest `keep_last` runs (active runs count, never go);
+    `hooks` see the doomed runs first, in the same transaction."""
     finished = ", ".join("?" * len(FINISHED_STATUSES))
     # Everything at or before the (keep_last + 1)-th newest run is outside the window; the
     # subquery is NULL (nothing to prune) when there are no more runs than that.
@@ -236,7 +268,11 @@ def prune_runs(conn: sqlite3.Connection, keep_last: int) -> list[DeletedRun]:
         "(SELECT submit_order FROM runs ORDER BY submit_order DESC LIMIT 1 OFFSET ?) ORDER BY submit_order",
         (*FINISHED_STATUSES, keep_last),
     ).fetchall()
-    return delete_runs(conn, [r[0] for r in rows])
+    run_ids = [r[0] for r in rows]
+    if run_ids:
+        for hook in hooks:
+            _before_prune(conn, hook, run_ids)
+    return delete_runs(conn, run_ids)
 
 
 def insert_metrics(conn: sqlite3.Connection, rows: Sequence[tuple]) -> int:

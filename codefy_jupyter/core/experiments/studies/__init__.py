@@ -1,0 +1,1 @@
+"""Studies: graph variants, each repeated on shared seeds, ranked on one exact objective."""
