@@ -1,0 +1,1 @@
+"""Sweeps and studies the server owns, and their statistics."""
