@@ -166,7 +166,8 @@ class RankInfo:
         return {"rank": self.rank, "tie": self.tie, "tied_with": list(self.tied_with)}
 
 
-def competition_ranks(entries: Mapping[K, float | None], direction: Direction) -> dict[K, RankInfo]:
+def competition_ranks(entries: Mapping[K, float | None],
+                      direction: Direction) -> dict[K, RankInfo]:
     """Competition ranks ("1, 1, 3") over the entries whose value is a finite number.
 
     A study passes each variant's mean, with None for an ineligible variant; a sweep passes each
