@@ -256,6 +256,10 @@ class Store:
         """
         return await self._submit(op)
 
+    async def read(self, op: Callable[..., T], *args: Any) -> T:
+        """Run `op(reader_connection, *args)` on the read-only connection (sees every commit)."""
+        return await self._reader.run(op, *args)
+
     def _submit(self, op: Callable[[sqlite3.Connection], Any],
                 after_commit: Callable[[Any], None] | None = None) -> asyncio.Future:
         if self._closed:
