@@ -4,7 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test e2e bench venv clean
+
+# The lab extension's sources: a change rebuilds it (the editable install runs the JS build).
+LAB_SOURCES := labextension/package.json labextension/package-lock.json labextension/tsconfig.json \
+	$(wildcard labextension/src/*.ts labextension/style/*)
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -12,9 +16,13 @@ $(VENV)/bin/python:
 
 # torch first and pinned: 2.13.0 is the CPU build these machines carry; a bare `torch`
 # requirement would pull a multi-GB CUDA build instead.
-$(STAMP): $(VENV)/bin/python pyproject.toml
+# The editable install builds the lab extension (hatch-jupyter-builder: npm install from
+# labextension/package-lock.json, tsc, `jupyter labextension build`) into codefy_jupyter/labextension
+# and installs it where Lab finds it; the check after it fails the setup if Lab does not list it.
+$(STAMP): $(VENV)/bin/python pyproject.toml $(LAB_SOURCES)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[test]"
+	$(VENV)/bin/jupyter labextension list 2>&1 | grep -E "codefy-jupyter .*enabled.*OK"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -27,6 +35,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+# The browser tests alone: the notebook widgets and the lab panels in headless Chromium.
+e2e: $(STAMP)
+	$(PY) -m pytest tests/e2e
+
 bench: $(STAMP)
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/run_queue.py
@@ -35,4 +47,5 @@ bench: $(STAMP)
 	$(PY) benchmarks/discovery.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache codefy_jupyter/labextension labextension/lib labextension/node_modules \
+		labextension/tsconfig.tsbuildinfo

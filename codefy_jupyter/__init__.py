@@ -27,3 +27,9 @@ def _jupyter_server_extension_points() -> list[dict]:
     from .server.app import CodefyApp
 
     return [{"module": "codefy_jupyter", "app": CodefyApp}]
+
+
+def _jupyter_labextension_paths() -> list[dict]:
+    # The prebuilt lab extension (labextension/, built into codefy_jupyter/labextension); the
+    # wheel also installs it to share/jupyter/labextensions/codefy-jupyter.
+    return [{"src": "labextension", "dest": "codefy-jupyter"}]

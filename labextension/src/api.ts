@@ -1,0 +1,97 @@
+// The REST client of the panels: `{base_url}codefy/api/...` through Lab's ServerConnection (its
+// auth, XSRF and base URL). A refusal becomes an ApiError carrying the server's error body.
+
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import type { Chip } from './format';
+import { runsQuery } from './format';
+import type { Enrollment, Notice, Run, RunEvent, RunPage, WorkerList } from './types';
+
+export class ApiError extends Error {
+  constructor(readonly status: number, readonly body: unknown, message: string) {
+    super(message);
+  }
+
+  get notice(): Notice | null {
+    const error = (this.body as { error?: Notice } | null)?.error;
+    return error && typeof error === 'object' ? error : null;
+  }
+}
+
+export class CodefyApi {
+  readonly settings: ServerConnection.ISettings;
+
+  constructor(settings?: ServerConnection.ISettings) {
+    this.settings = settings ?? ServerConnection.makeSettings();
+  }
+
+  url(...parts: string[]): string {
+    return URLExt.join(this.settings.baseUrl, 'codefy', 'api', ...parts);
+  }
+
+  /** `{base_url}codefy/ws/execution`, with the token when the page has one. */
+  socketUrl(): string {
+    const url = URLExt.join(this.settings.wsUrl, 'codefy', 'ws', 'execution');
+    return this.settings.token ? `${url}?token=${encodeURIComponent(this.settings.token)}` : url;
+  }
+
+  async request(path: string, init: RequestInit = {}): Promise<Response> {
+    const response = await ServerConnection.makeRequest(path, init, this.settings);
+    if (!response.ok) {
+      let body: unknown = null;
+      try {
+        body = await response.json();
+      } catch {
+        body = null;
+      }
+      const message = (body as { error?: Notice } | null)?.error?.message || `HTTP ${response.status}`;
+      throw new ApiError(response.status, body, message);
+    }
+    return response;
+  }
+
+  async json<T>(path: string, init: RequestInit = {}): Promise<T> {
+    return (await (await this.request(path, init)).json()) as T;
+  }
+
+  listRuns(chip: Chip): Promise<RunPage> {
+    return this.json<RunPage>(`${this.url('runs')}?${runsQuery(chip)}`);
+  }
+
+  getRun(id: string): Promise<Run> {
+    return this.json<Run>(this.url('runs', id));
+  }
+
+  cancelRun(id: string): Promise<Run> {
+    return this.json<Run>(this.url('runs', id, 'cancel'), { method: 'POST' });
+  }
+
+  async deleteRun(id: string): Promise<void> {
+    await this.request(this.url('runs', id), { method: 'DELETE' });
+  }
+
+  async metricsCsv(id: string): Promise<string> {
+    return (await this.request(`${this.url('runs', id, 'metrics')}?format=csv`)).text();
+  }
+
+  events(id: string, cursor: number): Promise<{ events: RunEvent[]; cursor: number; more: boolean; status: string }> {
+    return this.json(`${this.url('runs', id, 'events')}?cursor=${cursor}`);
+  }
+
+  listWorkers(): Promise<WorkerList> {
+    return this.json<WorkerList>(this.url('workers'));
+  }
+
+  drain(id: string, on: boolean): Promise<unknown> {
+    return this.json(this.url('workers', encodeURIComponent(id), on ? 'drain' : 'undrain'), { method: 'POST' });
+  }
+
+  async removeWorker(id: string): Promise<void> {
+    await this.request(this.url('workers', encodeURIComponent(id)), { method: 'DELETE' });
+  }
+
+  enroll(): Promise<Enrollment> {
+    return this.json<Enrollment>(this.url('workers', 'enrollments'), { method: 'POST', body: '{}' });
+  }
+}

@@ -1,0 +1,92 @@
+// The one message catalog: everything the server says with a code ({code, message, params}: a
+// queue_reason, a refusal, a worker's reject reason) is rendered here through Lab's translator,
+// so a language pack can translate it (its msgids are the English templates below, with %1…
+// placeholders). A code the catalog does not know shows the server's own English message.
+
+import type { Notice } from './types';
+import type { Trans } from './format';
+
+type Params = Record<string, unknown>;
+type Render = (t: Trans, p: Params) => string | null;
+
+function list(value: unknown): string {
+  return Array.isArray(value) ? value.map(String).join(', ') : String(value ?? '');
+}
+
+function has(p: Params, ...keys: string[]): boolean {
+  return keys.every(k => p[k] !== undefined && p[k] !== null);
+}
+
+/** code -> its template(s); null when the params are not what the template needs. */
+export const CATALOG: Record<string, Render> = {
+  // waiting reasons (core/scheduling/placement.py, offer_pass.py)
+  worker_disconnected: (t, p) => has(p, 'worker') ? t.__('waiting for worker %1 to reconnect', p.worker) : null,
+  worker_draining: (t, p) => has(p, 'worker') ? t.__('worker %1 is draining', p.worker) : null,
+  waiting_for_offer: (t, p) => {
+    if (!has(p, 'devices')) {
+      return null;
+    }
+    if (p.worker && p.worker !== 'any') {
+      return t.__('waiting for worker %1 to offer %2', p.worker, list(p.devices));
+    }
+    const draining = Array.isArray(p.draining) ? p.draining : [];
+    if (draining.length === 1) {
+      return t.__('waiting for a worker that offers %1: %2 is draining', list(p.devices), draining[0]);
+    }
+    if (draining.length > 1) {
+      return t.__('waiting for a worker that offers %1: %2 are draining', list(p.devices), list(draining));
+    }
+    return t.__('waiting for a worker that offers %1', list(p.devices));
+  },
+  one_shot_pool: (t, p) => has(p, 'devices') ? t.__('waiting for a one-shot worker that offers %1', list(p.devices)) : null,
+  one_shot_taken: (t, p) => has(p, 'worker') ? t.__('one-shot worker %1 has already taken its run', p.worker) : null,
+  one_shot_run_id: (t, p) => has(p, 'worker', 'run_id') ? t.__('one-shot worker %1 was started for run %2', p.worker, p.run_id) : null,
+  seeded_run_executing: (t, p) => has(p, 'run_id')
+    ? t.__('waiting for seeded run %1 to finish: a seeded run executes alone', p.run_id) : null,
+  waiting_for_seeded_run: (t, p) => has(p, 'run_id')
+    ? t.__('waiting for seeded run %1, which must execute alone, to start', p.run_id) : null,
+  device_reserved: (t, p) => has(p, 'device', 'run_id')
+    ? t.__('%1 is reserved for run %2, which waits ahead of this run', p.device, p.run_id) : null,
+  waiting_for_set_devices: (t, p) => has(p, 'devices')
+    ? t.__('waiting for %1: a device-set run starts when every device is free', list(p.devices)) : null,
+  waiting_to_run_alone: (t, p) => {
+    if (!has(p, 'running')) {
+      return null;
+    }
+    return Number(p.running) === 1
+      ? t.__('a seeded run executes alone: waiting for 1 run to finish')
+      : t.__('a seeded run executes alone: waiting for %1 runs to finish', p.running);
+  },
+  behind_waiting_run: (t, p) => has(p, 'run_id')
+    ? t.__('behind run %1, which waits for more than its turn', p.run_id) : null,
+  // refusals the panels' actions can meet (server/handlers.py, core/workers/access.py)
+  not_worker_owner: (t, p) => has(p, 'worker', 'action')
+    ? t.__('only an admin or %1 may %2 worker %3', p.enrolled_by ?? t.__('an admin'), p.action, p.worker) : null,
+  worker_not_found: (t, p) => has(p, 'worker') ? t.__('no worker %1', p.worker) : null,
+  unauthenticated: t => t.__('not signed in: reload the page and sign in again'),
+  forbidden: t => t.__('you are not allowed to do that on this server')
+};
+
+/** A notice in the panel's language: the catalog's template, else the server's message. */
+export function renderNotice(notice: Notice | string | null | undefined, t: Trans): string {
+  if (!notice) {
+    return '';
+  }
+  if (typeof notice === 'string') {
+    return notice;
+  }
+  const render = CATALOG[notice.code];
+  const text = render ? render(t, notice.params || {}) : null;
+  return text ?? notice.message ?? notice.code;
+}
+
+/** The error of a refused request (`{"error": {...}}`), with the failing field when it has one. */
+export function renderError(body: unknown, t: Trans, fallback: string): string {
+  const error = (body as { error?: Notice } | null)?.error;
+  if (!error || typeof error !== 'object') {
+    return fallback;
+  }
+  const text = renderNotice(error, t);
+  const field = error.params?.field;
+  return field ? t.__('%1 (field: %2)', text, field) : text;
+}

@@ -1,0 +1,175 @@
+// A run's detail (Watch, or a click on its name in the Runs panel), in the main area: status,
+// the device it ran on (requested device on hover), seed, Deterministic, Env (the first 12
+// characters of the environment digest, the whole on hover), the error, a Download CSV button,
+// and the last 200 events of its log, which keep arriving while the run is active.
+
+import { Widget } from '@lumino/widgets';
+
+import { ApiError, CodefyApi } from './api';
+import { download, h } from './dom';
+import {
+  csvFilename, devicesLabel, displayName, durationOf, formatDuration, formatLoss, formatTime, isActive, shortDigest,
+  Trans, workerLabel
+} from './format';
+import { LiveSocket } from './live';
+import { renderError, renderNotice } from './messages';
+import type { EventsFrame, Run, RunEvent } from './types';
+
+export const EVENTS_KEPT = 200;
+
+/** Keep the newest `keep` events, in seq order, without duplicates (a replay after reconnect). */
+export function mergeEvents(kept: RunEvent[], incoming: RunEvent[], keep = EVENTS_KEPT): RunEvent[] {
+  const last = kept.length ? kept[kept.length - 1].seq : 0;
+  const merged = kept.concat(incoming.filter(e => e.seq > last));
+  return merged.length > keep ? merged.slice(merged.length - keep) : merged;
+}
+
+/** One event as a line of the log: its seq, type and the payload's telling fields. */
+export function eventLine(event: RunEvent): string {
+  const p = event.payload || {};
+  const bits: string[] = [];
+  for (const key of ['node_id', 'status', 'name', 'value', 'step', 'message']) {
+    const value = p[key];
+    if (value !== undefined && value !== null && value !== '') {
+      bits.push(key === 'value' && typeof value === 'number' ? formatLoss(value) : String(value));
+    }
+  }
+  return `#${event.seq} ${event.type}${bits.length ? ' · ' + bits.join(' · ') : ''}`;
+}
+
+export class RunDetail extends Widget {
+  private run: Run | null = null;
+  private events: RunEvent[] = [];
+  private error = '';
+  private live: LiveSocket | null = null;
+  private readonly body: HTMLElement;
+
+  constructor(private readonly api: CodefyApi, private readonly trans: Trans, readonly runId: string) {
+    super();
+    this.id = `codefy-run-${runId}`;
+    this.addClass('cdf-panel');
+    this.addClass('cdf-run-detail');
+    this.title.label = trans.__('Run %1', runId.slice(0, 12));
+    this.title.closable = true;
+    this.body = h('div', { class: 'cdf-panel-body' });
+    this.node.append(this.body);
+    void this.load();
+  }
+
+  private async load(): Promise<void> {
+    try {
+      this.run = await this.api.getRun(this.runId);
+      this.title.label = displayName(this.run);
+    } catch (err) {
+      this.error = err instanceof ApiError ? renderError(err.body, this.trans, err.message) : String(err);
+      this.draw();
+      return;
+    }
+    const cursor = Math.max(0, (this.run.last_seq ?? 0) - EVENTS_KEPT);
+    this.live = new LiveSocket({
+      url: () => this.api.socketUrl(),
+      subscription: () => ({
+        type: 'subscribe', run_id: this.runId,
+        cursor: this.events.length ? this.events[this.events.length - 1].seq : cursor
+      }),
+      onEvents: frame => this.onEvents(frame),
+      onError: message => {
+        this.error = message;
+        this.draw();
+      }
+    });
+    this.draw();
+  }
+
+  private onEvents(frame: EventsFrame): void {
+    if (frame.run_id !== this.runId) {
+      return;
+    }
+    this.events = mergeEvents(this.events, frame.events);
+    const changed = this.run && this.run.status !== frame.status;
+    if (this.run) {
+      this.run.status = frame.status;
+    }
+    if (changed) {
+      void this.api.getRun(this.runId).then(run => {
+        this.run = run;
+        this.draw();
+      }).catch(() => undefined);
+    }
+    if (this.run && !isActive(frame.status)) {
+      this.live?.dispose();
+      this.live = null;
+    }
+    this.draw();
+  }
+
+  private facts(run: Run): HTMLElement {
+    const t = this.trans;
+    const requested = run.options?.requested_device;
+    const rows: [string, HTMLElement | string][] = [
+      [t.__('Status'), h('span', { class: `cdf-status cdf-${run.status}` }, run.status)],
+      [t.__('Worker'), workerLabel(run, t)],
+      [t.__('Device'), h('span', { title: requested && requested !== run.device ? t.__('requested %1', requested) : '' },
+        devicesLabel(run))],
+      [t.__('Started'), formatTime(run.started_at)],
+      [t.__('Duration'), formatDuration(durationOf(run, Date.now() / 1000))],
+      [t.__('Final loss'), formatLoss(run.final_loss?.value)]
+    ];
+    if (run.seed !== null && run.seed !== undefined) {
+      rows.push([t.__('Seed'), String(run.seed)]);
+    }
+    if (run.deterministic) {
+      rows.push([t.__('Deterministic'), t.__('yes')]);
+    }
+    if (run.fingerprint_digest) {
+      rows.push([t.__('Env'), h('span', { class: 'cdf-mono', title: run.fingerprint_digest },
+        shortDigest(run.fingerprint_digest))]);
+    }
+    if (run.status === 'queued' && run.queue_reason) {
+      rows.push([t.__('Waiting'), renderNotice(run.queue_reason, t)]);
+    }
+    return h('dl', { class: 'cdf-facts' }, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
+  }
+
+  private runError(run: Run): HTMLElement | null {
+    const error = run.error;
+    if (!error) {
+      return null;
+    }
+    const where = error.node_id ? `${String(error.node_id)}: ` : '';
+    const text = typeof error.code === 'string'
+      ? renderNotice(error as never, this.trans)
+      : `${where}${String(error.type ?? '')} ${String(error.message ?? '')}`.trim();
+    return h('div', { class: 'cdf-error cdf-run-error' }, text);
+  }
+
+  private draw(): void {
+    const t = this.trans;
+    const run = this.run;
+    this.body.replaceChildren(...[
+      h('div', { class: 'cdf-title' }, run ? displayName(run) : this.runId,
+        h('span', { class: 'cdf-sub cdf-mono' }, this.runId)),
+      this.error ? h('div', { class: 'cdf-error' }, this.error) : null,
+      run ? this.facts(run) : null,
+      run ? this.runError(run) : null,
+      run ? h('div', { class: 'cdf-toolbar' },
+        h('button', { class: 'cdf-csv', onclick: () => void this.csv() }, t.__('Download CSV'))) : null,
+      h('div', { class: 'cdf-subtitle' }, t.__('Last %1 events', EVENTS_KEPT)),
+      h('ol', { class: 'cdf-events cdf-mono' }, this.events.map(e => h('li', { dataset: { type: e.type } }, eventLine(e))))
+    ].filter((n): n is HTMLElement => n !== null));
+  }
+
+  private async csv(): Promise<void> {
+    try {
+      download(csvFilename(this.runId), await this.api.metricsCsv(this.runId));
+    } catch (err) {
+      this.error = err instanceof ApiError ? renderError(err.body, this.trans, err.message) : String(err);
+      this.draw();
+    }
+  }
+
+  dispose(): void {
+    this.live?.dispose();
+    super.dispose();
+  }
+}

@@ -1,0 +1,263 @@
+// The Runs panel (left sidebar): the newest 50 runs, newest first, with filter chips applied by
+// the server before the cut, "50 of 312" next to Refresh, Queue #N / Any queue #N with the queue
+// on hover, the queue_reason line under a waiting row, and Stop / Watch / CSV / Delete. Live: one
+// /ws/execution subscription to every run; a run that is new or changed status refreshes the list
+// (coalesced), and durations of active runs tick locally; no timer polls the server.
+
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Widget } from '@lumino/widgets';
+
+import { ApiError, CodefyApi } from './api';
+import { download, h } from './dom';
+import {
+  Action, allowedActions, budgetLabel, Chip, chipLabel, CHIPS, countLabel, csvFilename, devicesLabel, displayName,
+  durationOf, FILTERS, formatDuration, formatLoss, formatTime, isActive, queueLabel, Trans, workerLabel
+} from './format';
+import { LiveSocket } from './live';
+import { renderError, renderNotice } from './messages';
+import type { EventsFrame, Run, RunPage } from './types';
+
+export interface RunsPanelOptions {
+  api: CodefyApi;
+  trans: Trans;
+  /** open a run's detail (Watch, or a click on its name) */
+  openRun: (id: string) => void;
+}
+
+const REFRESH_COALESCE_MS = 250;
+
+export class RunsPanel extends Widget {
+  private chip: Chip = 'all';
+  private page: RunPage | null = null;
+  private error = '';
+  private statuses = new Map<string, string>();
+  private live: LiveSocket | null = null;
+  private refreshTimer: ReturnType<typeof setTimeout> | null = null;
+  private inFlight: Promise<void> | null = null;
+  private again = false;
+  private tick: ReturnType<typeof setInterval> | null = null;
+  private readonly body: HTMLElement;
+
+  constructor(private readonly options: RunsPanelOptions) {
+    super();
+    this.id = 'codefy-runs';
+    this.addClass('cdf-panel');
+    this.addClass('cdf-runs-panel');
+    this.body = h('div', { class: 'cdf-panel-body' });
+    this.node.append(this.body);
+    this.draw();
+  }
+
+  get trans(): Trans {
+    return this.options.trans;
+  }
+
+  /** Start following: the first page, then the socket (every run, batched). */
+  start(): Promise<void> {
+    if (!this.live) {
+      this.live = new LiveSocket({
+        url: () => this.options.api.socketUrl(),
+        subscription: () => ({ type: 'subscribe', all: true, batch: true }),
+        onEvents: frame => this.onEvents(frame),
+        onOpen: () => this.scheduleRefresh()
+      });
+    }
+    if (!this.tick) {
+      this.tick = setInterval(() => this.tickDurations(), 1000);
+    }
+    return this.refresh();
+  }
+
+  get runs(): Run[] {
+    return this.page?.runs ?? [];
+  }
+
+  setChip(chip: Chip): Promise<void> {
+    this.chip = chip;
+    this.draw();
+    return this.refresh();
+  }
+
+  /** Fetch the page now; a request made while one is in flight runs once after it. */
+  refresh(): Promise<void> {
+    if (this.inFlight) {
+      this.again = true;
+      return this.inFlight;
+    }
+    this.inFlight = (async () => {
+      try {
+        do {
+          this.again = false;
+          try {
+            this.page = await this.options.api.listRuns(this.chip);
+            this.error = '';
+          } catch (err) {
+            this.error = err instanceof ApiError ? renderError(err.body, this.trans, err.message) : String(err);
+          }
+          this.statuses = new Map(this.runs.map(r => [r.id, r.status]));
+          this.draw();
+        } while (this.again);
+      } finally {
+        this.inFlight = null;
+      }
+    })();
+    return this.inFlight;
+  }
+
+  private scheduleRefresh(): void {
+    if (this.refreshTimer === null) {
+      this.refreshTimer = setTimeout(() => {
+        this.refreshTimer = null;
+        void this.refresh();
+      }, REFRESH_COALESCE_MS);
+    }
+  }
+
+  /** A run that is new to the list (and the chip would list it) or changed status: re-read. */
+  private onEvents(frame: EventsFrame): void {
+    const known = this.statuses.get(frame.run_id);
+    if (known === undefined) {
+      const statuses = FILTERS[this.chip];
+      if (statuses === null || statuses.includes(frame.status)) {
+        this.scheduleRefresh();
+      }
+    } else if (known !== frame.status) {
+      this.statuses.set(frame.run_id, frame.status);
+      this.scheduleRefresh();
+    }
+  }
+
+  private tickDurations(): void {
+    if (!this.isVisible) {
+      return;
+    }
+    const now = Date.now() / 1000;
+    for (const run of this.runs) {
+      if (run.status === 'running') {
+        const cell = this.node.querySelector(`tr[data-run-id="${CSS.escape(run.id)}"] .cdf-col-duration`);
+        if (cell) {
+          cell.textContent = formatDuration(durationOf(run, now));
+        }
+      }
+    }
+  }
+
+  private async act(action: Action, run: Run): Promise<void> {
+    const t = this.trans;
+    try {
+      if (action === 'stop') {
+        await this.options.api.cancelRun(run.id);
+        this.scheduleRefresh();
+      } else if (action === 'watch') {
+        this.options.openRun(run.id);
+      } else if (action === 'csv') {
+        download(csvFilename(run.id), await this.options.api.metricsCsv(run.id));
+      } else if (action === 'delete') {
+        const answer = await showDialog({
+          title: t.__('Delete run %1?', displayName(run)),
+          body: t.__('Its metrics, event log, artifact records and captured outputs are removed; checkpoint files on disk are kept.'),
+          buttons: [Dialog.cancelButton({ label: t.__('Cancel') }), Dialog.warnButton({ label: t.__('Delete') })]
+        });
+        if (answer.button.accept) {
+          await this.options.api.deleteRun(run.id);
+          await this.refresh();
+        }
+      }
+    } catch (err) {
+      this.error = err instanceof ApiError ? renderError(err.body, t, err.message) : String(err);
+      this.draw();
+    }
+  }
+
+  private actionLabel(action: Action): string {
+    const t = this.trans;
+    return { stop: t.__('Stop'), watch: t.__('Watch'), csv: t.__('CSV'), delete: t.__('Delete') }[action];
+  }
+
+  private toolbar(): HTMLElement {
+    const t = this.trans;
+    return h('div', { class: 'cdf-toolbar' },
+      h('div', { class: 'cdf-chips' }, CHIPS.map(chip => h('button', {
+        class: 'cdf-chip' + (chip === this.chip ? ' cdf-active' : ''),
+        dataset: { filter: chip },
+        onclick: () => void this.setChip(chip)
+      }, chipLabel(chip, t)))),
+      h('span', { class: 'cdf-count', title: t.__('runs listed of the runs matching the filter') },
+        this.page ? countLabel(this.runs.length, this.page.total, t) : ''),
+      h('button', { class: 'cdf-refresh', onclick: () => void this.refresh() }, t.__('Refresh')));
+  }
+
+  private row(run: Run, odd: boolean, now: number): HTMLElement[] {
+    const t = this.trans;
+    const [queue, queueTitle] = queueLabel(run, t);
+    const loss = run.final_loss;
+    const cls = odd ? 'cdf-row cdf-odd' : 'cdf-row';
+    const cells: [string, HTMLElement | string][] = [
+      ['name', h('span', {},
+        h('a', { class: 'cdf-run-link', title: run.id, href: '#', onclick: (e: Event) => {
+          e.preventDefault();
+          this.options.openRun(run.id);
+        } }, displayName(run)),
+        h('span', { class: 'cdf-sub cdf-mono' }, run.id.slice(0, 12)))],
+      ['status', h('span', { class: `cdf-status cdf-${run.status}` }, run.status)],
+      ['worker', workerLabel(run, t)],
+      ['devices', h('span', {}, devicesLabel(run),
+        queue ? h('span', { class: 'cdf-sub cdf-queue', title: queueTitle }, queue) : null)],
+      ['budget', budgetLabel(run, t)],
+      ['started', formatTime(run.started_at)],
+      ['duration', formatDuration(durationOf(run, now))],
+      ['loss', h('span', { title: loss?.name ?? '' }, formatLoss(loss?.value))]
+    ];
+    const rows = [h('tr', { class: cls, dataset: { runId: run.id, status: run.status } },
+      cells.map(([key, content]) => h('td', { class: `cdf-col-${key}` }, content)),
+      h('td', { class: 'cdf-actions' }, allowedActions(run.status).map(action => h('button', {
+        class: action === 'stop' || action === 'delete' ? 'cdf-danger' : '',
+        dataset: { action },
+        onclick: () => void this.act(action, run)
+      }, this.actionLabel(action)))))];
+    const reason = run.status === 'queued' ? renderNotice(run.queue_reason, t) : '';
+    if (reason) {
+      rows.push(h('tr', { class: `cdf-reason-row ${odd ? 'cdf-odd' : ''}`, dataset: { runId: run.id } },
+        h('td', { class: 'cdf-reason', colspan: String(cells.length + 1) }, reason)));
+    }
+    return rows;
+  }
+
+  private table(): HTMLElement {
+    const t = this.trans;
+    if (!this.runs.length) {
+      return h('div', { class: 'cdf-empty' }, this.page ? t.__('no runs') : t.__('loading…'));
+    }
+    const now = Date.now() / 1000;
+    const headers = [t.__('Run'), t.__('Status'), t.__('Worker'), t.__('Devices'), t.__('Budget'), t.__('Started'),
+      t.__('Duration'), t.__('Final loss'), ''];
+    return h('table', { class: 'cdf-table' },
+      h('thead', {}, h('tr', {}, headers.map(label => h('th', {}, label)))),
+      h('tbody', {}, this.runs.flatMap((run, i) => this.row(run, i % 2 === 0, now))));
+  }
+
+  private draw(): void {
+    this.body.replaceChildren(...[
+      h('div', { class: 'cdf-title' }, this.trans.__('Runs')),
+      this.toolbar(),
+      this.error ? h('div', { class: 'cdf-error' }, this.error) : null,
+      h('div', { class: 'cdf-scroll' }, this.table())
+    ].filter((n): n is HTMLElement => n !== null));
+  }
+
+  /** How many listed runs are queued or running (the toast on load). */
+  activeCount(): number {
+    return this.runs.filter(r => isActive(r.status)).length;
+  }
+
+  dispose(): void {
+    this.live?.dispose();
+    if (this.tick) {
+      clearInterval(this.tick);
+    }
+    if (this.refreshTimer) {
+      clearTimeout(this.refreshTimer);
+    }
+    super.dispose();
+  }
+}
