@@ -1,0 +1,57 @@
+import { describe, expect, it } from 'vitest';
+
+import { plainTrans, Trans } from '../src/format';
+import { CATALOG, renderError, renderNotice } from '../src/messages';
+
+describe('the message catalog', () => {
+  it('renders the server\'s waiting reasons word for word in English', () => {
+    // The server's own English texts (core/scheduling/placement.py, offer_pass.py).
+    const cases: [string, Record<string, unknown>, string][] = [
+      ['worker_disconnected', { worker: 'gpu-box' }, 'waiting for worker gpu-box to reconnect'],
+      ['worker_draining', { worker: 'gpu-box' }, 'worker gpu-box is draining'],
+      ['waiting_for_offer', { devices: ['cuda'], worker: 'any', draining: ['gpu-box'] },
+        'waiting for a worker that offers cuda: gpu-box is draining'],
+      ['waiting_for_offer', { devices: ['cuda:0', 'cuda:1'], worker: 'any' },
+        'waiting for a worker that offers cuda:0, cuda:1'],
+      ['waiting_for_offer', { devices: ['cuda:0'], worker: 'box' }, 'waiting for worker box to offer cuda:0'],
+      ['seeded_run_executing', { run_id: 'r1' }, 'waiting for seeded run r1 to finish: a seeded run executes alone'],
+      ['waiting_to_run_alone', { running: 2 }, 'a seeded run executes alone: waiting for 2 runs to finish'],
+      ['waiting_to_run_alone', { running: 1 }, 'a seeded run executes alone: waiting for 1 run to finish']
+    ];
+    for (const [code, params, text] of cases) {
+      expect(renderNotice({ code, message: 'server text', params }, plainTrans)).toBe(text);
+    }
+  });
+
+  it('goes through the translator, so a language pack can translate it', () => {
+    const seen: string[] = [];
+    const upper: Trans = {
+      __: (msgid: string, ...args: unknown[]) => {
+        seen.push(msgid);
+        return plainTrans.__(msgid.toUpperCase(), ...args);
+      }
+    };
+    expect(renderNotice({ code: 'worker_draining', message: 'x', params: { worker: 'b' } }, upper)).toBe('WORKER b IS DRAINING');
+    expect(seen).toEqual(['worker %1 is draining']);
+  });
+
+  it('falls back to the server\'s message for an unknown code or missing params', () => {
+    expect(renderNotice({ code: 'new_code', message: 'as the server says' }, plainTrans)).toBe('as the server says');
+    expect(renderNotice({ code: 'worker_draining', message: 'fallback', params: {} }, plainTrans)).toBe('fallback');
+    expect(renderNotice('plain text', plainTrans)).toBe('plain text');
+    expect(renderNotice(null, plainTrans)).toBe('');
+  });
+
+  it('renders a refusal with its field', () => {
+    const body = { error: { code: 'bad', message: 'expected an integer', params: { field: 'options.seed' } } };
+    expect(renderError(body, plainTrans, 'HTTP 422')).toBe('expected an integer (field: options.seed)');
+    expect(renderError(null, plainTrans, 'HTTP 500')).toBe('HTTP 500');
+  });
+
+  it('every entry renders something with complete params', () => {
+    for (const [code, render] of Object.entries(CATALOG)) {
+      const params = { worker: 'w', devices: ['cpu'], run_id: 'r', device: 'cpu', running: 3, action: 'drain' };
+      expect(render(plainTrans, params), code).toBeTruthy();
+    }
+  });
+});
