@@ -53,6 +53,12 @@ export class WorkersPanel extends Widget {
     return this.refresh();
   }
 
+  /** Shown again (its sidebar tab clicked): read the list now rather than at the next poll. */
+  protected onAfterShow(): void {
+    this.ticks = 0;
+    void this.refresh();
+  }
+
   async refresh(): Promise<void> {
     try {
       this.listing = await this.api.listWorkers();

@@ -1,0 +1,208 @@
+"""The lab extension in a real `jupyter lab` and a real headless Chromium (Debian's
+/usr/bin/chromium through Python playwright; never a downloaded browser).
+
+One server (a temp Jupyter environment, a token, the cpu queue capped at 1 run) and one page:
+runs in progress when the page loads raise the toast; the Runs panel lists them live (the running
+one, the one queued behind it as Queue #1); Stop takes the queued one out of the line; a run
+submitted through the REST API appears and reaches succeeded without a reload; its detail shows
+its events; the Workers panel shows this server's devices and "Add worker" the exact
+`codefy agent start --control … --token …` command. Screenshots of each step go to
+tmp/artifacts/lab-panels/ (the repository's tmp/, ignored by git)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.skipif(
+    not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}: install Debian's package (apt-get install -y chromium); "
+                                         ".ci/run installs it when missing")]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "tmp" / "artifacts" / "lab-panels"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+TOKEN = "codefy-lab-e2e-token"
+QUICK = {"nodes": [{"id": "k", "type": "Float", "params": {"value": 2}},
+                   {"id": "s", "type": "Scale", "params": {"factor": 3}}],
+         "edges": [{"source": "k", "source_port": "value", "target": "s", "target_port": "x"}]}
+
+
+def nap(seconds: float) -> dict[str, Any]:
+    return {"nodes": [{"id": "nap", "type": "Sleep", "params": {"seconds": seconds}}], "edges": []}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lab:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        request = urllib.request.Request(
+            f"{self.url}codefy/api/{path}", method=method, data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            text = response.read()
+            return json.loads(text) if text else None
+
+    def submit(self, graph: dict[str, Any], name: str) -> str:
+        return self.api("POST", "runs", {"graph": graph, "name": name})["id"]
+
+    def wait_status(self, run_id: str, *statuses: str, timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.api("GET", f"runs/{run_id}")
+            if run["status"] in statuses:
+                return run
+            assert time.monotonic() < deadline, f"run {run_id} is {run['status']}, not {statuses}"
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    if not shutil.which("jupyter", path=os.path.dirname(sys.executable)) and not shutil.which("jupyter"):
+        pytest.skip("jupyter is not installed")
+    port = free_port()
+    jupyter = tmp_path / "jupyter"
+    config = jupyter / "config"
+    # No news toast in the screenshots (the announcements plugin asks on first start).
+    (config / "labconfig").mkdir(parents=True)
+    (config / "labconfig" / "page_config.json").write_text(json.dumps(
+        {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER_"))}
+    env.update(JUPYTER_CONFIG_DIR=str(config), JUPYTER_DATA_DIR=str(jupyter / "data"),
+               JUPYTER_RUNTIME_DIR=str(jupyter / "runtime"), JUPYTER_PLATFORM_DIRS="0",
+               CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU="1")
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    log = (tmp_path / "lab.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+         f"--IdentityProvider.token={TOKEN}", "--ServerApp.allow_root=True", f"--ServerApp.root_dir={root}",
+         f"--CodefyApp.data_dir={tmp_path / 'codefy'}", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         f"--LabApp.workspaces_dir={jupyter / 'workspaces'}"],
+        env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    server = Lab(f"http://127.0.0.1:{port}/")
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, (tmp_path / "lab.log").read_text()[-4000:]
+            with contextlib.suppress(OSError):
+                server.api("GET", "runs?limit=1")
+                break
+            assert time.monotonic() < deadline, (tmp_path / "lab.log").read_text()[-4000:]
+            time.sleep(0.3)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def test_runs_and_workers_panels_live(lab: Lab) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    # The cpu queue takes one run at a time: a long nap runs, a second waits behind it.
+    first = lab.submit(nap(60), "long nap")
+    lab.wait_status(first, "running")
+    second = lab.submit(nap(60), "waits its turn")
+    assert lab.api("GET", f"runs/{second}")["queue_position"] == 1
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda err: errors.append(str(err)))
+            page.goto(f"{lab.url}lab?token={TOKEN}")
+
+            # The toast on load counts the runs in progress.
+            expect(page.get_by_text("2 runs are in progress")).to_be_visible(timeout=60_000)
+
+            # Open the Runs panel from the left sidebar and give the sidebar room.
+            page.locator('.jp-SideBar li[data-id="codefy-runs"]').click()
+            runs = page.locator("#codefy-runs")
+            expect(runs).to_be_visible()
+            handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
+            box = handle.bounding_box()
+            if box:
+                page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 100)
+                page.mouse.down()
+                page.mouse.move(1100, box["y"] + 100, steps=5)
+                page.mouse.up()
+
+            row = lambda run_id: runs.locator(f'tr.cdf-row[data-run-id="{run_id}"]')  # noqa: E731
+            expect(row(first)).to_have_attribute("data-status", "running", timeout=30_000)
+            expect(row(second)).to_have_attribute("data-status", "queued")
+            expect(row(second).locator(".cdf-queue")).to_have_text("Queue #1")
+            expect(row(second).locator(".cdf-queue")).to_have_attribute("title", "cpu")
+            expect(row(second).locator(".cdf-col-worker")).to_have_text("This server")
+            expect(runs.locator(".cdf-count")).to_have_text("2 of 2")
+            runs.screenshot(path=str(ARTIFACTS / "1-runs-running-and-queued.png"))
+
+            # Stop the queued run: it leaves the line, cancelled, without a reload.
+            row(second).locator('button[data-action="stop"]').click()
+            expect(row(second)).to_have_attribute("data-status", "cancelled", timeout=30_000)
+            assert lab.api("GET", f"runs/{second}")["status"] == "cancelled"
+            expect(row(second).locator('button[data-action="delete"]')).to_be_visible()
+            # ...and the running one too, so the queue is free for the next.
+            row(first).locator('button[data-action="stop"]').click()
+            expect(row(first)).to_have_attribute("data-status", "cancelled", timeout=30_000)
+
+            # A run submitted through the REST API appears and reaches succeeded, live.
+            quick = lab.submit(QUICK, "quick float")
+            expect(row(quick)).to_be_visible(timeout=30_000)
+            expect(row(quick)).to_have_attribute("data-status", "succeeded", timeout=60_000)
+            expect(runs.locator(".cdf-count")).to_have_text("3 of 3")
+            runs.screenshot(path=str(ARTIFACTS / "2-runs-succeeded-live.png"))
+
+            # The filter chip is applied by the server: Cancelled lists the two stopped runs.
+            runs.locator('button[data-filter="cancelled"]').click()
+            expect(runs.locator(".cdf-count")).to_have_text("2 of 2")
+            expect(row(quick)).to_have_count(0)
+            runs.locator('button[data-filter="all"]').click()
+            expect(runs.locator(".cdf-count")).to_have_text("3 of 3")
+
+            # Its detail: facts and the events of its log.
+            row(quick).locator(".cdf-run-link").click()
+            detail = page.locator(f"#codefy-run-{quick}")
+            expect(detail.locator(".cdf-events li").first).to_be_visible(timeout=30_000)
+            expect(detail.locator('.cdf-events li[data-type="execution_complete"]')).to_have_count(1, timeout=30_000)
+            page.screenshot(path=str(ARTIFACTS / "3-run-detail.png"))
+
+            # The Workers panel: this server's devices, and Add worker's exact command.
+            page.locator('.jp-SideBar li[data-id="codefy-workers"]').click()
+            workers = page.locator("#codefy-workers")
+            expect(workers.locator(".cdf-local")).to_be_visible(timeout=30_000)
+            expect(workers.locator(".cdf-local")).to_contain_text("cpu")
+            workers.locator("button.cdf-add-worker").click()
+            command = workers.locator(".cdf-command")
+            expect(command).to_contain_text("codefy agent start --control", timeout=30_000)
+            text = command.inner_text()
+            assert f"--control {lab.url}" in text and "--token " in text, text
+            expect(workers.locator("button.cdf-copy")).to_be_visible()
+            workers.screenshot(path=str(ARTIFACTS / "4-workers-add-worker.png"))
+            page.screenshot(path=str(ARTIFACTS / "5-lab.png"))
+            assert not errors, errors
+        finally:
+            browser.close()
