@@ -74,8 +74,9 @@ def range_points(r: Range, kind: str, where: str, cap: int) -> list[float | int]
         elif k == r.count - 1:
             value = r.max
         else:
-            x = lo + (hi - lo) * k / (r.count - 1)
-            value = 10 ** x if r.scale == "log" else x
+            t = k / (r.count - 1)
+            x = lo * (1 - t) + hi * t  # never hi - lo, which can overflow
+            value = min(10 ** x, r.max) if r.scale == "log" else x
         value = int(round(value)) if kind == "int" else float(value)
         if value in seen:
             continue
@@ -85,6 +86,15 @@ def range_points(r: Range, kind: str, where: str, cap: int) -> list[float | int]
             raise _cap_refusal("max_sweep_domain", "distinct values", r.count if kind == "float" else len(points),
                                cap, where)
     return points
+
+
+def _checked(spec: Any, value: Any, where: str, *, node_id: str, param: str) -> Any:
+    try:
+        return checked_value(spec, value, where, node_id=node_id, param=param)
+    except OverflowError:  # an integer past a float's range, for a float parameter
+        raise BadRequest(f"{where}: {node_id}.{param}: {value} is past the range of a float",
+                         code="param_value_invalid", params={"field": where, "node_id": node_id, "param": param}
+                         ) from None
 
 
 def _key(value: Any) -> tuple[str, Any]:
@@ -100,7 +110,7 @@ def _domain(entry: ParamEntry, index: int, graph: dict[str, Any], registry: Node
         values: list[Any] = []
         seen: dict[tuple[str, Any], int] = {}
         for j, raw in enumerate(entry.values):
-            value = checked_value(spec, raw, f"{where}.values[{j}]", node_id=entry.node_id, param=entry.param)
+            value = _checked(spec, raw, f"{where}.values[{j}]", node_id=entry.node_id, param=entry.param)
             key = _key(value)
             if key in seen:
                 raise BadRequest(f"{where}.values: {raw!r} is listed twice (values[{seen[key]}] and values[{j}])",
@@ -117,7 +127,7 @@ def _domain(entry: ParamEntry, index: int, graph: dict[str, Any], registry: Node
                          params={"field": f"{where}.range", "node_id": entry.node_id, "param": entry.param})
     kind = entry.range.type or ("int" if spec.type == "int" else "float")
     points = range_points(entry.range, kind, f"{where}.range", caps.domain)
-    checked = [checked_value(spec, v, f"{where}.range", node_id=entry.node_id, param=entry.param) for v in points]
+    checked = [_checked(spec, v, f"{where}.range", node_id=entry.node_id, param=entry.param) for v in points]
     return SweptParam(entry.node_id, entry.param, tuple(checked))
 
 

@@ -26,6 +26,10 @@ DIRECTIONS = ("minimize", "maximize")
 NAME_MAX = 200  # as a run's name
 # Points one range may ask for before int rounding collapses them (the domain cap applies after).
 COUNT_MAX = 1_000_000
+# What a JSON Schema pattern's \s matches (ECMAScript's white space and line terminators): "blank"
+# means the same here as in openapi.yaml's `pattern: "\S"`.
+_BLANK = " \t\n\v\f\r\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
+         "\u2028\u2029\u202f\u205f\u3000\ufeff"
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ def _object(value: Any, path: str) -> dict[str, Any]:
 def _string(value: Any, path: str, *, blank_ok: bool = True) -> str:
     if not isinstance(value, str):
         raise SchemaError(path, f"expected a string, got {_kind(value)}")
-    if not blank_ok and not value.strip():
+    if not blank_ok and not value.strip(_BLANK):
         raise SchemaError(path, "must not be blank")
     return value
 
@@ -105,9 +109,15 @@ def _integer(value: Any, path: str, lo: int, hi: int | None = None) -> int:
 
 
 def _number(value: Any, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SchemaError(path, f"expected a finite number, got {_kind(value)}")
-    return value
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a float's range
+        raise SchemaError(path, "a number past the range of a float") from None
+    if not math.isfinite(number):
+        raise SchemaError(path, "expected a finite number")
+    return number
 
 
 def _choice(value: Any, allowed: tuple[str, ...], path: str) -> str:
