@@ -466,3 +466,46 @@ class TestSharedServer:
         code, reply = await as_user("boss", "api", "sweeps", doc["sweep_id"], "cancel", method="POST")
         assert code == 200 and reply["cancelled"] == 1
         await wait_status(jp_fetch, doc["variants"][0]["run_id"], {"cancelled"}, headers={"X-Test-User": "alice"})
+
+
+@pytest.fixture
+def aclient(jp_serverapp, jp_base_url, http_server_port, http_server):
+    from codefy_jupyter.kernel import AsyncClient, ServerInfo
+
+    info = ServerInfo(f"http://localhost:{http_server_port[-1]}{jp_base_url}", jp_serverapp.identity_provider.token,
+                      "arguments")
+    return AsyncClient(server=info)
+
+
+async def test_graph_sweep_builds_a_checked_body_the_client_follows_to_the_end(aclient):
+    from codefy_jupyter.kernel import CodefyError, Graph
+
+    g = Graph()
+    s = g.add("Score", id="s", k=2)
+    catalog = await aclient.nodes()
+    body = g.sweep({(s, "x"): [3.0, -1.0], "s.mode": ["a", "b"]}, metric="score", node=s, name="built",
+                   catalog=catalog)
+    assert body["sweep_spec"]["params"] == [{"node_id": "s", "param": "x", "values": [3.0, -1.0]},
+                                            {"node_id": "s", "param": "mode", "values": ["a", "b"]}]
+    assert body["objective"] == {"metric": "score", "direction": "minimize", "node_id": "s"}
+    for params, field in (({"s.nope": [1]}, "sweep_spec.params[0]"), ({"s.mode": ["z"]}, "sweep_spec.params[0].values[0]"),
+                          ({"s.key": ["k"]}, "sweep_spec.params[0]"), ({"t.x": [1]}, "sweep_spec.params[0]"),
+                          ({"s.x": [500]}, "sweep_spec.params[0].values[0]")):
+        with pytest.raises(CodefyError) as info:
+            g.sweep(params, metric="score", catalog=catalog)
+        assert info.value.field == field
+    created = await aclient.sweep(body)
+    docs = [d async for d in aclient.follow_sweep(created["sweep_id"], wait=5)]
+    final = docs[-1]
+    assert final["state"] == "finished" and final["name"] == "built"
+    assert [(v["index"], v["objective"]) for v in final["variants"]] == [(2, -2.0), (0, 6.0), (3, 98.0), (1, 106.0)]
+    assert len(docs) <= 12  # woken by the children's changes, not polled
+    listed = await aclient.list_sweeps()
+    assert listed["sweeps"][0]["sweep_id"] == created["sweep_id"]
+    assert "objective_metric" in await aclient.sweep_csv(created["sweep_id"])
+    again = await aclient.cancel_sweep(created["sweep_id"])
+    assert again["cancelled"] == 0 and again["already_finished"] == 4
+    with pytest.raises(CodefyError) as info:
+        await aclient.get_sweep("nope")
+    assert info.value.status == 404
+    await aclient.close()

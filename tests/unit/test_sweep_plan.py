@@ -270,3 +270,15 @@ def test_warnings_for_an_unrecorded_and_an_ambiguous_objective():
     assert table["variants"][0]["ambiguous_producers"] == ["(run)", "n"] and table["variants"][0]["rank"] is None
     assert "objective.node_id" in table["objective_warning"]
     assert results.table(SWEEP, [view(0, "queued", [])])["objective_warning"] is None
+
+
+def test_the_example_spec_plans_eight_variants_on_the_example_graph():
+    from pathlib import Path
+
+    from codefy_jupyter.engine import default_registry
+    from codefy_jupyter.kernel.client import load_sweep_spec
+
+    body = load_sweep_spec(Path(__file__).parents[2] / "examples" / "sweep_lr.json")
+    out = plan_sweep(parse_sweep(body), default_registry(), Caps(), body.get("options") or {})
+    assert len(out.combinations) == 8 and out.params[0].domain == pytest.approx((1e-4, 1e-3, 1e-2, 1e-1))
+    assert out.combinations[:2] == ((1e-4, 32), (1e-4, 128))
