@@ -509,3 +509,29 @@ async def test_graph_sweep_builds_a_checked_body_the_client_follows_to_the_end(a
         await aclient.get_sweep("nope")
     assert info.value.status == 404
     await aclient.close()
+
+
+async def test_a_submit_loop_that_breaks_part_way_fails_the_sweep_and_the_queued_children_run_on(
+        jp_fetch, jp_serverapp, monkeypatch):
+    from codefy_jupyter.core.errors import Unavailable
+
+    await call(jp_fetch, "api", "sweeps")  # the run queue is up once it has answered
+    runs = jp_serverapp.extension_manager.extension_points["codefy"].app.experiments.runs
+    real = runs.submit
+    calls = []
+
+    async def breaks_on_the_third(body, **kwargs):
+        calls.append(kwargs["links"]["sweep_variant"])
+        if len(calls) == 3:
+            raise Unavailable("the server is shutting down", code="shutting_down")
+        return await real(body, **kwargs)
+
+    monkeypatch.setattr(runs, "submit", breaks_on_the_third)
+    params = [{"node_id": "s", "param": "x", "values": [1.0, 2.0, 3.0, 4.0]}]
+    doc = await post_sweep(jp_fetch, sweep_body(params))
+    monkeypatch.undo()
+    assert doc["state"] == "failed" and "shutting down" in doc["failure"]
+    assert [(v["index"], v["run_id"] is None, v["status"]) for v in doc["variants"]][2] == (2, True, "not_submitted")
+    done = await wait_sweep(jp_fetch, doc["sweep_id"])
+    assert done["state"] == "failed" and done["counts"] == {"succeeded": 3, "not_submitted": 1}
+    assert [v["index"] for v in done["variants"] if v["rank"] is not None] == [0, 1, 3]
