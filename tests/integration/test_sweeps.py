@@ -535,3 +535,22 @@ async def test_a_submit_loop_that_breaks_part_way_fails_the_sweep_and_the_queued
     done = await wait_sweep(jp_fetch, doc["sweep_id"])
     assert done["state"] == "failed" and done["counts"] == {"succeeded": 3, "not_submitted": 1}
     assert [v["index"] for v in done["variants"] if v["rank"] is not None] == [0, 1, 3]
+
+
+async def test_a_sweep_for_any_worker_runs_here_when_no_worker_is_connected(jp_fetch):
+    doc = await post_sweep(jp_fetch, sweep_body(options={"target": {"worker": "any"}}))
+    done = await wait_sweep(jp_fetch, doc["sweep_id"])
+    assert done["counts"] == {"succeeded": 3} and done["options"]["target"] == {"worker": "any"}
+
+
+async def test_a_child_another_process_runs_is_in_neither_count(jp_fetch, jp_serverapp):
+    doc = await post_sweep(jp_fetch, sweep_body())
+    for v in doc["variants"]:
+        await wait_status(jp_fetch, v["run_id"], {"succeeded"})
+    store = jp_serverapp.extension_manager.extension_points["codefy"].app.store
+    elsewhere = doc["variants"][0]["run_id"]
+    # As a second server process on the same database would leave it: running, but not ours.
+    await store.write(lambda conn: conn.execute("UPDATE runs SET status = 'running' WHERE id = ?", (elsewhere,)))
+    code, reply = await call(jp_fetch, "api", "sweeps", doc["sweep_id"], "cancel", method="POST")
+    assert code == 200 and (reply["cancelled"], reply["already_finished"]) == (0, 2)
+    assert reply["state"] == "running" and reply["counts"] == {"running": 1, "succeeded": 2}
