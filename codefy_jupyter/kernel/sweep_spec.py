@@ -67,7 +67,8 @@ def check_entries(graph: Mapping[str, Any], entries: list[dict[str, Any]],
         params = (definitions.get(node["type"]) or {}).get("params") or {}
         spec = params.get(entry["param"])
         if spec is None:
-            raise _refuse(where, f"{node['type']} has no param {entry['param']!r} (params: {', '.join(params) or 'none'})")
+            known = ", ".join(params) or "none"
+            raise _refuse(where, f"{node['type']} has no param {entry['param']!r} (params: {known})")
         if spec.get("type") not in SWEEPABLE:
             raise _refuse(where, f"{entry['node_id']}.{entry['param']} is a {spec.get('type')} param; only "
                           f"{', '.join(SWEEPABLE)} params can be swept")

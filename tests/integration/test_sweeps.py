@@ -488,7 +488,8 @@ async def test_graph_sweep_builds_a_checked_body_the_client_follows_to_the_end(a
     assert body["sweep_spec"]["params"] == [{"node_id": "s", "param": "x", "values": [3.0, -1.0]},
                                             {"node_id": "s", "param": "mode", "values": ["a", "b"]}]
     assert body["objective"] == {"metric": "score", "direction": "minimize", "node_id": "s"}
-    for params, field in (({"s.nope": [1]}, "sweep_spec.params[0]"), ({"s.mode": ["z"]}, "sweep_spec.params[0].values[0]"),
+    for params, field in (({"s.nope": [1]}, "sweep_spec.params[0]"),
+                          ({"s.mode": ["z"]}, "sweep_spec.params[0].values[0]"),
                           ({"s.key": ["k"]}, "sweep_spec.params[0]"), ({"t.x": [1]}, "sweep_spec.params[0]"),
                           ({"s.x": [500]}, "sweep_spec.params[0].values[0]")):
         with pytest.raises(CodefyError) as info:

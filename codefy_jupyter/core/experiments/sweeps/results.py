@@ -54,7 +54,7 @@ def settled_state(state: str, statuses: Iterable[str]) -> str:
     return state
 
 
-def _params_view(params: Sequence[Mapping[str, Any]], values: Sequence[Any]) -> list[dict[str, Any]]:
+def params_view(params: Sequence[Mapping[str, Any]], values: Sequence[Any]) -> list[dict[str, Any]]:
     return [{"node_id": p["node_id"], "param": p["param"], "value": v} for p, v in zip(params, values)]
 
 
@@ -65,7 +65,7 @@ def variant_view(sweep: Mapping[str, Any], variant: Mapping[str, Any], run: Mapp
     objective = sweep["objective"]
     status = variant_status(variant, run)
     view: dict[str, Any] = {"index": variant["index"], "run_id": variant.get("run_id"), "status": status,
-                            "params": _params_view(sweep["params"], variant["params"]), "seed": variant.get("seed")}
+                            "params": params_view(sweep["params"], variant["params"]), "seed": variant.get("seed")}
     if variant.get("harvested"):
         reading = {k: variant.get(k) for k in ("objective", "objective_node_id", "ambiguous_producers",
                                                 "objective_logged", "series")}

@@ -128,7 +128,7 @@ class SweepService:
             out.append({"index": v["index"], "run_id": v["run_id"] if queued else None,
                         "status": answer["status"] if queued else results.NOT_SUBMITTED,
                         "seed": answer.get("seed") if queued else v["seed"],
-                        "params": results._params_view(swept, v["params"])})
+                        "params": results.params_view(swept, v["params"])})
         return {"sweep_id": sweep_id, "name": req.name, "state": state, "failure": failure,
                 "objective": sweep["objective"], "total_combinations": plan.total_combinations,
                 "params": swept, "variants": out}
