@@ -51,6 +51,35 @@ def load_graph(graph: dict[str, Any] | str | Path | Any) -> dict[str, Any]:
 MAX_PARENTS_SEARCHED = 5
 
 
+def load_sweep_spec(spec: dict[str, Any] | str | Path) -> dict[str, Any]:
+    """A sweep's request body: the dict itself, or read from a JSON file. A spec file may name its
+    `base_graph` by a path (relative to the spec's folder) instead of holding it."""
+    if isinstance(spec, dict):
+        return spec
+    path = Path(spec).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise not_found(path) from None
+    except OSError as err:
+        raise CodefyError(f"cannot read sweep spec {path}: {err}", code="spec_unreadable") from None
+    try:
+        body = json.loads(text)
+    except ValueError as err:
+        raise CodefyError(f"{path} is not JSON: {err}", code="invalid_spec") from None
+    if not isinstance(body, dict):
+        raise CodefyError(f"{path}: a sweep spec is a JSON object", code="invalid_spec")
+    if isinstance(body.get("base_graph"), str):
+        body = {**body, "base_graph": load_graph(path.parent / body["base_graph"])}
+    return body
+
+
+def sweep_settled(doc: dict[str, Any]) -> bool:
+    """Nothing more will change: finished or failed, and no child queued or running."""
+    counts = doc.get("counts") or {}
+    return doc.get("state") in ("finished", "failed") and not any(counts.get(s) for s in ACTIVE)
+
+
 def not_found(path: Path, cwd: Path | None = None) -> CodefyError:
     """A graph file that is not there, said with where it was looked for: a relative path is read
     from the working directory, which in a notebook kernel is the notebook's folder, not the
@@ -207,6 +236,38 @@ class AsyncClient:
         """GET codefy/api/workers: the worker agents with their devices and slots."""
         return await self._call("GET", "workers")
 
+    # -- sweeps -------------------------------------------------------------------------------
+    async def sweep(self, spec: dict[str, Any] | str | Path) -> dict[str, Any]:
+        """POST codefy/api/sweeps: start a sweep from its request body (a dict, e.g. `Graph.sweep(...)`,
+        or a JSON file); the answer names the sweep and every queued variant."""
+        return await self._call("POST", "sweeps", load_sweep_spec(spec))
+
+    async def get_sweep(self, sweep_id: str, *, wait: float = 0.0, changes: int | None = None) -> dict[str, Any]:
+        """The sweep with its variants ranked best first. With `wait`, answers once a child starts
+        or ends after the `changes` seen last (or the sweep has settled), at most `wait` s later."""
+        return await self._call("GET", f"sweeps/{sweep_id}", wait=wait or None, changes=changes,
+                                timeout=self.timeout + wait)
+
+    async def sweep_csv(self, sweep_id: str) -> str:
+        return await self._call("GET", f"sweeps/{sweep_id}", format="csv", raw=True)
+
+    async def list_sweeps(self, *, offset: int = 0, limit: int = 50) -> dict[str, Any]:
+        return await self._call("GET", "sweeps", offset=offset, limit=limit)
+
+    async def cancel_sweep(self, sweep_id: str) -> dict[str, Any]:
+        return await self._call("POST", f"sweeps/{sweep_id}/cancel")
+
+    async def follow_sweep(self, sweep_id: str, *, wait: float = 25.0) -> AsyncIterator[dict[str, Any]]:
+        """The sweep each time one of its children starts or ends (long-poll, not a read per run),
+        until it has settled: finished or failed with no child queued or running."""
+        changes: int | None = None
+        while True:
+            doc = await self.get_sweep(sweep_id, wait=wait if changes is not None else 0.0, changes=changes)
+            yield doc
+            if sweep_settled(doc):
+                return
+            changes = doc["changes"]
+
 
 class Client:
     """The synchronous client: the async one on a private event loop in a thread of its own, so
@@ -284,3 +345,28 @@ class Client:
 
     def workers(self) -> Any:
         return self._run(self._async.workers())
+
+    def sweep(self, spec: dict[str, Any] | str | Path) -> dict[str, Any]:
+        return self._run(self._async.sweep(spec))
+
+    def get_sweep(self, sweep_id: str, **kwargs: Any) -> dict[str, Any]:
+        return self._run(self._async.get_sweep(sweep_id, **kwargs))
+
+    def sweep_csv(self, sweep_id: str) -> str:
+        return self._run(self._async.sweep_csv(sweep_id))
+
+    def list_sweeps(self, **kwargs: Any) -> dict[str, Any]:
+        return self._run(self._async.list_sweeps(**kwargs))
+
+    def cancel_sweep(self, sweep_id: str) -> dict[str, Any]:
+        return self._run(self._async.cancel_sweep(sweep_id))
+
+    def wait_sweep(self, sweep_id: str) -> dict[str, Any]:
+        """Follow the sweep until it settles; its final table."""
+        agen = self._async.follow_sweep(sweep_id)
+        doc: dict[str, Any] = {}
+        while True:
+            try:
+                doc = self._run(agen.__anext__())
+            except StopAsyncIteration:
+                return doc

@@ -187,6 +187,22 @@ class Graph:
                                       "problems": problems})
         return self
 
+    def sweep(self, params: dict[Any, Any], *, metric: str, direction: str = "minimize", node: Any = None,
+              catalog: Any = None, check: bool = True, **spec: Any) -> dict[str, Any]:
+        """The body of POST codefy/api/sweeps over this graph (`Client.sweep` sends it). `params` maps
+        `(node, "param")` or `"node_id.param"` to a list of values or a range dict; `node` is the
+        objective's node. Keywords: method, samples, seed, seed_variants, name, options. With
+        `check` (the default), the graph and every entry are checked against the server's catalog
+        first (`catalog` as in `validate`), raising CodefyError naming the field."""
+        from .sweep_spec import sweep_body
+
+        definitions = None
+        if check:
+            definitions = _definitions(catalog)
+            self.validate(list(definitions.values()))
+        return sweep_body(self.to_dict(), params, metric=metric, direction=direction, node=node,
+                          definitions=definitions, **spec)
+
     # -- internals ------------------------------------------------------------------------------
     def _new_id(self, type_: str) -> str:
         base = type_.lower()

@@ -110,7 +110,12 @@ class EventLog:
         """Everything still queued for the run plus its closing event, for the caller to write in
         one transaction with the run's final status (so no reader sees one without the other).
         Events a flush already handed to the store are queued there ahead of that write: the
-        store commits writes in the order they were made."""
+        store commits writes in the order they were made. Buffered metric points are handed to the
+        store here too, ahead of that write: a reader that sees the final status sees every point
+        (a sweep harvests a finished run's objective from them)."""
+        metrics, self._metrics = self._metrics, []
+        if metrics:
+            self._store.record_metrics(metrics).add_done_callback(partial(_log_failed_metrics, len(metrics)))
         text = self._encoded(event.payload)[1]
         seq = self._next_seq[run_id]
         self._next_seq[run_id] = seq + 1

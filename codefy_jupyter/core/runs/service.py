@@ -526,6 +526,14 @@ class RunService:
                            params={"status": row["status"]})
         return await self.get(run_id)
 
+    def reachable(self, run_id: str) -> bool:
+        """Whether a cancel of `run_id` can reach it from this process: it waits in this process's
+        queue or executes under its control (a run another process started cannot be stopped here)."""
+        if self.queue.get(run_id) is not None:
+            return True
+        record = self._runs.executing(run_id)
+        return record is not None and record.handle is not None
+
     async def delete(self, run_id: str, *, user: str | None = None, admin: bool = True) -> None:
         row = await self._row(run_id)
         self._check_owner(row, user, admin, "delete")

@@ -14,6 +14,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Sequence
 
+from .sweeps import SCHEMA as SWEEP_SCHEMA
+
 Step = Sequence[str]
 
 SCHEMA_STEPS: list[Step] = [
@@ -149,6 +151,9 @@ SCHEMA_STEPS: list[Step] = [
         "CREATE INDEX runs_sweep ON runs (sweep_id) WHERE sweep_id IS NOT NULL",
         "CREATE INDEX runs_study_attempt ON runs (study_attempt_id) WHERE study_attempt_id IS NOT NULL",
     ),
+    # 5: sweeps and their variants (store/sweeps.py): a variant row keeps its child's harvested
+    # result after retention or a delete removed the run.
+    SWEEP_SCHEMA,
 ]
 
 SCHEMA_VERSION = len(SCHEMA_STEPS)
