@@ -176,6 +176,11 @@ class RunService:
         await self.workers.close()
         await self.events.close()
 
+    @property
+    def closing(self) -> bool:
+        """Shutting down: runs that end now end because of it (a study waits for the next start)."""
+        return self._closing
+
     def keep(self, task: asyncio.Future[Any]) -> None:
         """Hold a background task until it is done (and wait for it at shutdown)."""
         self._tasks.add(task)  # type: ignore[arg-type]
