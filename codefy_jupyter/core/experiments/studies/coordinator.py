@@ -11,9 +11,11 @@ repetition a new attempt (`attempt_added`). No repetition is ever submitted twic
 One asyncio lock per study serializes its decisions: a child's start or end, a cancel, a resume
 and the submit loop never interleave, so each decision reads what the previous one wrote.
 
-Test-only fault hook: with CODEFY_TEST_CRASH_AFTER_SUBMIT=N in the environment, the process exits
+Test-only fault hooks: with CODEFY_TEST_CRASH_AFTER_SUBMIT=N in the environment, the process exits
 at once (os._exit) after the N-th child's submit returned and before `attempt_submitted` is
-written: the window the stamp exists for. The crash tests set it; nothing else should.
+written: the window the stamp exists for. With CODEFY_TEST_CRASH_BEFORE_SUBMIT=N it exits after
+the N-th `attempt_submitting` is durable and before that child is submitted (no run carries the
+stamp: the attempt is lost). The crash tests set them; nothing else should.
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ from .results import study_results
 log = logging.getLogger(__name__)
 
 CRASH_AFTER_SUBMIT_ENV = "CODEFY_TEST_CRASH_AFTER_SUBMIT"
+CRASH_BEFORE_SUBMIT_ENV = "CODEFY_TEST_CRASH_BEFORE_SUBMIT"
+
+
+def _crash_hook(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value and value.isdigit() else None
 ACTIVE_RUN_STATUSES = frozenset({"queued", "running", "disconnected"})
 
 
@@ -66,9 +74,8 @@ class Coordinator:
         self._timers: dict[str, asyncio.TimerHandle] = {}  # attempt id -> max_run_seconds stop
         self._changed: dict[str, asyncio.Event] = {}  # study id -> set on its next committed change
         self._results: dict[str, tuple[int, dict[str, Any]]] = {}  # study id -> (revision, results)
-        self._submitted = 0
-        crash = os.environ.get(CRASH_AFTER_SUBMIT_ENV)
-        self._crash_after = int(crash) if crash and crash.isdigit() else None
+        self._submitting = self._submitted = 0
+        self._crash_before, self._crash_after = _crash_hook(CRASH_BEFORE_SUBMIT_ENV), _crash_hook(CRASH_AFTER_SUBMIT_ENV)
         runs.add_observer(self)
         self.store.add_prune_hook(self)
 
@@ -144,6 +151,9 @@ class Coordinator:
         study_id = study["id"]
         await self._change(study_id, db.Change(attempts={a["id"]: {"status": st.SUBMITTING}},
                                                events=[("attempt_submitting", _where(a))]))
+        self._submitting += 1
+        if self._crash_before is not None and self._submitting >= self._crash_before:
+            os._exit(17)  # test-only (see the module docstring): the stamp is written, no child exists
         graphs = self._graphs.get(study_id)
         if graphs is None:  # received by an earlier process: SECRET values are blank now
             graphs = [v["graph"] for v in await self.store.read(db.get_variants, study_id)]
