@@ -92,12 +92,12 @@ def test_schema_refusals_are_422_naming_the_field(registry, change, field):
     assert err.value.status == 422 and err.value.field == field
 
 
-def test_ops_without_a_base_graph_are_a_schema_error(registry):
+def test_ops_without_a_base_graph_are_refused(registry):
     b = body()
     del b["base_graph"]
-    with pytest.raises(SchemaError) as err:
+    with pytest.raises(BadRequest) as err:
         parse(registry, b)
-    assert err.value.field == "base_graph"
+    assert err.value.code == "base_graph_required" and err.value.params["field"] == "base_graph"
 
 
 @pytest.mark.parametrize("ops, code", [

@@ -46,6 +46,7 @@ CRASH_BEFORE_SUBMIT_ENV = "CODEFY_TEST_CRASH_BEFORE_SUBMIT"
 def _crash_hook(name: str) -> int | None:
     value = os.environ.get(name)
     return int(value) if value and value.isdigit() else None
+RUN_NAME_MAX = 200  # the run API's limit on a name
 ACTIVE_RUN_STATUSES = frozenset({"queued", "running", "disconnected"})
 
 
@@ -160,7 +161,7 @@ class Coordinator:
             self._graphs[study_id] = graphs
         labels = await self.store.read(db.get_variants, study_id)
         body = {"graph": graphs[a["variant"]],
-                "name": study_child_name(study["name"], labels[a["variant"]]["label"], a["repetition"]),
+                "name": study_child_name(study["name"], labels[a["variant"]]["label"], a["repetition"])[:RUN_NAME_MAX],
                 "options": {**study["options"], "seed": a["seed"]}}
         self._children[a["run_id"]] = study_id  # before the submit: the child may start inside it
         try:

@@ -60,6 +60,7 @@ class StudyRequest:
     budget: Budget
     resume_policy: str
     idempotency_key: str | None
+    base_graph: dict[str, Any] | None = None
     digest: str = field(default="")
 
 
@@ -95,7 +96,7 @@ def _seconds(value: Any, path: str) -> float:
 
 def _text(value: Any, path: str, limit: int, *, empty: bool = True) -> str:
     _type(value, (str,), path, "a string")
-    if not empty and not value.strip():
+    if not empty and not value:
         raise SchemaError(path, "must not be empty")
     if len(value) > limit:
         raise SchemaError(path, f"at most {limit} characters")
@@ -163,7 +164,8 @@ def _variant_shapes(raw: Any, has_base: bool) -> list[dict[str, Any]]:
             continue
         _type(entry["ops"], (list,), f"{where}.ops", "a list")
         if not has_base:
-            raise SchemaError("base_graph", f"required: {where} applies ops to it")
+            raise BadRequest(f"base_graph is required: {where} applies ops to it", code="base_graph_required",
+                             params={"field": "base_graph", "variant": i})
         for j, op in enumerate(entry["ops"]):
             _type(op, (dict,), f"{where}.ops[{j}]", "an object")
             _keys(op, ("node_id", "param", "value"), f"{where}.ops[{j}]")
@@ -215,23 +217,41 @@ def parse_study(body: Any, *, registry: Any, max_variants: int, header_key: str 
         for j, op in enumerate(entry["ops"]):
             where = f"variants[{i}].ops[{j}]"
             spec = settable_param(base, registry, op["node_id"], op["param"], where)
+            _check_params_object(base, op["node_id"], where)
             values[(op["node_id"], op["param"])] = checked_value(spec, op["value"], where, node_id=op["node_id"],
                                                                  param=op["param"])
         variants.append(Variant(label, with_params(base, values) if values else base, list(entry["ops"])))
     check_budget_covers(budget, len(variants) * repetitions)
-    request = StudyRequest(name, objective, variants, repetitions, seed, options, budget, policy, key)
+    request = StudyRequest(name, objective, variants, repetitions, seed, options, budget, policy, key, base)
     blanked = {k: v for k, v in body.items() if k != "idempotency_key"}
     if base is not None:
-        blanked["base_graph"] = strip_secrets(base, registry)
-    blanked["variants"] = [{**v, "graph": strip_secrets(v["graph"], registry)} if "graph" in v else v
+        blanked["base_graph"] = blank_secrets(base, registry)
+    blanked["variants"] = [{**v, "graph": blank_secrets(v["graph"], registry)} if "graph" in v else v
                            for v in raw_variants]
     return StudyRequest(**{**request.__dict__, "digest": request_digest(blanked)})
+
+
+def blank_secrets(graph: dict[str, Any], registry: Any) -> dict[str, Any]:
+    """`strip_secrets` for a graph not validated yet (the digest is taken before the graphs are
+    checked): nodes or params of the wrong shape are left as they are, for the check to refuse."""
+    nodes = graph.get("nodes")
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) and isinstance(n.get("params") or {}, dict)
+                                              and isinstance(n.get("type"), (str, type(None))) for n in nodes):
+        return graph
+    return strip_secrets(graph, registry)
+
+
+def _check_params_object(graph: dict[str, Any], node_id: str, where: str) -> None:
+    node = next(n for n in graph["nodes"] if isinstance(n, dict) and n.get("id") == node_id)
+    if not isinstance(node.get("params") or {}, dict):
+        raise BadRequest(f"{where}: node {node_id!r} of base_graph has params that are not an object",
+                         code="invalid_graph", params={"field": "base_graph", "node_id": node_id})
 
 
 def _idempotency_key(body_key: Any, header_key: str | None) -> str | None:
     if body_key is not None:
         _text(body_key, "idempotency_key", KEY_MAX, empty=False)
-    if header_key is not None and (not header_key.strip() or len(header_key) > KEY_MAX):
+    if header_key is not None and (not header_key or len(header_key) > KEY_MAX):
         raise SchemaError("Idempotency-Key", f"must be 1 to {KEY_MAX} characters")
     if body_key is not None and header_key is not None and body_key != header_key:
         raise BadRequest("the Idempotency-Key header and the body's idempotency_key differ",

@@ -20,6 +20,7 @@ from .views import study_csv, study_view, summary
 EVENTS_PAGE = 500
 WAIT_MAX_S = 60.0
 LIST_LIMIT = 50
+INT64_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset or cursor cannot even be bound
 
 
 class StudyService(Coordinator):
@@ -44,13 +45,20 @@ class StudyService(Coordinator):
                 return False, await self._same_request(found[0], found[1], req.digest)
         # Only now the children's shared options and each variant's graph, as a submit would check
         # them: a retry with the same key must get its study (or 409) before any of this.
+        graphs = [("base_graph", req.base_graph)] if req.base_graph is not None else []
         for i, variant in enumerate(req.variants):
+            graphs.append((f"variants[{i}].graph", variant.graph))
+        for where, graph in graphs:
             try:
-                await self.runs.preflight({"graph": variant.graph, "options": {**req.options, "seed": 0}})
+                await self.runs.preflight({"graph": graph, "options": {**req.options, "seed": 0}})
             except ServiceError as err:
-                field = err.params.get("field") if isinstance(err.params, dict) else None
-                if isinstance(field, str) and field.startswith("graph") or field is None:
-                    err.params = {**(err.params or {}), "field": f"variants[{i}].graph", "variant": i}
+                # The graph is the run's `graph`: name the study's field instead.
+                field = err.params.get("field")
+                if field is None or (isinstance(field, str) and field.startswith("graph")):
+                    named = where + (field or "graph")[len("graph"):]
+                    err.params = {**err.params, "field": named}
+                    if isinstance(err, SchemaError):
+                        err.field = named
                 raise
         study_id = new_id()
         now = self.clock()
@@ -106,15 +114,15 @@ class StudyService(Coordinator):
             if s not in st.STATUSES:
                 raise BadRequest(f"unknown status {s!r}", code="invalid_status",
                                  params={"field": "status", "allowed": list(st.STATUSES)})
-        if offset < 0 or not 1 <= limit <= 500:
+        if not 0 <= offset <= INT64_MAX or not 1 <= limit <= 500:
             raise BadRequest("offset must be >= 0 and limit from 1 to 500", code="invalid_page",
-                             params={"field": "offset" if offset < 0 else "limit"})
+                             params={"field": "limit" if 0 <= offset <= INT64_MAX else "offset"})
         rows = await self.store.read(db.list_studies, status, offset, limit)
         return {"studies": [summary(r) for r in rows], "offset": offset, "limit": limit}
 
     async def events(self, study_id: str, cursor: int = 0, wait: float = 0.0) -> dict[str, Any]:
-        if cursor < 0:
-            raise BadRequest("cursor must not be negative", code="invalid_cursor", params={"field": "cursor"})
+        if not 0 <= cursor <= INT64_MAX:
+            raise BadRequest("cursor must be from 0 to 2^63-1", code="invalid_cursor", params={"field": "cursor"})
         if not 0 <= wait <= WAIT_MAX_S:
             raise BadRequest(f"wait must be from 0 to {WAIT_MAX_S:g} seconds", code="invalid_wait",
                              params={"field": "wait"})
@@ -213,6 +221,8 @@ def _command_body(body: Any, extra: tuple[str, ...]) -> int | None:
     expected = body.get("expected_revision")
     if expected is None:
         return None
+    if isinstance(expected, float) and expected.is_integer():
+        expected = int(expected)
     if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
         raise SchemaError("expected_revision", "expected a non-negative integer")
     return expected
