@@ -368,3 +368,19 @@ async def test_max_runs_counts_retries_and_a_used_up_budget_cannot_resume(jp_fet
     done = await wait_study(jp_fetch, sid, {"succeeded"})
     assert done["variants"][1]["repetitions"][0]["current"]["status"] == "timed_out"
     assert [a["status"] for a in done["variants"][1]["attempts"]] == ["cancelled", "timed_out"]
+
+
+async def test_max_active_seconds_stops_running_children_and_halts(jp_fetch):
+    test_nodes()
+    code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=30), repetitions=2,
+                                                        variants=[{"label": "only", "ops": []}],
+                                                        budget={"max_active_seconds": 0.4}))
+    halted = await wait_study(jp_fetch, study["id"], {"halted"}, timeout=30)
+    stopped = halted["variants"][0]["repetitions"][0]["current"]
+    assert stopped["status"] == "cancelled" and stopped["stop_reason"] == "max_active_seconds"
+    assert halted["halt"]["budget"] == "max_active_seconds" and halted["counts"]["pending"] == 1
+    code, page = await call(jp_fetch, "api", "studies", study["id"], "events")
+    types = [e["type"] for e in page["events"]]
+    assert "attempt_stop_requested" in types and types[-1] == "study_halted"
+    code, cancelled = await call(jp_fetch, "api", "studies", study["id"], "cancel", method="POST")
+    assert code == 200 and cancelled["status"] == "cancelled" and cancelled["cancelled_runs"] == []

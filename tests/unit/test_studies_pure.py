@@ -345,3 +345,10 @@ def test_an_idempotency_key_holds_one_study_and_a_refused_insert_leaves_nothing(
         make(conn, "s1")  # the same id again: the whole insert rolls back
     assert [r[0] for r in conn.execute("SELECT id FROM study_attempts")] == ["s1-a"]
     assert len(db.events_after(conn, "s1", 0, 10)) == 1
+
+
+def test_a_repetition_a_budget_stopped_halts_the_study_when_nothing_else_is_left():
+    attempts = attempts_for(1, 1, v0r0="cancelled")
+    attempts[0].update(started_at=0.0, finished_at=5.0)
+    assert plan.decide(Budget(max_active_seconds=4), attempts, 9).halt == {
+        "budget": "max_active_seconds", "limit": 4, "used": 5.0}

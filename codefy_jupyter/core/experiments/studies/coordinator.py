@@ -33,7 +33,7 @@ from ...store import studies as db
 from ..children import study_child_name
 from . import state as st
 from .evidence import evidence
-from .plan import current_attempts, decide, to_retry, would_halt_at_once
+from .plan import active_seconds, current_attempts, decide, to_retry, would_halt_at_once
 from .request import Budget
 from .results import study_results
 
@@ -73,6 +73,7 @@ class Coordinator:
         self._graphs: dict[str, list[dict[str, Any]]] = {}  # SECRET values included: memory only
         self._children: dict[str, str] = {}  # child run id -> study id
         self._timers: dict[str, asyncio.TimerHandle] = {}  # attempt id -> max_run_seconds stop
+        self._active_timers: dict[str, asyncio.TimerHandle] = {}  # study id -> max_active_seconds check
         self._changed: dict[str, asyncio.Event] = {}  # study id -> set on its next committed change
         self._results: dict[str, tuple[int, dict[str, Any]]] = {}  # study id -> (revision, results)
         self._submitting = self._submitted = 0
@@ -214,25 +215,71 @@ class Coordinator:
                                                                          "started_at": self.clock()}},
                                                    events=[("attempt_started", _where(a))]))
             study = await self.store.read(db.get_study, study_id)
-            limit = study["budget"].get("max_run_seconds")
-            if limit is not None:
-                loop = asyncio.get_running_loop()
-                self._timers[a["id"]] = loop.call_later(limit, lambda: self.runs.keep(
-                    loop.create_task(self._stop_for_budget(study_id, a, "max_run_seconds", limit))))
+            self._arm_run_timer(study, a, 0.0)
+            await self._arm_active_timer(study)
 
-    async def _stop_for_budget(self, study_id: str, a: Mapping[str, Any], budget: str, limit: float) -> None:
+    def _arm_run_timer(self, study: Mapping[str, Any], a: Mapping[str, Any], elapsed: float) -> None:
+        """max_run_seconds: stop the child once it has executed that long."""
+        limit = study["budget"].get("max_run_seconds")
+        if limit is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._timers[a["id"]] = loop.call_later(max(0.0, limit - elapsed), lambda: self.runs.keep(
+            loop.create_task(self._stop_for_budget(study["id"], [a], "max_run_seconds", limit))))
+
+    async def _arm_active_timer(self, study: Mapping[str, Any]) -> None:
+        """max_active_seconds: look again when the running children would use up what is left
+        (the sum grows as fast as the number of children running)."""
+        limit = study["budget"].get("max_active_seconds")
+        if limit is None:
+            return
+        study_id = study["id"]
+        old = self._active_timers.pop(study_id, None)
+        if old is not None:
+            old.cancel()
+        attempts = await self._attempts(study_id)
+        running = [a for a in current_attempts(attempts).values() if a["status"] == st.A_RUNNING]
+        if not running:
+            return
+        left = limit - active_seconds(attempts, self.clock())
+        loop = asyncio.get_running_loop()
+        self._active_timers[study_id] = loop.call_later(max(0.0, left / len(running)) + 0.01, lambda: self.runs.keep(
+            loop.create_task(self._check_active(study_id))))
+
+    async def _check_active(self, study_id: str) -> None:
         async with self.lock(study_id):
-            self._timers.pop(a["id"], None)
-            current = await self._attempt_of(study_id, a["run_id"])
-            if current is None or current["status"] not in st.IN_FLIGHT:
+            self._active_timers.pop(study_id, None)
+            study = await self.store.read(db.get_study, study_id)
+            limit = study["budget"].get("max_active_seconds")
+            if study["status"] != st.RUNNING or limit is None:
                 return
-            await self._change(study_id, db.Change(
-                attempts={a["id"]: {"stop_reason": budget}},
-                events=[("attempt_stop_requested", {**_where(a), "budget": budget, "limit": limit})]))
-        try:
-            await self.runs.cancel(a["run_id"])
-        except ServiceError:
-            pass  # it ended meanwhile: its ending is recorded as it came
+            attempts = await self._attempts(study_id)
+            if active_seconds(attempts, self.clock()) < limit:
+                await self._arm_active_timer(study)
+                return
+            running = [a for a in current_attempts(attempts).values()
+                       if a["status"] in st.IN_FLIGHT and a["stop_reason"] is None]
+        await self._stop_for_budget(study_id, running, "max_active_seconds", limit)
+
+    async def _stop_for_budget(self, study_id: str, attempts: list[Mapping[str, Any]], budget: str,
+                               limit: float) -> None:
+        stopping = []
+        async with self.lock(study_id):
+            for a in attempts:
+                if budget == "max_run_seconds":
+                    self._timers.pop(a["id"], None)
+                current = await self._attempt_of(study_id, a["run_id"])
+                if current is None or current["status"] not in st.IN_FLIGHT or current["stop_reason"] is not None:
+                    continue
+                await self._change(study_id, db.Change(
+                    attempts={a["id"]: {"stop_reason": budget}},
+                    events=[("attempt_stop_requested", {**_where(a), "budget": budget, "limit": limit})]))
+                stopping.append(a["run_id"])
+        for run_id in stopping:
+            try:
+                await self.runs.cancel(run_id)
+            except ServiceError:
+                pass  # it ended meanwhile: its ending is recorded as it came
 
     async def _finished(self, study_id: str, run_id: str, run_status: str) -> None:
         async with self.lock(study_id):
@@ -349,6 +396,8 @@ class Coordinator:
             if run["status"] in ACTIVE_RUN_STATUSES:  # taken over from a worker: it runs on
                 self._children[a["run_id"]] = study_id
                 adopted.append(a["run_id"])
+                if a["started_at"] is not None:
+                    self._arm_run_timer(study, a, now - a["started_at"])
                 change.attempts[a["id"]] = {"status": st.A_RUNNING if run["status"] != "queued" else st.A_QUEUED}
                 continue
             status = st.attempt_status_of_run(run["status"], a["stop_reason"])

@@ -77,7 +77,11 @@ def decide(budget: Budget, attempts: list[Mapping[str, Any]], now: float) -> Dec
                      key=lambda key: (key[1], key[0]))
     in_flight = sum(1 for a in current.values() if a["status"] in st.IN_FLIGHT)
     if not pending:
-        return Decision(done=in_flight == 0 and all(a["status"] in st.RESULTS for a in current.values()))
+        if in_flight or all(a["status"] in st.RESULTS for a in current.values()):
+            return Decision(done=in_flight == 0)
+        # Nothing left to submit, yet a repetition has no result: a budget stopped its child
+        # (max_active_seconds). The study halts on that budget; a resume retries the repetition.
+        return Decision(halt=exhausted_budget(budget, attempts, now))
     used_runs = runs_used(attempts)
     if budget.max_runs is not None and used_runs >= budget.max_runs:
         return Decision(halt=None if in_flight else
@@ -93,13 +97,8 @@ def decide(budget: Budget, attempts: list[Mapping[str, Any]], now: float) -> Dec
     return Decision(submit=pending[:max(0, room)])
 
 
-def would_halt_at_once(budget: Budget, attempts: list[Mapping[str, Any]], now: float, retried: int) -> dict[str, Any] | None:
-    """For a resume: the halt a study with `retried` more pending repetitions would meet before
-    submitting anything (its budget is used up), or None."""
-    current = current_attempts(attempts)
-    pending = retried + sum(1 for a in current.values() if a["status"] == st.PENDING)
-    if not pending:
-        return None
+def exhausted_budget(budget: Budget, attempts: list[Mapping[str, Any]], now: float) -> dict[str, Any] | None:
+    """{budget, limit, used} of the first budget used up, or None."""
     used_runs = runs_used(attempts)
     if budget.max_runs is not None and used_runs >= budget.max_runs:
         return {"budget": "max_runs", "limit": budget.max_runs, "used": used_runs}
@@ -107,6 +106,16 @@ def would_halt_at_once(budget: Budget, attempts: list[Mapping[str, Any]], now: f
     if budget.max_active_seconds is not None and seconds >= budget.max_active_seconds:
         return {"budget": "max_active_seconds", "limit": budget.max_active_seconds, "used": round(seconds, 3)}
     return None
+
+
+def would_halt_at_once(budget: Budget, attempts: list[Mapping[str, Any]], now: float, retried: int) -> dict[str, Any] | None:
+    """For a resume: the halt a study with `retried` more pending repetitions would meet before
+    submitting anything (its budget is used up), or None."""
+    current = current_attempts(attempts)
+    pending = retried + sum(1 for a in current.values() if a["status"] == st.PENDING)
+    if not pending:
+        return None
+    return exhausted_budget(budget, attempts, now)
 
 
 def to_retry(attempts: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
