@@ -109,7 +109,7 @@ async def test_a_study_runs_every_repetition_once_and_ranks_its_variants(jp_fetc
     assert revisions == sorted(revisions) and revisions[-1] == done["revision"]
 
 
-def test_nodes():
+def register_probe_node():
     """Test-only nodes in the server's registry: one with a SECRET parameter that logs a value
     depending on its seed, and a slow one that checks for cancels."""
     from codefy_jupyter.engine import default_registry, param
@@ -152,7 +152,7 @@ async def runs_of(jp_fetch, study_id):
 
 
 async def test_idempotency_by_header_or_body_and_secrets_blanked(jp_fetch):
-    test_nodes()
+    register_probe_node()
     body = probe_spec(base_graph=probe(key="first-secret"))
     code, first = await post_study(jp_fetch, body, headers={"Idempotency-Key": "k-1"})
     assert code == 201 and first["created"] and first["idempotency_key"] == "k-1"
@@ -198,7 +198,7 @@ async def test_idempotency_by_header_or_body_and_secrets_blanked(jp_fetch):
      "variants[0].graph"),
 ])
 async def test_every_refusal_leaves_nothing_behind(jp_fetch, change, status, code_, field):
-    test_nodes()
+    register_probe_node()
     code, err = await post_study(jp_fetch, probe_spec(**change))
     assert code == status, err
     if code_ is not None:
@@ -212,7 +212,7 @@ async def test_every_refusal_leaves_nothing_behind(jp_fetch, change, status, cod
 
 
 async def test_cancel_then_resume_keeps_results_and_retries_with_the_same_seed(jp_fetch):
-    test_nodes()
+    register_probe_node()
     code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=30)))
     assert code == 201
     sid = study["id"]
@@ -247,7 +247,7 @@ async def test_cancel_then_resume_keeps_results_and_retries_with_the_same_seed(j
 
 
 async def test_a_succeeded_study_cannot_be_cancelled_and_csv_and_list(jp_fetch):
-    test_nodes()
+    register_probe_node()
     code, study = await post_study(jp_fetch, probe_spec())
     done = await wait_study(jp_fetch, study["id"], {"succeeded"})
     code, err = await call(jp_fetch, "api", "studies", study["id"], "cancel", method="POST")
@@ -273,7 +273,7 @@ async def test_a_succeeded_study_cannot_be_cancelled_and_csv_and_list(jp_fetch):
 
 
 async def test_a_child_cancelled_directly_interrupts_its_study(jp_fetch):
-    test_nodes()
+    register_probe_node()
     code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=30)))
     sid = study["id"]
     deadline = asyncio.get_running_loop().time() + 30
@@ -292,7 +292,7 @@ async def test_a_child_cancelled_directly_interrupts_its_study(jp_fetch):
 
 
 async def test_budgets_time_out_a_child_and_halt_a_study_that_a_raised_budget_resumes(jp_fetch):
-    test_nodes()
+    register_probe_node()
     # max_run_seconds: the slow variant's repetitions end timed_out, the study goes on.
     code, study = await post_study(jp_fetch, probe_spec(
         variants=[{"label": "fast", "ops": []},
@@ -325,7 +325,7 @@ async def test_budgets_time_out_a_child_and_halt_a_study_that_a_raised_budget_re
 
 
 async def test_events_long_poll_while_the_study_is_active(jp_fetch):
-    test_nodes()
+    register_probe_node()
     code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=0.5), repetitions=1,
                                                         variants=[{"label": "only", "ops": []}]))
     code, page = await call(jp_fetch, "api", "studies", study["id"], "events")
@@ -345,7 +345,7 @@ async def test_events_long_poll_while_the_study_is_active(jp_fetch):
 
 
 async def test_max_runs_counts_retries_and_a_used_up_budget_cannot_resume(jp_fetch):
-    test_nodes()
+    register_probe_node()
     code, study = await post_study(jp_fetch, probe_spec(
         variants=[{"label": "fast", "ops": []},
                   {"label": "slow", "ops": [{"node_id": "p", "param": "seconds", "value": 30}]}],
@@ -371,7 +371,7 @@ async def test_max_runs_counts_retries_and_a_used_up_budget_cannot_resume(jp_fet
 
 
 async def test_max_active_seconds_stops_running_children_and_halts(jp_fetch):
-    test_nodes()
+    register_probe_node()
     code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=30), repetitions=2,
                                                         variants=[{"label": "only", "ops": []}],
                                                         budget={"max_active_seconds": 0.4}))

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from test_studies import call, post_study, probe, probe_spec, test_nodes, wait_study
+from test_studies import call, post_study, probe, probe_spec, register_probe_node, wait_study
 
 
 def _config(tmp_path, **codefy):
@@ -21,7 +21,7 @@ class TestRetention:
         return _config(tmp_path, run_retention_keep_last=0)
 
     async def test_values_and_ranks_survive_the_children_being_pruned(self, jp_fetch):
-        test_nodes()
+        register_probe_node()
         code, study = await post_study(jp_fetch, probe_spec())
         assert code == 201, study
         done = await wait_study(jp_fetch, study["id"], {"succeeded"})
@@ -46,7 +46,7 @@ class TestSharedServer:
         return config
 
     async def test_only_the_owner_or_an_admin_may_cancel_or_resume(self, jp_fetch):
-        test_nodes()
+        register_probe_node()
 
         async def as_user(user, *path, **kw):
             return await call(jp_fetch, *path, headers={"X-Test-User": user}, **kw)

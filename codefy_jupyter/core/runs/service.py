@@ -510,6 +510,9 @@ class RunService:
     async def _retention(self) -> None:
         """Keep the newest finished runs; a pruned run's files go too (checkpoints, logs), except
         the checkpoints of a run that ended interrupted: they are its resume point."""
+        # Prune hooks harvest results from the runs' metric points, which are flushed apart from
+        # the closing write: make them durable first.
+        await self.events.flush()
         pruned = await self.store.prune_finished(self.settings.run_retention_keep_last)
         for item in pruned:
             self.events.forget(item.run["id"])
