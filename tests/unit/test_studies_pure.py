@@ -5,13 +5,12 @@ one-transaction writes and gapless audit log."""
 from __future__ import annotations
 
 import sqlite3
-from functools import partial
 
 import pytest
 
 from codefy_jupyter.core.errors import BadRequest, Conflict, SchemaError
 from codefy_jupyter.core.experiments.studies import plan, state as st
-from codefy_jupyter.core.experiments.studies.request import Budget, parse_budget, parse_study, seed_of
+from codefy_jupyter.core.experiments.studies.request import Budget, parse_study, seed_of
 from codefy_jupyter.core.experiments.studies.results import study_results
 from codefy_jupyter.core.store import studies as db
 from codefy_jupyter.core.store.migrations import migrate
@@ -43,7 +42,8 @@ OBJECTIVE = {"node_id": "n", "metric": "loss", "direction": "minimize"}
 
 def body(**extra):
     b = {"objective": OBJECTIVE, "base_graph": BASE,
-         "variants": [{"label": "a", "ops": []}, {"label": "b", "ops": [{"node_id": "n", "param": "value", "value": 2}]}],
+         "variants": [{"label": "a", "ops": []},
+                      {"label": "b", "ops": [{"node_id": "n", "param": "value", "value": 2}]}],
          "repetitions": 2, "seed": 5}
     b.update(extra)
     return b

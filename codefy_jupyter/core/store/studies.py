@@ -147,7 +147,8 @@ def get_study(conn: sqlite3.Connection, study_id: str) -> dict[str, Any] | None:
     return _study(row) if row else None
 
 
-def list_studies(conn: sqlite3.Connection, statuses: Sequence[str] | None, offset: int, limit: int) -> list[dict[str, Any]]:
+def list_studies(conn: sqlite3.Connection, statuses: Sequence[str] | None, offset: int,
+                 limit: int) -> list[dict[str, Any]]:
     where, args = "", []
     if statuses:
         where = f"WHERE status IN ({', '.join('?' * len(statuses))})"

@@ -77,7 +77,8 @@ class Coordinator:
         self._changed: dict[str, asyncio.Event] = {}  # study id -> set on its next committed change
         self._results: dict[str, tuple[int, dict[str, Any]]] = {}  # study id -> (revision, results)
         self._submitting = self._submitted = 0
-        self._crash_before, self._crash_after = _crash_hook(CRASH_BEFORE_SUBMIT_ENV), _crash_hook(CRASH_AFTER_SUBMIT_ENV)
+        self._crash_before = _crash_hook(CRASH_BEFORE_SUBMIT_ENV)
+        self._crash_after = _crash_hook(CRASH_AFTER_SUBMIT_ENV)
         runs.add_observer(self)
         self.store.add_prune_hook(self)
 
@@ -389,7 +390,8 @@ class Coordinator:
                 again = new_attempt(study_id, a["variant"], a["repetition"], a["attempt"] + 1, a["seed"], now)
                 change.attempts[a["id"]] = {"status": st.LOST}
                 change.new_attempts.append(again)
-                change.events += [("attempt_lost", _where(a)), ("attempt_added", {**_where(again), "replaces": a["id"]})]
+                change.events += [("attempt_lost", _where(a)),
+                                  ("attempt_added", {**_where(again), "replaces": a["id"]})]
                 continue
             if a["status"] == st.SUBMITTING:
                 change.events.append(("attempt_relinked", {**_where(a), "run_status": run["status"]}))

@@ -9,7 +9,8 @@ from typing import Any, Iterable, Mapping
 from ..objective import final_metrics, read_objective
 
 
-def evidence(run: Mapping[str, Any], points: Iterable[Mapping[str, Any]], objective: Mapping[str, str]) -> dict[str, Any]:
+def evidence(run: Mapping[str, Any], points: Iterable[Mapping[str, Any]],
+             objective: Mapping[str, str]) -> dict[str, Any]:
     points = list(points)
     reading = read_objective(points, objective["metric"], objective["node_id"])
     return {

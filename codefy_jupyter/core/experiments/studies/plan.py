@@ -108,7 +108,8 @@ def exhausted_budget(budget: Budget, attempts: list[Mapping[str, Any]], now: flo
     return None
 
 
-def would_halt_at_once(budget: Budget, attempts: list[Mapping[str, Any]], now: float, retried: int) -> dict[str, Any] | None:
+def would_halt_at_once(budget: Budget, attempts: list[Mapping[str, Any]], now: float,
+                       retried: int) -> dict[str, Any] | None:
     """For a resume: the halt a study with `retried` more pending repetitions would meet before
     submitting anything (its budget is used up), or None."""
     current = current_attempts(attempts)
