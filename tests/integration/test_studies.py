@@ -124,6 +124,7 @@ def register_probe_node():
                 ctx.check_cancelled()
                 _time.sleep(0.02)
             ctx.log_metric("score", value + (ctx.seed or 0) % 3, step=1)
+            ctx.log_metric("key_len", len(key), step=1)  # the child saw its SECRET value
             return {}
 
 
@@ -150,7 +151,7 @@ async def runs_of(jp_fetch, study_id):
     return [r for r in page["runs"] if r.get("study_id") == study_id]
 
 
-async def test_idempotency_by_header_or_body_and_secrets_blanked(jp_fetch):
+async def test_idempotency_by_header_or_body_and_secrets_blanked(jp_fetch, tmp_path):
     register_probe_node()
     body = probe_spec(base_graph=probe(key="first-secret"))
     code, first = await post_study(jp_fetch, body, headers={"Idempotency-Key": "k-1"})
@@ -172,9 +173,13 @@ async def test_idempotency_by_header_or_body_and_secrets_blanked(jp_fetch):
     assert code == 409, err
     code, err = await post_study(jp_fetch, {**body, "idempotency_key": "a"}, headers={"Idempotency-Key": "b"})
     assert code == 400 and err["error"]["code"] == "idempotency_key_mismatch"
-    # The stored graphs carry no secret; the children ran with it.
-    assert "first-secret" not in json.dumps(done)
+    # The children ran with the secret; the database never saw it.
     assert all(v["eligible"] for v in done["variants"])
+    assert {rep["current"]["final_metrics"]["key_len"] for v in done["variants"] for rep in v["repetitions"]} == {
+        len("first-secret")}
+    database = (tmp_path / "codefy" / "codefy.sqlite").read_bytes()
+    wal = tmp_path / "codefy" / "codefy.sqlite-wal"
+    assert b"first-secret" not in database + (wal.read_bytes() if wal.exists() else b"")
 
 
 @pytest.mark.parametrize("change, status, code_, field", [

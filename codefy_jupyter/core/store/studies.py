@@ -176,6 +176,12 @@ def get_attempts(conn: sqlite3.Connection, study_id: str) -> list[dict[str, Any]
         " ORDER BY variant, repetition, attempt", (study_id,))]
 
 
+def attempt_by_run(conn: sqlite3.Connection, run_id: str) -> dict[str, Any] | None:
+    row = conn.execute(f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM study_attempts WHERE run_id = ?",
+                       (run_id,)).fetchone()
+    return _attempt(row) if row else None
+
+
 def study_bundle(conn: sqlite3.Connection, study_id: str) -> dict[str, Any] | None:
     """The study with its variants, attempts and its children's live run columns, read together."""
     study = get_study(conn, study_id)

@@ -205,7 +205,8 @@ class Coordinator:
             self.runs.keep(asyncio.get_running_loop().create_task(self._finished(study_id, run_id, status)))
 
     async def _attempt_of(self, study_id: str, run_id: str) -> dict[str, Any] | None:
-        return next((a for a in await self._attempts(study_id) if a["run_id"] == run_id), None)
+        a = await self.store.read(db.attempt_by_run, run_id)
+        return a if a is not None and a["study_id"] == study_id else None
 
     async def _started(self, study_id: str, run_id: str) -> None:
         async with self.lock(study_id):
