@@ -1,4 +1,5 @@
 """Exactly-once repetitions across crashes, on a real control plane (`codefy start`) killed hard.
+A study whose child runs on a real worker agent is taken over, not settled, across a kill.
 
 The process dies at several points of a study of tiny seeded graphs that log a metric: between a
 child's submit and its record (the test-only CODEFY_TEST_CRASH_AFTER_SUBMIT hook exits the process
@@ -196,3 +197,41 @@ def test_an_auto_study_resumes_itself_after_a_hard_kill(servers):
     assert_exactly_once(state, final)
     assert [r[0] for r in ranking(final)] == ["low", "base", "slow"]
     assert servers.stop().returncode == 0
+
+
+@pytest.mark.timeout(300)
+def test_a_child_taken_over_from_a_worker_keeps_its_study_running_through_a_hard_kill(servers, tmp_path):
+    from test_headless import free_port
+    from test_workers_e2e import AgentProcess
+
+    port = free_port()
+    state = servers.start(port)
+    agent = AgentProcess(tmp_path, state["url"], name="box", token="study-crash-token",
+                         env={"CODEFY_DEVICE_INVENTORY": ""})
+    try:
+        deadline = time.monotonic() + 60
+        while not any(w["name"] == "box" and w["state"] == "connected"
+                      for w in api(state, "GET", "workers")[1]["workers"]):
+            assert time.monotonic() < deadline, agent.output()
+            time.sleep(0.1)
+        body = spec("worker", nap=2.0, options={"target": {"worker": "box"}})
+        body["variants"] = body["variants"][:2]
+        body["repetitions"] = 1
+        code, created = api(state, "POST", "studies", body)
+        assert code == 201, created
+        study_id = created["id"]
+        wait_for(state, study_id, lambda s: s["counts"]["running"] == 1)
+        os.kill(state["pid"], signal.SIGKILL)
+        wait_gone(state["pid"])
+        state = servers.start(port)
+        after = study(state, study_id)
+        assert after["status"] == "running", after  # not interrupted: its child runs on
+        final = wait_for(state, study_id, lambda s: s["status"] not in ("running", "queued"), timeout=120)
+        assert final["status"] == "succeeded", final
+        types = [e["type"] for e in events(state, study_id)]
+        assert "study_interrupted" not in types and "study_resumed" not in types
+        runs = children(state, study_id)
+        assert len(runs) == 2 and all(r["status"] == "succeeded" for r in runs)
+        assert [r["label"] for r in final["rankings"]] == ["low", "base"]
+    finally:
+        agent.cleanup()
