@@ -235,3 +235,21 @@ def test_a_child_taken_over_from_a_worker_keeps_its_study_running_through_a_hard
         assert [r["label"] for r in final["rankings"]] == ["low", "base"]
     finally:
         agent.cleanup()
+
+
+@pytest.mark.timeout(200)
+def test_a_graceful_stop_mid_study_then_resume_runs_every_repetition_once(servers):
+    state = servers.start()
+    code, created = api(state, "POST", "studies", spec("graceful", nap=0.5))
+    assert code == 201, created
+    study_id = created["id"]
+    wait_for(state, study_id, lambda s: s["counts"]["running"] == 1 and s["counts"]["succeeded"] >= 1)
+    assert servers.stop().returncode == 0
+    wait_gone(state["pid"])
+    state = servers.start()
+    assert study(state, study_id)["status"] == "interrupted"
+    resume(state, study_id)
+    final = wait_for(state, study_id, lambda s: s["status"] not in ("running", "queued"))
+    assert final["status"] == "succeeded", final
+    assert_exactly_once(state, final)
+    assert servers.stop().returncode == 0
