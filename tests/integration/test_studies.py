@@ -388,3 +388,27 @@ async def test_max_active_seconds_stops_running_children_and_halts(jp_fetch):
     assert "attempt_stop_requested" in types and types[-1] == "study_halted"
     code, cancelled = await call(jp_fetch, "api", "studies", study["id"], "cancel", method="POST")
     assert code == 200 and cancelled["status"] == "cancelled" and cancelled["cancelled_runs"] == []
+
+
+async def test_cancelling_an_interrupted_study_waits_for_its_children_still_running(jp_fetch):
+    register_probe_node()
+    code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=30),
+                                                        budget={"max_parallel_runs": 2}))
+    sid = study["id"]
+    deadline = asyncio.get_running_loop().time() + 30
+    # Seeded children on this server run one at a time: one runs, the next waits in the queue.
+    while True:
+        children = await runs_of(jp_fetch, sid)
+        if sorted(r["status"] for r in children) == ["queued", "running"]:
+            break
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.05)
+    running = next(r for r in children if r["status"] == "running")
+    waiting = next(r for r in children if r["status"] == "queued")
+    await call(jp_fetch, "api", "runs", running["id"], "cancel", method="POST")
+    interrupted = await wait_study(jp_fetch, sid, {"interrupted"})
+    assert interrupted["counts"]["queued"] + interrupted["counts"]["running"] == 1
+    code, reply = await call(jp_fetch, "api", "studies", sid, "cancel", method="POST")
+    assert code == 200 and reply["cancelled_runs"] == [waiting["id"]]
+    done = await wait_study(jp_fetch, sid, {"cancelled"})
+    assert done["counts"]["cancelled"] == 2 and done["counts"]["pending"] == 2

@@ -177,7 +177,7 @@ def test_seeds_are_shared_by_a_repetition_and_wrap_at_two_to_the_32():
     ("queued", "start", "running"), ("running", "finish", "succeeded"), ("running", "halt", "halted"),
     ("running", "fail", "failed"), ("running", "interrupt", "interrupted"), ("running", "cancel", "cancel_requested"),
     ("cancel_requested", "settle", "cancelled"), ("cancel_requested", "interrupt", "cancelled"),
-    ("halted", "cancel_now", "cancelled"), ("interrupted", "resume", "running"), ("cancelled", "resume", "running"),
+    ("halted", "cancel_now", "cancelled"), ("interrupted", "cancel", "cancel_requested"), ("interrupted", "resume", "running"), ("cancelled", "resume", "running"),
     ("failed", "resume", "running"), ("halted", "resume", "running"),
 ])
 def test_the_lifecycle_table(status, event, after):

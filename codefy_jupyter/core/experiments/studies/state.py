@@ -4,7 +4,8 @@
     running --halt--> halted                (a budget ran out with repetitions still to run)
     running --fail--> failed                (a child could not be submitted)
     queued|running --interrupt--> interrupted   (a restart, a child cancelled or interrupted directly)
-    queued|running --cancel--> cancel_requested --settle--> cancelled
+    queued|running|interrupted|halted|failed --cancel--> cancel_requested --settle--> cancelled
+                                            (children still in flight)
     queued|running|interrupted|halted|failed --cancel_now--> cancelled   (nothing left to stop)
     cancel_requested --interrupt--> cancelled   (a restart: the children it waited on are gone)
     interrupted|cancelled|failed|halted --resume--> running
@@ -31,8 +32,9 @@ _TABLE: dict[tuple[str, str], str] = {
     (QUEUED, "interrupt"): INTERRUPTED,
     (RUNNING, "interrupt"): INTERRUPTED,
     (CANCEL_REQUESTED, "interrupt"): CANCELLED,
-    (QUEUED, "cancel"): CANCEL_REQUESTED,
-    (RUNNING, "cancel"): CANCEL_REQUESTED,
+    # A study that stopped scheduling may still have children in flight (an interrupted one whose
+    # other children run on): cancelling it waits for them too.
+    **{(s, "cancel"): CANCEL_REQUESTED for s in (QUEUED, RUNNING, INTERRUPTED, HALTED, FAILED)},
     (CANCEL_REQUESTED, "settle"): CANCELLED,
     **{(s, "cancel_now"): CANCELLED for s in (QUEUED, RUNNING, INTERRUPTED, HALTED, FAILED)},
     **{(s, "resume"): RUNNING for s in RESUMABLE},
