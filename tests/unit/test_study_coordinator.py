@@ -185,3 +185,23 @@ def test_an_auto_study_resumes_itself_after_a_restart_unless_its_budget_is_used_
 
     asyncio.run(main())
 
+
+
+def test_restart_puts_right_the_attempts_of_a_study_that_had_stopped_scheduling(tmp_path):
+    study_id, attempts = finished_study(tmp_path)
+    conn = db(tmp_path)
+    conn.execute("UPDATE studies SET status = 'failed' WHERE id = ?", (study_id,))
+    conn.execute("UPDATE study_attempts SET status = 'running' WHERE id = ?", (attempts["b"]["id"],))
+    conn.execute("UPDATE runs SET status = 'interrupted' WHERE study_attempt_id = ?", (attempts["b"]["id"],))
+    conn.close()
+
+    async def main():
+        store, runs, studies = await open_services(tmp_path)
+        after = await studies.get(study_id)
+        assert after["status"] == "failed" and after["counts"]["interrupted"] == 1
+        await studies.resume(study_id)
+        done = await wait_status(studies, study_id, {"succeeded"})
+        assert [a["status"] for a in done["variants"][1]["attempts"]] == ["interrupted", "succeeded"]
+        await close(store, runs)
+
+    asyncio.run(main())

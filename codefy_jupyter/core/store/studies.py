@@ -164,6 +164,12 @@ def active_study_ids(conn: sqlite3.Connection, statuses: Sequence[str]) -> list[
         list(statuses))]
 
 
+def studies_with_attempts_in(conn: sqlite3.Connection, statuses: Sequence[str]) -> list[str]:
+    return [r[0] for r in conn.execute(
+        f"SELECT DISTINCT study_id FROM study_attempts WHERE status IN ({', '.join('?' * len(statuses))})",
+        list(statuses))]
+
+
 def get_variants(conn: sqlite3.Connection, study_id: str) -> list[dict[str, Any]]:
     return [{"variant": v, "label": label, "graph": _loads(graph), "ops": _loads(ops)} for v, label, graph, ops in
             conn.execute("SELECT variant, label, graph, ops FROM study_variants WHERE study_id = ? ORDER BY variant",

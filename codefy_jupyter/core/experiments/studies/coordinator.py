@@ -370,6 +370,8 @@ class Coordinator:
     # -- start-up reconciliation --------------------------------------------------------------------
     async def reconcile(self) -> None:
         ids = await self.store.read(db.active_study_ids, sorted(st.ACTIVE))
+        # A study that had stopped scheduling may still have had children in flight.
+        ids += [i for i in await self.store.read(db.studies_with_attempts_in, sorted(st.IN_FLIGHT)) if i not in ids]
         for study_id in ids:
             try:
                 async with self.lock(study_id):
@@ -409,6 +411,9 @@ class Coordinator:
                                                        "objective_value": change.attempts[a["id"]].get(
                                                            "objective_value")}))
         resume = False
+        if study["status"] not in st.ACTIVE:  # its attempts put right; its status stays
+            await self._change(study_id, change)
+            return
         if not adopted:
             if study["status"] == st.CANCEL_REQUESTED:
                 change.study = {"status": st.next_status(st.CANCEL_REQUESTED, "interrupt")}
