@@ -176,6 +176,11 @@ class RunService:
         await self.workers.close()
         await self.events.close()
 
+    @property
+    def closing(self) -> bool:
+        """Shutting down: runs that end now end because of it (a study waits for the next start)."""
+        return self._closing
+
     def keep(self, task: asyncio.Future[Any]) -> None:
         """Hold a background task until it is done (and wait for it at shutdown)."""
         self._tasks.add(task)  # type: ignore[arg-type]
@@ -505,6 +510,9 @@ class RunService:
     async def _retention(self) -> None:
         """Keep the newest finished runs; a pruned run's files go too (checkpoints, logs), except
         the checkpoints of a run that ended interrupted: they are its resume point."""
+        # Prune hooks harvest results from the runs' metric points, which are flushed apart from
+        # the closing write: make them durable first.
+        await self.events.flush()
         pruned = await self.store.prune_finished(self.settings.run_retention_keep_last)
         for item in pruned:
             self.events.forget(item.run["id"])

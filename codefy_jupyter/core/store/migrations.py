@@ -154,6 +154,79 @@ SCHEMA_STEPS: list[Step] = [
     # 5: sweeps and their variants (store/sweeps.py): a variant row keeps its child's harvested
     # result after retention or a delete removed the run.
     SWEEP_SCHEMA,
+    # 6: studies, their variants, every attempt at a repetition, and each study's audit log
+    # (core/store/studies.py). An attempt's run_id is chosen before its child is submitted: the
+    # stamp the study relinks by after a crash between the submit and its record.
+    (
+        """
+        CREATE TABLE studies (
+            id              TEXT PRIMARY KEY,
+            created_order   INTEGER NOT NULL UNIQUE,
+            name            TEXT,
+            owner           TEXT,
+            status          TEXT NOT NULL,
+            revision        INTEGER NOT NULL,
+            request_digest  TEXT NOT NULL,     -- sha256 of the request, SECRET values blanked
+            idempotency_key TEXT UNIQUE,
+            objective       TEXT NOT NULL,     -- json {node_id, metric, direction}
+            seed            INTEGER NOT NULL,
+            repetitions     INTEGER NOT NULL,
+            options         TEXT NOT NULL,     -- json object
+            budget          TEXT NOT NULL,     -- json object
+            resume_policy   TEXT NOT NULL,
+            halt            TEXT,              -- json {budget, limit, used}
+            error           TEXT,              -- json object
+            last_cursor     INTEGER NOT NULL DEFAULT 0,
+            created_at      REAL NOT NULL,
+            updated_at      REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX studies_status_order ON studies (status, created_order)",
+        """
+        CREATE TABLE study_variants (
+            study_id TEXT NOT NULL,
+            variant  INTEGER NOT NULL,
+            label    TEXT NOT NULL,
+            graph    TEXT NOT NULL,            -- json, SECRET values blanked
+            ops      TEXT,                     -- json list, or NULL for a whole-graph variant
+            PRIMARY KEY (study_id, variant)
+        )
+        """,
+        """
+        CREATE TABLE study_attempts (
+            id                 TEXT PRIMARY KEY,
+            study_id           TEXT NOT NULL,
+            variant            INTEGER NOT NULL,
+            repetition         INTEGER NOT NULL,
+            attempt            INTEGER NOT NULL,
+            seed               INTEGER NOT NULL,
+            run_id             TEXT NOT NULL,
+            status             TEXT NOT NULL,
+            error              TEXT,           -- json object
+            created_at         REAL NOT NULL,
+            submitted_at       REAL,
+            started_at         REAL,
+            finished_at        REAL,
+            objective_value    REAL,
+            final_metrics      TEXT,           -- json object
+            fingerprint_digest TEXT,
+            stop_reason        TEXT,
+            evidence_copied    INTEGER NOT NULL DEFAULT 0,
+            UNIQUE (study_id, variant, repetition, attempt)
+        )
+        """,
+        "CREATE INDEX study_attempts_run ON study_attempts (run_id)",
+        """
+        CREATE TABLE study_events (
+            study_id   TEXT NOT NULL,
+            cursor     INTEGER NOT NULL,
+            type       TEXT NOT NULL,
+            payload    TEXT NOT NULL,          -- json object, with the revision the change produced
+            created_at REAL NOT NULL,
+            PRIMARY KEY (study_id, cursor)
+        )
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(SCHEMA_STEPS)

@@ -1,14 +1,228 @@
-"""The studies the server owns (filled in by the studies work)."""
+"""The studies the server owns: submit (idempotent), read, list, follow the audit log, cancel and
+resume. The coordinator (coordinator.py) does the scheduling and the bookkeeping of children."""
 
 from __future__ import annotations
 
+import asyncio
+import secrets
+from functools import partial
+from typing import Any
+
+from ....wire.run_options import SEED_MAX
+from ...errors import BadRequest, Conflict, Forbidden, NotFound, SchemaError, ServiceError
 from ...runs.service import RunService
+from ...store import studies as db
+from . import state as st
+from .coordinator import Coordinator, new_attempt, new_id
+from .request import check_budget_covers, parse_budget, parse_study, seed_of
+from .views import study_csv, study_view, summary
+
+EVENTS_PAGE = 500
+WAIT_MAX_S = 60.0
+LIST_LIMIT = 50
+INT64_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset or cursor cannot even be bound
 
 
-class StudyService:
+class StudyService(Coordinator):
     def __init__(self, runs: RunService) -> None:
-        self.runs = runs
+        super().__init__(runs)
 
     async def start(self) -> None:
         """Called once the run service has recovered, before anything is served: reconciles the
         studies a previous process left active."""
+        await self.reconcile()
+
+    # -- submit -------------------------------------------------------------------------------------
+    async def create(self, body: Any, *, owner: str | None = None,
+                     header_key: str | None = None) -> tuple[bool, dict[str, Any]]:
+        """(created, the study as GET returns it). A retry with the same idempotency key and the
+        same request returns the existing study (created False) and submits nothing."""
+        req = parse_study(body, registry=self.runs.registry, max_variants=self.runs.settings.max_sweep_runs,
+                          header_key=header_key)
+        if req.idempotency_key is not None:
+            found = await self.store.read(db.find_by_key, req.idempotency_key)
+            if found is not None:
+                return False, await self._same_request(found[0], found[1], req.digest)
+        # Only now the children's shared options and each variant's graph, as a submit would check
+        # them: a retry with the same key must get its study (or 409) before any of this.
+        graphs = [("base_graph", req.base_graph)] if req.base_graph is not None else []
+        for i, variant in enumerate(req.variants):
+            graphs.append((f"variants[{i}].graph", variant.graph))
+        for where, graph in graphs:
+            try:
+                await self.runs.preflight({"graph": graph, "options": {**req.options, "seed": 0}})
+            except ServiceError as err:
+                # The graph is the run's `graph`: name the study's field instead.
+                field = err.params.get("field")
+                if field is None or (isinstance(field, str) and field.startswith("graph")):
+                    named = where + (field or "graph")[len("graph"):]
+                    err.params = {**err.params, "field": named}
+                    if isinstance(err, SchemaError):
+                        err.field = named
+                raise
+        study_id = new_id()
+        now = self.clock()
+        seed = req.seed if req.seed is not None else secrets.randbelow(SEED_MAX + 1)
+        row = {"id": study_id, "name": req.name, "owner": owner, "status": st.QUEUED,
+               "request_digest": req.digest, "idempotency_key": req.idempotency_key, "objective": req.objective,
+               "seed": seed, "repetitions": req.repetitions, "options": req.options,
+               "budget": req.budget.to_json(), "resume_policy": req.resume_policy, "halt": None, "error": None,
+               "created_at": now, "updated_at": now}
+        from ...runs.requests import strip_secrets
+        variants = [{"variant": i, "label": v.label, "graph": strip_secrets(v.graph, self.runs.registry),
+                     "ops": v.ops} for i, v in enumerate(req.variants)]
+        attempts = [new_attempt(study_id, i, r, 1, seed_of(seed, r), now)
+                    for r in range(req.repetitions) for i in range(len(req.variants))]
+        created = {"name": req.name, "seed": seed, "repetitions": req.repetitions,
+                   "variants": [v.label for v in req.variants], "budget": req.budget.to_json()}
+        holder = await self.store.write(partial(db.insert_study, study=row, variants=variants, attempts=attempts,
+                                                event=("study_created", created)))
+        if holder is not None:  # another request with the key won the race
+            found = await self.store.read(db.find_by_key, req.idempotency_key)
+            assert found is not None
+            return False, await self._same_request(found[0], found[1], req.digest)
+        self._graphs[study_id] = [v.graph for v in req.variants]
+        async with self.lock(study_id):
+            await self.advance(study_id)
+        return True, await self.get(study_id)
+
+    async def _same_request(self, study_id: str, digest: str, mine: str) -> dict[str, Any]:
+        if digest != mine:
+            raise Conflict(f"the idempotency key was already used for study {study_id} with a different request",
+                           code="idempotency_conflict", params={"field": "idempotency_key", "study_id": study_id})
+        return await self.get(study_id)
+
+    # -- reads --------------------------------------------------------------------------------------
+    async def _bundle(self, study_id: str) -> dict[str, Any]:
+        bundle = await self.store.read(db.study_bundle, study_id)
+        if bundle is None:
+            raise NotFound(f"no study {study_id}", code="study_not_found", params={"study_id": study_id})
+        return bundle
+
+    async def get(self, study_id: str) -> dict[str, Any]:
+        bundle = await self._bundle(study_id)
+        labels = [v["label"] for v in bundle["variants"]]
+        results = await self.results(bundle["study"], labels, bundle["attempts"])
+        return study_view(bundle, results, self.clock())
+
+    async def csv(self, study_id: str) -> str:
+        return study_csv(await self.get(study_id))
+
+    async def list(self, *, status: list[str] | None = None, offset: int = 0,
+                   limit: int = LIST_LIMIT) -> dict[str, Any]:
+        for s in status or ():
+            if s not in st.STATUSES:
+                raise BadRequest(f"unknown status {s!r}", code="invalid_status",
+                                 params={"field": "status", "allowed": list(st.STATUSES)})
+        if not 0 <= offset <= INT64_MAX or not 1 <= limit <= 500:
+            raise BadRequest("offset must be >= 0 and limit from 1 to 500", code="invalid_page",
+                             params={"field": "limit" if 0 <= offset <= INT64_MAX else "offset"})
+        rows = await self.store.read(db.list_studies, status, offset, limit)
+        return {"studies": [summary(r) for r in rows], "offset": offset, "limit": limit}
+
+    async def events(self, study_id: str, cursor: int = 0, wait: float = 0.0) -> dict[str, Any]:
+        if not 0 <= cursor <= INT64_MAX:
+            raise BadRequest("cursor must be from 0 to 2^63-1", code="invalid_cursor", params={"field": "cursor"})
+        if not 0 <= wait <= WAIT_MAX_S:
+            raise BadRequest(f"wait must be from 0 to {WAIT_MAX_S:g} seconds", code="invalid_wait",
+                             params={"field": "wait"})
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            study = await self.store.read(db.get_study, study_id)
+            if study is None:
+                raise NotFound(f"no study {study_id}", code="study_not_found", params={"study_id": study_id})
+            changed = self.changed(study_id)
+            page = await self.store.read(db.events_after, study_id, cursor, EVENTS_PAGE)
+            left = deadline - loop.time()
+            if page or left <= 0 or study["status"] not in st.ACTIVE:
+                return {"study_id": study_id, "status": study["status"], "revision": study["revision"],
+                        "events": page, "cursor": page[-1]["cursor"] if page else cursor,
+                        "more": len(page) == EVENTS_PAGE}
+            try:
+                await asyncio.wait_for(changed.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+
+    # -- commands -----------------------------------------------------------------------------------
+    async def _owned(self, study_id: str, user: str | None, admin: bool, action: str,
+                     expected_revision: Any) -> dict[str, Any]:
+        study = await self.store.read(db.get_study, study_id)
+        if study is None:
+            raise NotFound(f"no study {study_id}", code="study_not_found", params={"study_id": study_id})
+        if not admin and study["owner"] not in (None, user):
+            raise Forbidden(f"study {study_id} belongs to {study['owner']}; only they or an admin may {action} it",
+                            params={"owner": study["owner"]})
+        if expected_revision is not None and study["revision"] != expected_revision:
+            raise Conflict(f"study {study_id} is at revision {study['revision']}, not {expected_revision}",
+                           code="revision_moved", params={"field": "expected_revision",
+                                                          "expected_revision": expected_revision,
+                                                          "revision": study["revision"]})
+        return study
+
+    async def cancel(self, study_id: str, body: Any = None, *, user: str | None = None,
+                     admin: bool = True) -> dict[str, Any]:
+        expected = _command_body(body, ())
+        async with self.lock(study_id):
+            study = await self._owned(study_id, user, admin, "cancel", expected)
+            status = study["status"]
+            if status == st.SUCCEEDED:
+                raise Conflict(f"study {study_id} has already succeeded", code="study_succeeded",
+                               params={"status": status})
+            in_flight = [a for a in (await self._attempts(study_id)) if a["status"] in st.IN_FLIGHT]
+            if status == st.CANCELLED:
+                return {**await self.get(study_id), "cancelled_runs": []}
+            if status != st.CANCEL_REQUESTED:
+                if in_flight:
+                    change = db.Change(study={"status": st.next_status(status, "cancel")},
+                                       events=[("study_cancel_requested", {"runs": [a["run_id"] for a in in_flight]})])
+                else:
+                    change = db.Change(study={"status": st.next_status(status, "cancel_now")},
+                                       events=[("study_cancel_requested", {"runs": []}), ("study_cancelled", {})])
+                if await self._change(study_id, change, expected) is None:
+                    raise Conflict(f"study {study_id} moved", code="revision_moved",
+                                   params={"field": "expected_revision"})
+            reached = []
+            for a in in_flight:
+                try:
+                    await self.runs.cancel(a["run_id"])
+                    reached.append(a["run_id"])
+                except ServiceError:
+                    pass  # it ended meanwhile, or this process does not hold it
+        return {**await self.get(study_id), "cancelled_runs": reached}
+
+    async def resume(self, study_id: str, body: Any = None, *, user: str | None = None,
+                     admin: bool = True) -> dict[str, Any]:
+        expected = _command_body(body, ("budget",))
+        async with self.lock(study_id):
+            study = await self._owned(study_id, user, admin, "resume", expected)
+            if study["status"] not in st.RESUMABLE:
+                raise Conflict(f"a {study['status']} study cannot be resumed (only interrupted, cancelled, failed "
+                               "or halted ones)", code="study_not_resumable", params={"status": study["status"]})
+            budget = None
+            if isinstance(body, dict) and body.get("budget") is not None:
+                budget = parse_budget(body["budget"])
+                variants = await self.store.read(db.get_variants, study_id)
+                check_budget_covers(budget, len(variants) * study["repetitions"])
+            if await self.resume_locked(study_id, budget, expected_revision=expected) is None:
+                raise Conflict(f"study {study_id} moved", code="revision_moved", params={"field": "expected_revision"})
+        return await self.get(study_id)
+
+
+def _command_body(body: Any, extra: tuple[str, ...]) -> int | None:
+    """The expected_revision of a cancel or resume body (both optional)."""
+    if body is None or body == {}:
+        return None
+    if not isinstance(body, dict):
+        raise SchemaError("", "expected a JSON object")
+    for key in body:
+        if key not in ("expected_revision", *extra):
+            raise SchemaError(key, f"unknown key (allowed: {', '.join(sorted(('expected_revision', *extra)))})")
+    expected = body.get("expected_revision")
+    if expected is None:
+        return None
+    if isinstance(expected, float) and expected.is_integer():
+        expected = int(expected)
+    if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
+        raise SchemaError("expected_revision", "expected a non-negative integer")
+    return expected

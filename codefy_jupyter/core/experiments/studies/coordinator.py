@@ -1,0 +1,466 @@
+"""The study coordinator: submits a study's children, follows them, copies their evidence onto
+their attempts, and puts every study a previous process left active back in order at start-up.
+
+Exactly once. Each attempt's child run id is chosen when the attempt is created (the stamp) and
+written with `attempt_submitting` before the child is submitted; the child carries the attempt's
+id in `study_attempt_id`. A process that dies between the submit and `attempt_submitted` leaves
+the attempt `submitting`: the next start finds the child by its stamp and links it back
+(`attempt_relinked`), or, when no run carries the stamp, marks the attempt lost and gives the
+repetition a new attempt (`attempt_added`). No repetition is ever submitted twice for one attempt.
+
+One asyncio lock per study serializes its decisions: a child's start or end, a cancel, a resume
+and the submit loop never interleave, so each decision reads what the previous one wrote.
+
+Test-only fault hooks: with CODEFY_TEST_CRASH_AFTER_SUBMIT=N in the environment, the process exits
+at once (os._exit) after the N-th child's submit returned and before `attempt_submitted` is
+written: the window the stamp exists for. With CODEFY_TEST_CRASH_BEFORE_SUBMIT=N it exits after
+the N-th `attempt_submitting` is durable and before that child is submitted (no run carries the
+stamp: the attempt is lost). The crash tests set them; nothing else should.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from functools import partial
+from typing import Any, Mapping
+
+from ...errors import ServiceError
+from ...runs.service import RunService
+from ...store import studies as db
+from ..children import study_child_name
+from . import state as st
+from .evidence import evidence
+from .plan import active_seconds, current_attempts, decide, to_retry, would_halt_at_once
+from .request import Budget
+from .results import study_results
+
+log = logging.getLogger(__name__)
+
+CRASH_AFTER_SUBMIT_ENV = "CODEFY_TEST_CRASH_AFTER_SUBMIT"
+CRASH_BEFORE_SUBMIT_ENV = "CODEFY_TEST_CRASH_BEFORE_SUBMIT"
+
+
+def _crash_hook(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value and value.isdigit() else None
+RUN_NAME_MAX = 200  # the run API's limit on a name
+ACTIVE_RUN_STATUSES = frozenset({"queued", "running", "disconnected"})
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def new_attempt(study_id: str, variant: int, repetition: int, number: int, seed: int, now: float) -> dict[str, Any]:
+    return {"id": new_id(), "study_id": study_id, "variant": variant, "repetition": repetition, "attempt": number,
+            "seed": seed, "run_id": new_id(), "status": st.PENDING, "created_at": now}
+
+
+def _where(a: Mapping[str, Any]) -> dict[str, Any]:
+    return {"attempt_id": a["id"], "run_id": a["run_id"], "variant": a["variant"], "repetition": a["repetition"],
+            "attempt": a["attempt"]}
+
+
+class Coordinator:
+    def __init__(self, runs: RunService) -> None:
+        self.runs = runs
+        self.store = runs.store
+        self.clock = runs.clock
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._graphs: dict[str, list[dict[str, Any]]] = {}  # SECRET values included: memory only
+        self._children: dict[str, str] = {}  # child run id -> study id
+        self._timers: dict[str, asyncio.TimerHandle] = {}  # attempt id -> max_run_seconds stop
+        self._active_timers: dict[str, asyncio.TimerHandle] = {}  # study id -> max_active_seconds check
+        self._changed: dict[str, asyncio.Event] = {}  # study id -> set on its next committed change
+        self._results: dict[str, tuple[int, dict[str, Any]]] = {}  # study id -> (revision, results)
+        self._submitting = self._submitted = 0
+        self._crash_before = _crash_hook(CRASH_BEFORE_SUBMIT_ENV)
+        self._crash_after = _crash_hook(CRASH_AFTER_SUBMIT_ENV)
+        runs.add_observer(self)
+        self.store.add_prune_hook(self)
+
+    # -- plumbing -----------------------------------------------------------------------------------
+    def lock(self, study_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(study_id, asyncio.Lock())
+
+    async def _change(self, study_id: str, c: db.Change, expected_revision: int | None = None) -> int | None:
+        revision = await self.store.write(partial(db.change, study_id=study_id, c=c, now=self.clock(),
+                                                  expected_revision=expected_revision))
+        if revision is not None:
+            event = self._changed.pop(study_id, None)
+            if event is not None:
+                event.set()
+        return revision
+
+    def changed(self, study_id: str) -> asyncio.Event:
+        return self._changed.setdefault(study_id, asyncio.Event())
+
+    async def _attempts(self, study_id: str) -> list[dict[str, Any]]:
+        return await self.store.read(db.get_attempts, study_id)
+
+    async def results(self, study: Mapping[str, Any], labels: list[str],
+                      attempts: list[dict[str, Any]]) -> dict[str, Any]:
+        """Cached per revision: the paired comparisons cost ~20 ms a variant."""
+        cached = self._results.get(study["id"])
+        if cached is not None and cached[0] == study["revision"]:
+            return cached[1]
+        results = await asyncio.to_thread(study_results, labels, study["repetitions"], attempts,
+                                          study["objective"]["direction"])
+        self._results[study["id"]] = (study["revision"], results)
+        return results
+
+    async def _ranking(self, study_id: str) -> list[dict[str, Any]]:
+        study = await self.store.read(db.get_study, study_id)
+        labels = [v["label"] for v in await self.store.read(db.get_variants, study_id)]
+        attempts = await self._attempts(study_id)
+        return study_results(labels, study["repetitions"], attempts, study["objective"]["direction"],
+                             comparisons=False)["rankings"]
+
+    # -- scheduling (call with the study's lock held) -----------------------------------------------
+    async def advance(self, study_id: str) -> None:
+        study = await self.store.read(db.get_study, study_id)
+        if study is None:
+            return
+        if study["status"] == st.QUEUED:
+            await self._change(study_id, db.Change(study={"status": st.next_status(st.QUEUED, "start")},
+                                                   events=[("study_started", {})]))
+            study["status"] = st.RUNNING
+        while study["status"] == st.RUNNING and not self.runs.closing:
+            attempts = await self._attempts(study_id)
+            decision = decide(Budget(**study["budget"]), attempts, self.clock())
+            if decision.done:
+                ranking = await self._ranking(study_id)
+                await self._change(study_id, db.Change(study={"status": st.next_status(st.RUNNING, "finish")},
+                                                       events=[("study_finished", {"ranking": ranking})]))
+                return
+            if decision.halt is not None:
+                ranking = await self._ranking(study_id)
+                await self._change(study_id, db.Change(
+                    study={"status": st.next_status(st.RUNNING, "halt"), "halt": decision.halt},
+                    events=[("study_halted", {"halt": decision.halt, "ranking": ranking})]))
+                return
+            if not decision.submit:
+                return
+            current = current_attempts(attempts)
+            for key in decision.submit:
+                if not await self._submit(study, current[key]):
+                    return
+            return
+
+    async def _submit(self, study: Mapping[str, Any], a: Mapping[str, Any]) -> bool:
+        study_id = study["id"]
+        await self._change(study_id, db.Change(attempts={a["id"]: {"status": st.SUBMITTING}},
+                                               events=[("attempt_submitting", _where(a))]))
+        self._submitting += 1
+        if self._crash_before is not None and self._submitting >= self._crash_before:
+            os._exit(17)  # test-only (see the module docstring): the stamp is written, no child exists
+        graphs = self._graphs.get(study_id)
+        if graphs is None:  # received by an earlier process: SECRET values are blank now
+            graphs = [v["graph"] for v in await self.store.read(db.get_variants, study_id)]
+            self._graphs[study_id] = graphs
+        labels = await self.store.read(db.get_variants, study_id)
+        body = {"graph": graphs[a["variant"]],
+                "name": study_child_name(study["name"], labels[a["variant"]]["label"], a["repetition"])[:RUN_NAME_MAX],
+                "options": {**study["options"], "seed": a["seed"]}}
+        self._children[a["run_id"]] = study_id  # before the submit: the child may start inside it
+        try:
+            await self.runs.submit(body, owner=study["owner"], run_id=a["run_id"],
+                                   links={"study_id": study_id, "study_attempt_id": a["id"]})
+        except Exception as err:
+            self._children.pop(a["run_id"], None)
+            info = err.to_dict() if isinstance(err, ServiceError) else {
+                "code": "submit_failed", "message": str(err) or type(err).__name__, "params": {}}
+            if not isinstance(err, ServiceError):
+                log.exception("study %s: submitting %s failed", study_id, a["run_id"])
+            # The child was never created, so the attempt is lost (a resume runs the repetition
+            # again); a refusal while the server shuts down leaves the study to the next start.
+            shutting_down = isinstance(err, ServiceError) and err.status == 503
+            change = db.Change(attempts={a["id"]: {"status": st.LOST, "error": info}},
+                               events=[("attempt_lost", {**_where(a), "error": info})])
+            if not shutting_down:
+                change.study = {"status": st.next_status(st.RUNNING, "fail"), "error": info}
+                change.events.append(("study_failed", {"error": info}))
+            await self._change(study_id, change)
+            return False
+        self._submitted += 1
+        if self._crash_after is not None and self._submitted >= self._crash_after:
+            os._exit(17)  # test-only (see the module docstring): between the submit and its record
+        await self._change(study_id, db.Change(attempts={a["id"]: {"status": st.A_QUEUED,
+                                                                     "submitted_at": self.clock()}},
+                                               events=[("attempt_submitted", _where(a))]))
+        return True
+
+    # -- following children (RunObserver) -----------------------------------------------------------
+    def run_started(self, run_id: str) -> None:
+        study_id = self._children.get(run_id)
+        if study_id is not None:
+            self.runs.keep(asyncio.get_running_loop().create_task(self._started(study_id, run_id)))
+
+    def run_finished(self, run_id: str, status: str) -> None:
+        study_id = self._children.get(run_id)
+        if study_id is not None:
+            self.runs.keep(asyncio.get_running_loop().create_task(self._finished(study_id, run_id, status)))
+
+    async def _attempt_of(self, study_id: str, run_id: str) -> dict[str, Any] | None:
+        a = await self.store.read(db.attempt_by_run, run_id)
+        return a if a is not None and a["study_id"] == study_id else None
+
+    async def _started(self, study_id: str, run_id: str) -> None:
+        async with self.lock(study_id):
+            a = await self._attempt_of(study_id, run_id)
+            if a is None or a["status"] not in (st.SUBMITTING, st.A_QUEUED):
+                return
+            await self._change(study_id, db.Change(attempts={a["id"]: {"status": st.A_RUNNING,
+                                                                         "started_at": self.clock()}},
+                                                   events=[("attempt_started", _where(a))]))
+            study = await self.store.read(db.get_study, study_id)
+            self._arm_run_timer(study, a, 0.0)
+            await self._arm_active_timer(study)
+
+    def _arm_run_timer(self, study: Mapping[str, Any], a: Mapping[str, Any], elapsed: float) -> None:
+        """max_run_seconds: stop the child once it has executed that long."""
+        limit = study["budget"].get("max_run_seconds")
+        if limit is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._timers[a["id"]] = loop.call_later(max(0.0, limit - elapsed), lambda: self.runs.keep(
+            loop.create_task(self._stop_for_budget(study["id"], [a], "max_run_seconds", limit))))
+
+    async def _arm_active_timer(self, study: Mapping[str, Any]) -> None:
+        """max_active_seconds: look again when the running children would use up what is left
+        (the sum grows as fast as the number of children running)."""
+        limit = study["budget"].get("max_active_seconds")
+        if limit is None:
+            return
+        study_id = study["id"]
+        old = self._active_timers.pop(study_id, None)
+        if old is not None:
+            old.cancel()
+        attempts = await self._attempts(study_id)
+        running = [a for a in current_attempts(attempts).values() if a["status"] == st.A_RUNNING]
+        if not running:
+            return
+        left = limit - active_seconds(attempts, self.clock())
+        loop = asyncio.get_running_loop()
+        self._active_timers[study_id] = loop.call_later(max(0.0, left / len(running)) + 0.01, lambda: self.runs.keep(
+            loop.create_task(self._check_active(study_id))))
+
+    async def _check_active(self, study_id: str) -> None:
+        async with self.lock(study_id):
+            self._active_timers.pop(study_id, None)
+            study = await self.store.read(db.get_study, study_id)
+            limit = study["budget"].get("max_active_seconds")
+            if study["status"] != st.RUNNING or limit is None:
+                return
+            attempts = await self._attempts(study_id)
+            if active_seconds(attempts, self.clock()) < limit:
+                await self._arm_active_timer(study)
+                return
+            running = [a for a in current_attempts(attempts).values()
+                       if a["status"] in st.IN_FLIGHT and a["stop_reason"] is None]
+        await self._stop_for_budget(study_id, running, "max_active_seconds", limit)
+
+    async def _stop_for_budget(self, study_id: str, attempts: list[Mapping[str, Any]], budget: str,
+                               limit: float) -> None:
+        stopping = []
+        async with self.lock(study_id):
+            for a in attempts:
+                if budget == "max_run_seconds":
+                    self._timers.pop(a["id"], None)
+                current = await self._attempt_of(study_id, a["run_id"])
+                if current is None or current["status"] not in st.IN_FLIGHT or current["stop_reason"] is not None:
+                    continue
+                await self._change(study_id, db.Change(
+                    attempts={a["id"]: {"stop_reason": budget}},
+                    events=[("attempt_stop_requested", {**_where(a), "budget": budget, "limit": limit})]))
+                stopping.append(a["run_id"])
+        for run_id in stopping:
+            try:
+                await self.runs.cancel(run_id)
+            except ServiceError:
+                pass  # it ended meanwhile: its ending is recorded as it came
+
+    async def _finished(self, study_id: str, run_id: str, run_status: str) -> None:
+        async with self.lock(study_id):
+            self._children.pop(run_id, None)
+            a = await self._attempt_of(study_id, run_id)
+            if a is None or a["status"] not in st.IN_FLIGHT:
+                return
+            timer = self._timers.pop(a["id"], None)
+            if timer is not None:
+                timer.cancel()
+            study = await self.store.read(db.get_study, study_id)
+            status = st.attempt_status_of_run(run_status, a["stop_reason"])
+            change = db.Change(attempts={a["id"]: {"status": status, **await self._evidence(study, a)}})
+            change.events.append(("attempt_finished", {**_where(a), "status": status,
+                                                       "objective_value": change.attempts[a["id"]].get(
+                                                           "objective_value", a["objective_value"])}))
+            if self.runs.closing:  # the next start reconciles the study
+                await self._change(study_id, change)
+                return
+            direct = status in (st.A_CANCELLED, st.A_INTERRUPTED) and a["stop_reason"] is None
+            resume_after = False
+            if study["status"] == st.CANCEL_REQUESTED:
+                others = [o for o in current_attempts(await self._attempts(study_id)).values()
+                          if o["status"] in st.IN_FLIGHT and o["id"] != a["id"]]
+                if not others:
+                    change.study = {"status": st.next_status(st.CANCEL_REQUESTED, "settle")}
+                    change.events.append(("study_cancelled", {}))
+            elif study["status"] == st.RUNNING and direct:
+                change.study = {"status": st.next_status(st.RUNNING, "interrupt")}
+                reason = "child_cancelled" if status == st.A_CANCELLED else "child_interrupted"
+                change.events.append(("study_interrupted", {"reason": reason, "run_id": run_id}))
+                resume_after = status == st.A_INTERRUPTED and study["resume_policy"] == "auto"
+            await self._change(study_id, change)
+            if resume_after:
+                await self.resume_locked(study_id, None)
+            elif study["status"] == st.RUNNING and not direct:
+                await self.advance(study_id)
+
+    async def _evidence(self, study: Mapping[str, Any], a: Mapping[str, Any]) -> dict[str, Any]:
+        """The child's evidence, unless retention already copied it (the run is gone then)."""
+        # Metric points are flushed apart from the closing write that run_finished follows: make
+        # every point the child logged durable before reading them.
+        await self.runs.events.flush()
+        found = await self.store.read(db.run_and_points, a["run_id"])
+        if found is None or a["evidence_copied"]:
+            return {}
+        return evidence(found[0], found[1], study["objective"])
+
+    # -- resume (call with the lock held) -----------------------------------------------------------
+    async def resume_locked(self, study_id: str, budget: Budget | None, *, expected_revision: int | None = None,
+                            halt_instead: bool = False) -> int | None:
+        """Retried repetitions get a new attempt (same seed, next number); the study runs again.
+        Raises Conflict when the budget is already used up, unless `halt_instead` (an auto study
+        after a restart), which halts it. Returns the revision, or None when it had moved."""
+        from ...errors import Conflict
+        study = await self.store.read(db.get_study, study_id)
+        old = Budget(**study["budget"])
+        new = budget or old
+        attempts = await self._attempts(study_id)
+        retry = to_retry(attempts)
+        now = self.clock()
+        halt = would_halt_at_once(new, attempts, now, len(retry))
+        if halt is not None:
+            if not halt_instead:
+                raise Conflict(f"the study's {halt['budget']} budget is used up ({halt['used']} of {halt['limit']}); "
+                               "resume with a raised budget", code="budget_used_up", params={"halt": halt})
+            ranking = await self._ranking(study_id)
+            return await self._change(study_id, db.Change(
+                study={"status": st.HALTED, "halt": halt},
+                events=[("study_halted", {"halt": halt, "ranking": ranking})]), expected_revision)
+        added = [new_attempt(study_id, a["variant"], a["repetition"], a["attempt"] + 1, a["seed"], now) for a in retry]
+        payload: dict[str, Any] = {"retried": len(added)}
+        if budget is not None:
+            payload.update(old_budget=old.to_json(), new_budget=new.to_json())
+        change = db.Change(study={"status": st.next_status(study["status"], "resume"), "halt": None, "error": None,
+                                  "budget": new.to_json()},
+                           new_attempts=added,
+                           events=[("study_resumed", payload)] + [
+                               ("attempt_added", {**_where(a), "replaces": old_a["id"]})
+                               for a, old_a in zip(added, retry)])
+        revision = await self._change(study_id, change, expected_revision)
+        if revision is not None:
+            await self.advance(study_id)
+        return revision
+
+    # -- start-up reconciliation --------------------------------------------------------------------
+    async def reconcile(self) -> None:
+        ids = await self.store.read(db.active_study_ids, sorted(st.ACTIVE))
+        # A study that had stopped scheduling may still have had children in flight.
+        ids += [i for i in await self.store.read(db.studies_with_attempts_in, sorted(st.IN_FLIGHT)) if i not in ids]
+        for study_id in ids:
+            try:
+                async with self.lock(study_id):
+                    await self._reconcile(study_id)
+            except Exception:
+                log.exception("study %s: reconciling after the restart failed", study_id)
+
+    async def _reconcile(self, study_id: str) -> None:
+        study = await self.store.read(db.get_study, study_id)
+        attempts = await self._attempts(study_id)
+        now = self.clock()
+        change = db.Change()
+        adopted: list[str] = []
+        for a in current_attempts(attempts).values():
+            if a["status"] not in st.IN_FLIGHT:
+                continue
+            run = await self.store.read(db.run_by_stamp, a["id"])
+            if run is None:  # the submission never created a run
+                again = new_attempt(study_id, a["variant"], a["repetition"], a["attempt"] + 1, a["seed"], now)
+                change.attempts[a["id"]] = {"status": st.LOST}
+                change.new_attempts.append(again)
+                change.events += [("attempt_lost", _where(a)),
+                                  ("attempt_added", {**_where(again), "replaces": a["id"]})]
+                continue
+            if a["status"] == st.SUBMITTING:
+                change.events.append(("attempt_relinked", {**_where(a), "run_status": run["status"]}))
+            if run["status"] in ACTIVE_RUN_STATUSES:  # taken over from a worker: it runs on
+                self._children[a["run_id"]] = study_id
+                adopted.append(a["run_id"])
+                if a["started_at"] is not None:
+                    self._arm_run_timer(study, a, now - a["started_at"])
+                change.attempts[a["id"]] = {"status": st.A_RUNNING if run["status"] != "queued" else st.A_QUEUED}
+                continue
+            status = st.attempt_status_of_run(run["status"], a["stop_reason"])
+            change.attempts[a["id"]] = {"status": status, **await self._evidence(study, a)}
+            change.events.append(("attempt_finished", {**_where(a), "status": status,
+                                                       "objective_value": change.attempts[a["id"]].get(
+                                                           "objective_value")}))
+        resume = False
+        if study["status"] not in st.ACTIVE:  # its attempts put right; its status stays
+            await self._change(study_id, change)
+            return
+        if not adopted:
+            if study["status"] == st.CANCEL_REQUESTED:
+                change.study = {"status": st.next_status(st.CANCEL_REQUESTED, "interrupt")}
+                change.events.append(("study_cancelled", {"reason": "server_restart"}))
+            else:
+                after = [{**a, **change.attempts.get(a["id"], {})} for a in attempts] + change.new_attempts
+                if decide(Budget(**study["budget"]), after, now).done and study["status"] == st.RUNNING:
+                    change.study = {"status": st.next_status(st.RUNNING, "finish")}
+                    labels = [v["label"] for v in await self.store.read(db.get_variants, study_id)]
+                    ranking = study_results(labels, study["repetitions"], after, study["objective"]["direction"],
+                                            comparisons=False)["rankings"]
+                    change.events.append(("study_finished", {"ranking": ranking}))
+                else:
+                    change.study = {"status": st.next_status(study["status"], "interrupt")}
+                    change.events.append(("study_interrupted", {"reason": "server_restart"}))
+                    resume = study["resume_policy"] == "auto"
+        await self._change(study_id, change)
+        if resume:
+            await self.resume_locked(study_id, None, halt_instead=True)
+        elif adopted and study["status"] == st.CANCEL_REQUESTED:
+            for run_id in adopted:
+                try:
+                    await self.runs.cancel(run_id)
+                except ServiceError:
+                    pass
+        elif adopted and study["status"] in (st.RUNNING, st.QUEUED):
+            await self.advance(study_id)
+
+    # -- retention (PruneHook: inside retention's transaction, on the writer thread) -----------------
+    def harvest(self, conn: Any, run_ids: Any) -> None:
+        by_study: dict[str, db.Change] = {}
+        for a in db.attempts_for_runs(conn, list(run_ids)):
+            if a["evidence_copied"]:
+                continue
+            study = db.get_study(conn, a["study_id"])
+            found = db.run_and_points(conn, a["run_id"])
+            if study is None or found is None:
+                continue
+            by_study.setdefault(a["study_id"], db.Change()).attempts[a["id"]] = evidence(found[0], found[1],
+                                                                                        study["objective"])
+        for study_id, change in by_study.items():
+            db.change(conn, study_id, change, self.clock())
+
+    def harvest_failed(self, conn: Any, run_ids: Any, error: Exception) -> None:
+        studies = {a["study_id"] for a in db.attempts_for_runs(conn, list(run_ids)) if not a["evidence_copied"]}
+        for study_id in studies:
+            info = {"code": "harvest_failed", "params": {"runs": len(run_ids)},
+                    "message": f"retention deleted {len(run_ids)} runs on schedule, but their evidence could not be "
+                               f"copied onto this study first ({error}); those values are lost"}
+            db.change(conn, study_id, db.Change(study={"error": info}), self.clock())

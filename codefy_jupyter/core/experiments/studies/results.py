@@ -1,0 +1,72 @@
+"""A study's results from its current attempts: each variant's aggregate, eligibility and rank,
+the ranking, and (beyond the seed) paired comparisons against the best variant and average ranks.
+Pure; the caller caches the answer per study revision (the comparisons cost ~20 ms a variant).
+
+A variant is eligible only when every scheduled repetition's current attempt succeeded and
+recorded a finite objective value. A failed repetition's value still shows in `values`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+from .. import statistics as stats
+from . import state as st
+from .plan import current_attempts
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def ineligible_reasons(repetitions: int, current: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    reasons = []
+    for r in range(repetitions):
+        a = current.get(r)
+        if a is None or a["status"] != st.A_SUCCEEDED:
+            reasons.append({"repetition": r, "reason": "not_succeeded",
+                            "status": a["status"] if a is not None else None})
+        elif _finite(a.get("objective_value")) is None:
+            reasons.append({"repetition": r, "reason": "no_objective_value", "status": a["status"]})
+    return reasons
+
+
+def study_results(labels: Sequence[str], repetitions: int, attempts: list[Mapping[str, Any]],
+                  direction: str, *, comparisons: bool = True) -> dict[str, Any]:
+    """{"variants": {label: {aggregate, eligible, ineligible_reasons, rank, tie, tied_with,
+    average_rank, comparison}}, "rankings": [{label, rank, tie, tied_with, mean}], "best": label|None}"""
+    current = current_attempts(attempts)
+    per_variant: dict[str, dict[str, Any]] = {}
+    values: dict[str, list[float | None]] = {}
+    means: dict[str, float | None] = {}
+    for index, label in enumerate(labels):
+        mine = {r: current[(index, r)] for r in range(repetitions) if (index, r) in current}
+        # A repetition's value is its current attempt's, failed ones included (shown, not ranked).
+        values[label] = [_finite(mine[r].get("objective_value")) if r in mine else None
+                         for r in range(repetitions)]
+        aggregate = stats.aggregate(values[label])
+        reasons = ineligible_reasons(repetitions, mine)
+        per_variant[label] = {"aggregate": aggregate, "eligible": not reasons, "ineligible_reasons": reasons}
+        means[label] = aggregate["mean"] if not reasons else None
+    ranks = stats.competition_ranks(means, direction)  # type: ignore[arg-type]
+    for label in labels:
+        per_variant[label].update(ranks[label].to_json())
+    eligible = [label for label in labels if per_variant[label]["eligible"]]
+    average = stats.average_ranks({label: values[label] for label in eligible}, direction) if eligible else {}
+    best = stats.best_of({label: ranks[label] for label in eligible})
+    compared = (stats.paired_comparisons({label: values[label] for label in eligible}, best)
+                if comparisons and best is not None else {})
+    for label in labels:
+        per_variant[label]["average_rank"] = average.get(label)
+        per_variant[label]["comparison"] = compared.get(label)
+    rankings = sorted((label for label in labels if ranks[label].rank is not None),
+                      key=lambda label: (ranks[label].rank, label))
+    return {
+        "variants": per_variant,
+        "rankings": [{"label": label, "variant": labels.index(label), **ranks[label].to_json(),
+                      "mean": means[label]} for label in rankings],
+        "best": best,
+    }

@@ -1,0 +1,84 @@
+"""How a study reads over the API (GET /codefy/api/studies/{id}, the list, the CSV export), built
+from what the store holds and the results computed for its revision. Pure."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import Counter
+from typing import Any, Mapping
+
+from . import state as st
+from .plan import budget_usage, current_attempts
+from .request import Budget
+
+ATTEMPT_FIELDS = ("id", "attempt", "run_id", "status", "error", "created_at", "submitted_at", "started_at",
+                  "finished_at", "objective_value", "final_metrics", "fingerprint_digest", "stop_reason")
+
+
+def attempt_view(a: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    view = {k: a.get(k) for k in ATTEMPT_FIELDS}
+    view.update(repetition=a["repetition"], seed=a["seed"])
+    run = runs.get(a["run_id"]) if a["status"] not in (st.PENDING, st.LOST) else None
+    view["run_exists"] = run is not None
+    if run is not None:  # where it runs, while its child exists (as for a sweep variant)
+        view.update(worker_id=run.get("worker_id"), devices=run.get("devices"), queue_key=run.get("queue_key"))
+    return view
+
+
+def counts(attempts: list[Mapping[str, Any]]) -> dict[str, int]:
+    tally = Counter(a["status"] for a in current_attempts(attempts).values())
+    return {status: tally.get(status, 0) for status in st.ATTEMPT_STATUSES}
+
+
+def summary(study: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: study[k] for k in ("id", "name", "owner", "status", "revision", "objective", "seed", "repetitions",
+                                  "options", "budget", "resume_policy", "halt", "error", "idempotency_key",
+                                  "created_at", "updated_at")}
+
+
+def study_view(bundle: Mapping[str, Any], results: Mapping[str, Any], now: float) -> dict[str, Any]:
+    study, variants, attempts, runs = bundle["study"], bundle["variants"], bundle["attempts"], bundle["runs"]
+    current = current_attempts(attempts)
+    out = summary(study)
+    out["counts"] = counts(attempts)
+    out["budget_usage"] = budget_usage(Budget(**study["budget"]), attempts, now)
+    out["variants"] = []
+    for v in variants:
+        mine = [a for a in attempts if a["variant"] == v["variant"]]
+        repetitions = []
+        for r in range(study["repetitions"]):
+            a = current.get((v["variant"], r))
+            repetitions.append({"repetition": r, "seed": a["seed"] if a else None,
+                                "current": attempt_view(a, runs) if a else None})
+        result = results["variants"][v["label"]]
+        out["variants"].append({
+            "index": v["variant"], "label": v["label"], "ops": v["ops"],
+            "repetitions": repetitions,
+            "attempts": [{**attempt_view(a, runs)} for a in mine],
+            **result,
+        })
+    out["rankings"] = results["rankings"]
+    out["best"] = results["best"]
+    return out
+
+
+CSV_COLUMNS = ["variant", "label", "rank", "tie", "eligible", "mean", "std", "average_rank", "repetition", "seed",
+               "attempt", "status", "objective_value", "run_id", "stop_reason"]
+
+
+def study_csv(view: Mapping[str, Any]) -> str:
+    """One row per variant and repetition (its current attempt), with the variant's standing."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["study_id", "objective_node_id", "objective_metric", "direction", *CSV_COLUMNS])
+    objective = view["objective"]
+    for v in view["variants"]:
+        for rep in v["repetitions"]:
+            a = rep["current"] or {}
+            writer.writerow([view["id"], objective["node_id"], objective["metric"], objective["direction"],
+                             v["index"], v["label"], v["rank"], v["tie"], v["eligible"], v["aggregate"]["mean"],
+                             v["aggregate"]["std"], v["average_rank"], rep["repetition"], rep["seed"],
+                             a.get("attempt"), a.get("status"), a.get("objective_value"), a.get("run_id"),
+                             a.get("stop_reason")])
+    return out.getvalue()
