@@ -106,7 +106,12 @@ class _Execution:
         # the order they were built, instead of probing 100k-entry maps by id.
         self.ids: list[str] = list(graph.nodes)
         self.specs: list[NodeSpec] = list(graph.nodes.values())
-        self.index: dict[str, int] = {nid: h for h, nid in enumerate(self.ids)}
+        # parse_graph's own handles are these (its nodes are in handle order); a Graph built by hand
+        # has none. The parsed map is shared with the Graph until an expansion copies it.
+        self.index: dict[str, int] = (graph.index if graph.index is not None and len(graph.index) == len(self.ids)
+                                      else {nid: h for h, nid in enumerate(self.ids)})
+        self.deps: list[list[int]] = (graph.deps if graph.deps is not None and graph.index is self.index
+                                      and len(graph.deps) == len(self.ids) else [])
         # The same for input maps and consumer lists (the very objects the maps hold).
         ids = self.ids
         self.inputs_h = list(graph.inputs.values()) if list(graph.inputs) == ids else [graph.inputs[n] for n in ids]
@@ -122,22 +127,27 @@ class _Execution:
 
     # -- callbacks for the scheduler ------------------------------------------------------------
     def _deps_of(self, handle: int) -> list[int]:
-        nid = self.ids[handle]
         spec = self.specs[handle]
-        index = self.index
         if not spec.has_lazy:  # the common case
+            if handle < len(self.deps):
+                return self.deps[handle]
+            index = self.index
             return [index[src] for src, _ in self.inputs_h[handle].values()]
+        nid = self.ids[handle]
+        index = self.index
         strong = self.strong_lazy.get(nid, ())
         return [index[src] for port, (src, _) in self.inputs[nid].items()
                 if not spec.inputs[port].lazy or port in strong]
 
     def _is_available(self, dep_handle: int, handle: int) -> bool:
-        dep, nid = self.ids[dep_handle], self.ids[handle]
-        link = self.links.get(nid)
-        if link is not None and dep in link:
-            return True
+        links = self.links
+        if links:  # empty while a run's outputs are admitted (unless a cache answered)
+            link = links.get(self.ids[handle])
+            if link is not None and self.ids[dep_handle] in link:
+                return True
         if self.no_cache:
             return False
+        dep, nid = self.ids[dep_handle], self.ids[handle]
         hit = self.cache.get(self.sigs[dep])
         if hit is None:
             return False
@@ -314,9 +324,16 @@ class _Execution:
         spec = self.specs[handle]
         kwargs = dict(spec.params)
         links = self.links.get(nid, {})
+        sources = self.inputs_h[handle]
+        if not spec.has_lazy and (not self.bound or nid not in self.bound):
+            # The common case, without a look at each input's PortSpec: a node with 10k inputs
+            # would otherwise read 10k objects allocated long before, for nothing.
+            for port in spec.inputs:
+                src = sources.get(port)
+                kwargs[port] = None if src is None else links[src[0]][src[1]]
+            return spec, kwargs
         bound = self.bound.get(nid, {})
         strong = self.strong_lazy.get(nid, ())
-        sources = self.inputs_h[handle]
         for port, pspec in spec.inputs.items():
             src = sources.get(port)
             if src is None:
@@ -478,6 +495,7 @@ class _Execution:
         if self._graph_shared:
             # Shallow copies: only an expansion's own nodes gain consumers, and they get new lists.
             self.nodes, self.inputs, self.consumers = dict(self.nodes), dict(self.inputs), dict(self.consumers)
+            self.index = dict(self.index)
             self._graph_shared = False
         self.nodes.update(sub.nodes)
         self.inputs.update(sub.inputs)

@@ -47,9 +47,17 @@ class Graph:
     interface_params: dict[str, tuple[str, str]] = field(default_factory=dict)
     # A topological order of the nodes (inputs before consumers), when the graph is acyclic.
     order: list[str] | None = None
+    # From parse_graph (None on a Graph built by hand): each node's handle, its position in
+    # `nodes`, and per handle the handles of its inputs' sources in `inputs` order. A run reaches
+    # a node's producers through these without probing 100k-entry maps by id.
+    index: dict[str, int] | None = None
+    deps: list[list[int]] | None = None
 
     def output_nodes(self) -> list[str]:
         """Nodes a run targets: declared output nodes and every node nobody consumes."""
+        if self.index is not None:  # parse_graph's maps list the nodes in one order: pair them up
+            return [nid for (nid, spec), used in zip(self.nodes.items(), self.consumers.values())
+                    if spec.definition.output_node or not used]
         return [nid for nid, spec in self.nodes.items() if spec.definition.output_node or not self.consumers[nid]]
 
     def node_types(self) -> set[str]:
@@ -155,11 +163,14 @@ def parse_graph(
     problems.extend(_check_settings(settings))
 
     resolver = PortResolver(registry, presets, _depth)
-    nodes: dict[str, NodeSpec] = {}
-    inputs: dict[str, dict[str, tuple[str, str]]] = {}
-    consumers: dict[str, list[str]] = {}
+    # Built by handle (a node's position among those that parsed): an edge finds its two ends with
+    # one probe of `index` each and reaches their input maps, consumer lists and dependency lists
+    # in lists; the maps by id a Graph carries are made once at the end, in one pass each. Probes
+    # of 100k-entry maps touch memory far apart, which is what made big graphs cost more per node.
+    index: dict[str, int] = {}
+    specs: list[NodeSpec] = []
     # Ids of nodes that failed to parse: edges to them are not reported again. (Those that parsed
-    # are `nodes`; one set of every id would be another big table to fill and probe per node.)
+    # are `index`; one set of every id would be another big table to fill and probe per node.)
     rejected: set[str] = set()
     for i, raw in enumerate(raw_nodes):
         if type(raw) is not dict:  # inline: a list of a million non-objects must cost little
@@ -168,12 +179,13 @@ def parse_graph(
             else:
                 problems.more += 1
             continue
-        spec = _parse_node(raw, i, prefix, registry, resolver, nodes, rejected, problems)
+        spec = _parse_node(raw, i, prefix, registry, resolver, index, rejected, problems)
         if spec is not None:
-            nid = spec.id
-            nodes[nid] = spec
-            inputs[nid] = {}
-            consumers[nid] = []
+            index[spec.id] = len(specs)
+            specs.append(spec)
+    ins_h: list[dict[str, tuple[str, str]]] = [{} for _ in specs]
+    cons_h: list[list[str]] = [[] for _ in specs]
+    deps_h: list[list[int]] = [[] for _ in specs]
 
     aimed: set[tuple[str, str]] = set()  # inputs some edge points at, even a rejected one
     for i, raw in enumerate(raw_edges):
@@ -183,15 +195,23 @@ def parse_graph(
             else:
                 problems.more += 1
             continue
-        _parse_edge(raw, i, prefix, nodes, rejected, inputs, consumers, problems, aimed)
+        _parse_edge(raw, i, prefix, index, specs, rejected, ins_h, cons_h, deps_h, problems, aimed)
 
     bound_full = {(prefix + n, p) for n, p in (bound or ())} | aimed
-    # nodes and inputs were filled together, so they pair up in order without a lookup by id.
-    for (nid, spec), connected in zip(nodes.items(), inputs.values()):
+    for spec, connected in zip(specs, ins_h):
+        # An edge only ever fills a declared input, so a node with as many as it declares is done.
+        if len(connected) == len(spec.inputs):
+            continue
+        nid = spec.id
         for port, pspec in spec.inputs.items():
             if not pspec.optional and port not in connected and (nid, port) not in bound_full:
                 problems.append(Problem("missing_input", f"required input {port!r} ({pspec.type}) is not connected",
                                         nid, f"inputs.{port}"))
+
+    ids = list(index)
+    nodes: dict[str, NodeSpec] = dict(zip(ids, specs))
+    inputs: dict[str, dict[str, tuple[str, str]]] = dict(zip(ids, ins_h))
+    consumers: dict[str, list[str]] = dict(zip(ids, cons_h))
 
     iface_params: dict[str, tuple[str, str]] = {}
     iface_in = _parse_interface(data.get("inputs"), "inputs", prefix, nodes, rejected, problems, is_input=True,
@@ -209,7 +229,7 @@ def parse_graph(
                                     cycle[0], None, {"cycle": cycle}))
     if problems:
         raise GraphError(problems)
-    return Graph(nodes, inputs, consumers, dict(settings), iface_in, iface_out, iface_params, order)
+    return Graph(nodes, inputs, consumers, dict(settings), iface_in, iface_out, iface_params, order, index, deps_h)
 
 
 def topological_order(nodes: Any, inputs: dict[str, dict[str, tuple[str, str]]],
@@ -242,7 +262,7 @@ def _check_settings(settings: dict[str, Any]) -> list[Problem]:
 
 
 def _parse_node(
-    raw: Any, i: int, prefix: str, registry: NodeRegistry, resolver: PortResolver, nodes: dict[str, NodeSpec],
+    raw: Any, i: int, prefix: str, registry: NodeRegistry, resolver: PortResolver, nodes: dict[str, Any],
     rejected: set[str], problems: list[Problem],
 ) -> NodeSpec | None:
     if not isinstance(raw, dict):
@@ -312,9 +332,9 @@ def _node_spec(raw: dict[str, Any], nid: str, registry: NodeRegistry, resolver: 
 
 
 def _parse_edge(
-    raw: Any, i: int, prefix: str, nodes: dict[str, NodeSpec], rejected: set[str],
-    inputs: dict[str, dict[str, tuple[str, str]]], consumers: dict[str, list[str]], problems: list[Problem],
-    aimed: set[tuple[str, str]],
+    raw: Any, i: int, prefix: str, index: dict[str, int], specs: list[NodeSpec], rejected: set[str],
+    ins_h: list[dict[str, tuple[str, str]]], cons_h: list[list[str]], deps_h: list[list[int]],
+    problems: list[Problem], aimed: set[tuple[str, str]],
 ) -> None:
     # Hot for big graphs: the valid path does no formatting; messages are built only on failure.
     try:
@@ -335,18 +355,20 @@ def _parse_edge(
                     aimed.add((prefix + raw["target"], raw["target_port"]))
                 return
     src, dst = prefix + source, prefix + target
-    src_spec, dst_spec = nodes.get(src), nodes.get(dst)
+    sh, dh = index.get(src), index.get(dst)
+    src_spec = specs[sh] if sh is not None else None
+    dst_spec = specs[dh] if dh is not None else None
     s_type = src_spec.outputs.get(s_port) if src_spec is not None else None
     t_spec = dst_spec.inputs.get(t_port) if dst_spec is not None else None
-    dst_inputs = inputs[dst_spec.id] if dst_spec is not None else None
-    taken = dst_inputs is not None and t_port in dst_inputs
-    if s_type is not None and t_spec is not None and not taken and (
-            s_type == t_spec.type or types_compatible(s_type, t_spec.type)):
+    if s_type is not None and t_spec is not None and (s_type == t_spec.type or types_compatible(s_type, t_spec.type)):
         # The nodes' own id objects, not the concatenated copies: every later dict lookup on
         # these ids then matches by identity, without comparing string contents.
-        dst_inputs[t_port] = (src_spec.id, s_port)
-        consumers[src_spec.id].append(dst_spec.id)
-        return
+        pair = (src_spec.id, s_port)
+        # One probe both finds a second edge into this input and records the first.
+        if ins_h[dh].setdefault(t_port, pair) is pair:
+            cons_h[sh].append(dst_spec.id)
+            deps_h[dh].append(sh)
+            return
     aimed.add((dst, t_port))
     for key, nid, spec in (("source", src, src_spec), ("target", dst, dst_spec)):
         if spec is None and nid not in rejected:  # nodes that failed to parse were reported already
