@@ -160,23 +160,26 @@ class _Execution:
         their producers block an output, and those producers' producers are two hops away. Work
         in proportion to the edges near outputs, instead of a scan of each node's consumers and
         theirs when it is admitted."""
-        index, inputs = self.index, self.inputs
+        index = self.index
         classes = bytearray([OTHER]) * len(self.ids)
         feeds = bytearray(len(self.ids))
-        feeding: list[str] = []  # producers of outputs, outputs among them
+        feeding: list[int] = []  # producers of outputs, outputs among them
         for nid in self.output_order:
             classes[index[nid]] = OUTPUT
+        deps = self.deps
+
+        def producers(handle: int) -> list[int]:
+            return deps[handle] if deps else [index[src] for src, _ in self.inputs_h[handle].values()]
+
         for nid in self.output_order:
-            for src, _ in inputs[nid].values():
-                h = index[src]
+            for h in producers(index[nid]):
                 if not feeds[h]:
                     feeds[h] = 1
-                    feeding.append(src)
+                    feeding.append(h)
                     if classes[h] > BLOCKS_OUTPUT:
                         classes[h] = BLOCKS_OUTPUT
-        for nid in feeding:
-            for src, _ in inputs[nid].values():
-                h = index[src]
+        for handle in feeding:
+            for h in producers(handle):
                 if classes[h] > TWO_HOPS:
                     classes[h] = TWO_HOPS
         return classes

@@ -179,9 +179,8 @@ def parse_graph(
             else:
                 problems.more += 1
             continue
-        spec = _parse_node(raw, i, prefix, registry, resolver, index, rejected, problems)
+        spec = _parse_node(raw, i, prefix, registry, resolver, index, len(specs), rejected, problems)
         if spec is not None:
-            index[spec.id] = len(specs)
             specs.append(spec)
     ins_h: list[dict[str, tuple[str, str]]] = [{} for _ in specs]
     cons_h: list[list[str]] = [[] for _ in specs]
@@ -219,8 +218,9 @@ def parse_graph(
     iface_out = _parse_interface(data.get("outputs"), "outputs", prefix, nodes, rejected, problems,
                                  is_input=False)
 
-    order = topological_order(nodes, inputs, consumers)
-    if len(order) < len(nodes):
+    order = _order_by_handle(ids, deps_h, cons_h)
+    if order is None:
+        order = topological_order(nodes, inputs, consumers)
         # Kahn's pass leaves exactly the nodes on or behind a cycle; name only those on one.
         placed = set(order)
         left = [n for n in nodes if n not in placed]
@@ -230,6 +230,24 @@ def parse_graph(
     if problems:
         raise GraphError(problems)
     return Graph(nodes, inputs, consumers, dict(settings), iface_in, iface_out, iface_params, order, index, deps_h)
+
+
+def _order_by_handle(ids: list[str], deps_h: list[list[int]], cons_h: list[list[str]]) -> list[str] | None:
+    """A topological order from the handle lists (Kahn's pass backwards, from the nodes nobody
+    consumes), with no probe by id; None when a cycle leaves nodes out."""
+    left = [len(c) for c in cons_h]  # consumers not yet placed, one per edge as in deps_h
+    backwards = [h for h, n in enumerate(left) if n == 0]
+    i = 0
+    while i < len(backwards):
+        for dep in deps_h[backwards[i]]:
+            n = left[dep] - 1
+            left[dep] = n
+            if n == 0:
+                backwards.append(dep)
+        i += 1
+    if len(backwards) < len(ids):
+        return None
+    return [ids[h] for h in reversed(backwards)]
 
 
 def topological_order(nodes: Any, inputs: dict[str, dict[str, tuple[str, str]]],
@@ -262,9 +280,10 @@ def _check_settings(settings: dict[str, Any]) -> list[Problem]:
 
 
 def _parse_node(
-    raw: Any, i: int, prefix: str, registry: NodeRegistry, resolver: PortResolver, nodes: dict[str, Any],
-    rejected: set[str], problems: list[Problem],
+    raw: Any, i: int, prefix: str, registry: NodeRegistry, resolver: PortResolver, index: dict[str, int],
+    handle: int, rejected: set[str], problems: list[Problem],
 ) -> NodeSpec | None:
+    """The node's spec, entered in `index` as `handle`; None (and not entered) when it has problems."""
     if not isinstance(raw, dict):
         problems.append(Problem("invalid_field", "a node is a JSON object", field=f"nodes[{i}]"))
         return None
@@ -276,11 +295,13 @@ def _parse_node(
     if "/" in local:
         problems.append(Problem("invalid_id", "node ids may not contain '/' (it joins flattened ids)", nid, "id"))
         return None
-    if nid in nodes or nid in rejected:
+    # One probe of a table that grows to every node both finds a duplicate and enters the node.
+    if nid in rejected or index.setdefault(nid, handle) != handle:
         problems.append(Problem("duplicate_id", f"node id {local!r} is used more than once", nid, "id"))
         return None
     spec = _node_spec(raw, nid, registry, resolver, problems)
     if spec is None:
+        del index[nid]
         rejected.add(nid)
     return spec
 
