@@ -76,13 +76,11 @@ class _Execution:
         self.limit = 1 if run.seed is not None else max(1, max_parallel_nodes)
         self.inline = inline
         self.keep_all = keep_outputs == "all"
-        # The runtime graph starts as the validated graph and grows with expansions. It is shared
-        # with the Graph (which may be reused by the caller) until the first expansion copies it:
-        # three copies of 100k-entry maps are memory every later step would touch.
-        self.nodes: dict[str, NodeSpec] = graph.nodes
-        self.inputs = graph.inputs
-        self.consumers = graph.consumers
-        self._graph_shared = True
+        # The runtime graph starts as the validated graph and grows with expansions. Its maps by id
+        # are the Graph's (which may be reused by the caller, and makes them only when asked) until
+        # the first expansion copies them: a plain run reaches its nodes by handle and never asks.
+        self._graph = graph
+        self._maps: tuple[dict[str, NodeSpec], dict[str, dict[str, tuple[str, str]]], dict[str, list[str]]] | None = None
         self.output_order = graph.output_nodes()  # graph order: the first output node is added first
         self.outputs_set = set(self.output_order)
         # Cache keys are only worth their cost when there is a cache to ask.
@@ -104,19 +102,23 @@ class _Execution:
         # The scheduler works on dense integer handles; ids[h] and index[id] translate, and specs[h]
         # is the node: the steps of a run reach a node by its handle, through lists read in about
         # the order they were built, instead of probing 100k-entry maps by id.
-        self.ids: list[str] = list(graph.nodes)
-        self.specs: list[NodeSpec] = list(graph.nodes.values())
-        # parse_graph's own handles are these (its nodes are in handle order); a Graph built by hand
-        # has none. The parsed map is shared with the Graph until an expansion copies it.
-        self.index: dict[str, int] = (graph.index if graph.index is not None and len(graph.index) == len(self.ids)
-                                      else {nid: h for h, nid in enumerate(self.ids)})
-        self.deps: list[list[int]] = (graph.deps if graph.deps is not None and graph.index is self.index
-                                      and len(graph.deps) == len(self.ids) else [])
-        # The same for input maps and consumer lists (the very objects the maps hold).
+        # inputs_h and consumers_h hold the very objects of the maps by id. A parsed graph has all of
+        # this already (its `index` is shared until an expansion copies it); one built by hand is
+        # translated here.
+        self.deps: list[list[int]] = graph.deps if graph.index is not None else []  # never changed
+        if graph.index is not None:
+            self.index: dict[str, int] = graph.index
+            self.ids: list[str] = list(graph.index)
+            self.specs: list[NodeSpec] = list(graph.specs)
+            self.inputs_h = list(graph.inputs_h)
+            self.consumers_h = list(graph.consumers_h)
+        else:
+            self.ids = list(graph.nodes)
+            self.specs = list(graph.nodes.values())
+            self.index = {nid: h for h, nid in enumerate(self.ids)}
+            self.inputs_h = [graph.inputs[n] for n in self.ids]
+            self.consumers_h = [graph.consumers[n] for n in self.ids]
         ids = self.ids
-        self.inputs_h = list(graph.inputs.values()) if list(graph.inputs) == ids else [graph.inputs[n] for n in ids]
-        self.consumers_h = (list(graph.consumers.values()) if list(graph.consumers) == ids
-                            else [graph.consumers[n] for n in ids])
         self.done_h = bytearray(len(ids))  # 1 once the node's outputs exist (ran or cached)
         # Whether a node may have finished before one of its producers (it was cached, or it has
         # lazy inputs it did not ask for): only then must a producer skip finished consumers.
@@ -124,6 +126,19 @@ class _Execution:
         self.classes = self._initial_classes()
         self.sched = ExecutionList(self._deps_of, self._is_available, self._pick_class, size=len(self.ids))
         self._pool: ThreadPoolExecutor | None = None
+
+    # The runtime maps by id, for the paths that need them (lazy inputs, expansions, failures).
+    @property
+    def nodes(self) -> dict[str, NodeSpec]:
+        return self._graph.nodes if self._maps is None else self._maps[0]
+
+    @property
+    def inputs(self) -> dict[str, dict[str, tuple[str, str]]]:
+        return self._graph.inputs if self._maps is None else self._maps[1]
+
+    @property
+    def consumers(self) -> dict[str, list[str]]:
+        return self._graph.consumers if self._maps is None else self._maps[2]
 
     # -- callbacks for the scheduler ------------------------------------------------------------
     def _deps_of(self, handle: int) -> list[int]:
@@ -387,7 +402,7 @@ class _Execution:
         return True
 
     def _finish(self, nid: str, outcome: Outcome, handle: int | None = None) -> None:
-        spec = self.nodes[nid] if handle is None else self.specs[handle]
+        spec = self.specs[self.index[nid] if handle is None else handle]
         if outcome.kind == "cancelled":
             if self.failure is None:
                 self.cancelled = True
@@ -443,7 +458,7 @@ class _Execution:
         if self.keep_all or nid in self.outputs_set:
             self.kept[nid] = outputs
         if self.run.reports_status:
-            spec = self.nodes[nid]
+            spec = self.specs[h]
             if cached:
                 self._status(spec, "cached")
             else:
@@ -495,11 +510,10 @@ class _Execution:
             self._fail(parent, NodeOutputError(problem[0], field=problem[1]), code="invalid_expansion",
                        field=problem[1])
             return
-        if self._graph_shared:
+        if self._maps is None:
             # Shallow copies: only an expansion's own nodes gain consumers, and they get new lists.
-            self.nodes, self.inputs, self.consumers = dict(self.nodes), dict(self.inputs), dict(self.consumers)
+            self._maps = (dict(self._graph.nodes), dict(self._graph.inputs), dict(self._graph.consumers))
             self.index = dict(self.index)
-            self._graph_shared = False
         self.nodes.update(sub.nodes)
         self.inputs.update(sub.inputs)
         for nid, inner_spec in sub.nodes.items():

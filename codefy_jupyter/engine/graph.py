@@ -9,7 +9,7 @@ Validation never stops at the first problem: a user fixing a graph sees everythi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import GraphError, Problem, Problems
@@ -32,35 +32,103 @@ class NodeSpec:
     has_lazy: bool = False
 
 
-@dataclass
 class Graph:
-    nodes: dict[str, NodeSpec]
-    # target id -> input port -> (source id, source port)
-    inputs: dict[str, dict[str, tuple[str, str]]]
-    # source id -> consumer ids, in edge order, one entry per edge
-    consumers: dict[str, list[str]]
-    settings: dict[str, Any] = field(default_factory=dict)
-    # For subgraphs/presets: interface name -> (node id, port)
-    interface_inputs: dict[str, tuple[str, str]] = field(default_factory=dict)
-    interface_outputs: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # Interface inputs that set an inner node's param: name -> (node id, param)
-    interface_params: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # A topological order of the nodes (inputs before consumers), when the graph is acyclic.
-    order: list[str] | None = None
-    # From parse_graph (None on a Graph built by hand): each node's handle, its position in
-    # `nodes`, and per handle the handles of its inputs' sources in `inputs` order. A run reaches
-    # a node's producers through these without probing 100k-entry maps by id.
-    index: dict[str, int] | None = None
-    deps: list[list[int]] | None = None
+    """A validated graph.
+
+    nodes:     id -> NodeSpec
+    inputs:    target id -> input port -> (source id, source port)
+    consumers: source id -> consumer ids, in edge order, one entry per edge
+    settings, interface_inputs/outputs (subgraphs, presets: name -> (node id, port)),
+    interface_params (interface inputs that set an inner param: name -> (node id, param)),
+    order:     a topological order (inputs before consumers), when the graph is acyclic.
+
+    parse_graph builds a graph by handle (a node's position in `nodes`): `index` (id -> handle),
+    and per handle `specs`, `inputs_h` and `consumers_h` (the very objects `inputs` and
+    `consumers` hold) and `deps` (its inputs' sources' handles, in `inputs` order). A run works
+    on those, and the three maps by id are made when first asked for: filling a 100k-entry map
+    touches memory far apart, a few tenths of a microsecond per node each, and a plain run never
+    needs them. A Graph built by hand from maps has no handles (`index` is None).
+    """
+
+    def __init__(
+        self, nodes: dict[str, NodeSpec] | None, inputs: dict[str, dict[str, tuple[str, str]]] | None,
+        consumers: dict[str, list[str]] | None, settings: dict[str, Any] | None = None,
+        interface_inputs: dict[str, tuple[str, str]] | None = None,
+        interface_outputs: dict[str, tuple[str, str]] | None = None,
+        interface_params: dict[str, tuple[str, str]] | None = None, order: list[str] | None = None,
+    ) -> None:
+        self._nodes, self._inputs, self._consumers = nodes, inputs, consumers
+        self.settings = settings if settings is not None else {}
+        self.interface_inputs = interface_inputs if interface_inputs is not None else {}
+        self.interface_outputs = interface_outputs if interface_outputs is not None else {}
+        self.interface_params = interface_params if interface_params is not None else {}
+        self.order = order
+        self.index: dict[str, int] | None = None
+        self.specs: list[NodeSpec] = []
+        self.inputs_h: list[dict[str, tuple[str, str]]] = []
+        self.consumers_h: list[list[str]] = []
+        self.deps: list[list[int]] = []
+
+    @classmethod
+    def _by_handle(cls, index: dict[str, int], specs: list[NodeSpec], inputs_h: list[dict[str, tuple[str, str]]],
+                   consumers_h: list[list[str]], deps: list[list[int]], **rest: Any) -> Graph:
+        graph = cls(None, None, None, **rest)
+        graph.index, graph.specs, graph.inputs_h, graph.consumers_h, graph.deps = (
+            index, specs, inputs_h, consumers_h, deps)
+        return graph
+
+    @property
+    def nodes(self) -> dict[str, NodeSpec]:
+        if self._nodes is None:
+            self._nodes = dict(zip(self.index or (), self.specs))
+        return self._nodes
+
+    @nodes.setter
+    def nodes(self, value: dict[str, NodeSpec]) -> None:
+        self._drop_handles()
+        self._nodes = value
+
+    @property
+    def inputs(self) -> dict[str, dict[str, tuple[str, str]]]:
+        if self._inputs is None:
+            self._inputs = dict(zip(self.index or (), self.inputs_h))
+        return self._inputs
+
+    @inputs.setter
+    def inputs(self, value: dict[str, dict[str, tuple[str, str]]]) -> None:
+        self._drop_handles()
+        self._inputs = value
+
+    @property
+    def consumers(self) -> dict[str, list[str]]:
+        if self._consumers is None:
+            self._consumers = dict(zip(self.index or (), self.consumers_h))
+        return self._consumers
+
+    @consumers.setter
+    def consumers(self, value: dict[str, list[str]]) -> None:
+        self._drop_handles()
+        self._consumers = value
+
+    def _drop_handles(self) -> None:
+        """A map replaced by hand: the handles may no longer match it, so keep the maps alone."""
+        if self.index is not None:
+            self._nodes, self._inputs, self._consumers = self.nodes, self.inputs, self.consumers
+            self.index, self.specs, self.inputs_h, self.consumers_h, self.deps = None, [], [], [], []
+
+    def __repr__(self) -> str:
+        return f"Graph({len(self.index) if self.index is not None else len(self.nodes)} nodes)"
 
     def output_nodes(self) -> list[str]:
         """Nodes a run targets: declared output nodes and every node nobody consumes."""
-        if self.index is not None:  # parse_graph's maps list the nodes in one order: pair them up
-            return [nid for (nid, spec), used in zip(self.nodes.items(), self.consumers.values())
+        if self.index is not None:
+            return [spec.id for spec, used in zip(self.specs, self.consumers_h)
                     if spec.definition.output_node or not used]
         return [nid for nid, spec in self.nodes.items() if spec.definition.output_node or not self.consumers[nid]]
 
     def node_types(self) -> set[str]:
+        if self.index is not None:
+            return {spec.type for spec in self.specs}
         return {spec.type for spec in self.nodes.values()}
 
 
@@ -207,20 +275,19 @@ def parse_graph(
                 problems.append(Problem("missing_input", f"required input {port!r} ({pspec.type}) is not connected",
                                         nid, f"inputs.{port}"))
 
-    ids = list(index)
-    nodes: dict[str, NodeSpec] = dict(zip(ids, specs))
-    inputs: dict[str, dict[str, tuple[str, str]]] = dict(zip(ids, ins_h))
-    consumers: dict[str, list[str]] = dict(zip(ids, cons_h))
-
+    graph = Graph._by_handle(index, specs, ins_h, cons_h, deps_h, settings=dict(settings))
+    # Only a graph with an interface (a subgraph, a preset) needs its nodes by id here.
+    nodes = graph.nodes if data.get("inputs") is not None or data.get("outputs") is not None else {}
     iface_params: dict[str, tuple[str, str]] = {}
     iface_in = _parse_interface(data.get("inputs"), "inputs", prefix, nodes, rejected, problems, is_input=True,
                                 params_out=iface_params)
     iface_out = _parse_interface(data.get("outputs"), "outputs", prefix, nodes, rejected, problems,
                                  is_input=False)
 
-    order = _order_by_handle(ids, deps_h, cons_h)
+    order = _order_by_handle(list(index), deps_h, cons_h)
     if order is None:
-        order = topological_order(nodes, inputs, consumers)
+        nodes, inputs = graph.nodes, graph.inputs
+        order = topological_order(nodes, inputs, graph.consumers)
         # Kahn's pass leaves exactly the nodes on or behind a cycle; name only those on one.
         placed = set(order)
         left = [n for n in nodes if n not in placed]
@@ -229,7 +296,9 @@ def parse_graph(
                                     cycle[0], None, {"cycle": cycle}))
     if problems:
         raise GraphError(problems)
-    return Graph(nodes, inputs, consumers, dict(settings), iface_in, iface_out, iface_params, order, index, deps_h)
+    graph.interface_inputs, graph.interface_outputs, graph.interface_params = iface_in, iface_out, iface_params
+    graph.order = order
+    return graph
 
 
 def _order_by_handle(ids: list[str], deps_h: list[list[int]], cons_h: list[list[str]]) -> list[str] | None:
