@@ -346,7 +346,18 @@ class _Execution:
         if not spec.has_lazy and (not self.bound or nid not in self.bound):
             # The common case, without a look at each input's PortSpec: a node with 10k inputs
             # would otherwise read 10k objects allocated long before, for nothing.
-            for port in spec.inputs:
+            ports = spec.inputs
+            if len(sources) == len(ports):
+                # Every input connected, and edges usually list them in the ports' order: walk both
+                # side by side while they agree, comparing names instead of probing a map that has
+                # as many entries as the node has inputs.
+                for port, (name, src) in zip(ports, sources.items()):
+                    if port != name:
+                        break
+                    kwargs[port] = links[src[0]][src[1]]
+                else:
+                    return spec, kwargs
+            for port in ports:  # kwargs keep the ports' order: a **kwargs node may rely on it
                 src = sources.get(port)
                 kwargs[port] = None if src is None else links[src[0]][src[1]]
             return spec, kwargs
