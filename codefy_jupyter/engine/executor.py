@@ -19,7 +19,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .cache import NoCache, OutputCache
 from .collector import PROCESS_HOLD
@@ -80,7 +80,8 @@ class _Execution:
         # are the Graph's (which may be reused by the caller, and makes them only when asked) until
         # the first expansion copies them: a plain run reaches its nodes by handle and never asks.
         self._graph = graph
-        self._maps: tuple[dict[str, NodeSpec], dict[str, dict[str, tuple[str, str]]], dict[str, list[str]]] | None = None
+        self._maps: tuple[dict[str, NodeSpec], dict[str, dict[str, tuple[str, str]]],
+                          dict[str, list[str]]] | None = None
         self.output_order = graph.output_nodes()  # graph order: the first output node is added first
         self.outputs_set = set(self.output_order)
         # Cache keys are only worth their cost when there is a cache to ask.
@@ -105,7 +106,7 @@ class _Execution:
         # inputs_h and consumers_h hold the very objects of the maps by id. A parsed graph has all of
         # this already (its `index` is shared until an expansion copies it); one built by hand is
         # translated here.
-        self.deps: list[list[int]] = graph.deps if graph.index is not None else []  # never changed
+        self.deps: list[Sequence[int]] = graph.deps if graph.index is not None else []  # never changed
         if graph.index is not None:
             self.index: dict[str, int] = graph.index
             self.ids: list[str] = list(graph.index)
@@ -141,7 +142,7 @@ class _Execution:
         return self._graph.consumers if self._maps is None else self._maps[2]
 
     # -- callbacks for the scheduler ------------------------------------------------------------
-    def _deps_of(self, handle: int) -> list[int]:
+    def _deps_of(self, handle: int) -> Sequence[int]:
         spec = self.specs[handle]
         if not spec.has_lazy:  # the common case
             if handle < len(self.deps):
@@ -183,7 +184,7 @@ class _Execution:
             classes[index[nid]] = OUTPUT
         deps = self.deps
 
-        def producers(handle: int) -> list[int]:
+        def producers(handle: int) -> Sequence[int]:
             return deps[handle] if deps else [index[src] for src, _ in self.inputs_h[handle].values()]
 
         for nid in self.output_order:

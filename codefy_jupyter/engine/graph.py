@@ -10,7 +10,7 @@ Validation never stops at the first problem: a user fixing a graph sees everythi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from .errors import GraphError, Problem, Problems
 from .registry import NodeDef, NodeRegistry, PortSpec, types_compatible
@@ -67,11 +67,11 @@ class Graph:
         self.specs: list[NodeSpec] = []
         self.inputs_h: list[dict[str, tuple[str, str]]] = []
         self.consumers_h: list[list[str]] = []
-        self.deps: list[list[int]] = []
+        self.deps: list[Sequence[int]] = []
 
     @classmethod
     def _by_handle(cls, index: dict[str, int], specs: list[NodeSpec], inputs_h: list[dict[str, tuple[str, str]]],
-                   consumers_h: list[list[str]], deps: list[list[int]], **rest: Any) -> Graph:
+                   consumers_h: list[list[str]], deps: list[Sequence[int]], **rest: Any) -> Graph:
         graph = cls(None, None, None, **rest)
         graph.index, graph.specs, graph.inputs_h, graph.consumers_h, graph.deps = (
             index, specs, inputs_h, consumers_h, deps)
@@ -233,8 +233,8 @@ def parse_graph(
     resolver = PortResolver(registry, presets, _depth)
     # Built by handle (a node's position among those that parsed): an edge finds its two ends with
     # one probe of `index` each and reaches their input maps, consumer lists and dependency lists
-    # in lists; the maps by id a Graph carries are made once at the end, in one pass each. Probes
-    # of 100k-entry maps touch memory far apart, which is what made big graphs cost more per node.
+    # in lists; the Graph makes its maps by id only if asked. Probes of 100k-entry maps touch
+    # memory far apart, which is what made big graphs cost more per node.
     index: dict[str, int] = {}
     specs: list[NodeSpec] = []
     # Ids of nodes that failed to parse: edges to them are not reported again. (Those that parsed
@@ -252,7 +252,8 @@ def parse_graph(
             specs.append(spec)
     ins_h: list[dict[str, tuple[str, str]]] = [{} for _ in specs]
     cons_h: list[list[str]] = [[] for _ in specs]
-    deps_h: list[list[int]] = [[] for _ in specs]
+    # A node without inputs shares one empty tuple: sources are often most of a graph.
+    deps_h: list[list[int] | tuple[()]] = [()] * len(specs)
 
     aimed: set[tuple[str, str]] = set()  # inputs some edge points at, even a rejected one
     for i, raw in enumerate(raw_edges):
@@ -301,7 +302,7 @@ def parse_graph(
     return graph
 
 
-def _order_by_handle(ids: list[str], deps_h: list[list[int]], cons_h: list[list[str]]) -> list[str] | None:
+def _order_by_handle(ids: list[str], deps_h: list[Any], cons_h: list[list[str]]) -> list[str] | None:
     """A topological order from the handle lists (Kahn's pass backwards, from the nodes nobody
     consumes), with no probe by id; None when a cycle leaves nodes out."""
     left = [len(c) for c in cons_h]  # consumers not yet placed, one per edge as in deps_h
@@ -423,7 +424,7 @@ def _node_spec(raw: dict[str, Any], nid: str, registry: NodeRegistry, resolver: 
 
 def _parse_edge(
     raw: Any, i: int, prefix: str, index: dict[str, int], specs: list[NodeSpec], rejected: set[str],
-    ins_h: list[dict[str, tuple[str, str]]], cons_h: list[list[str]], deps_h: list[list[int]],
+    ins_h: list[dict[str, tuple[str, str]]], cons_h: list[list[str]], deps_h: list[Any],
     problems: list[Problem], aimed: set[tuple[str, str]],
 ) -> None:
     # Hot for big graphs: the valid path does no formatting; messages are built only on failure.
@@ -457,7 +458,11 @@ def _parse_edge(
         # One probe both finds a second edge into this input and records the first.
         if ins_h[dh].setdefault(t_port, pair) is pair:
             cons_h[sh].append(dst_spec.id)
-            deps_h[dh].append(sh)
+            deps = deps_h[dh]
+            if deps:
+                deps.append(sh)
+            else:
+                deps_h[dh] = [sh]
             return
     aimed.add((dst, t_port))
     for key, nid, spec in (("source", src, src_spec), ("target", dst, dst_spec)):
