@@ -19,7 +19,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .cache import NoCache, OutputCache
 from .collector import PROCESS_HOLD
@@ -76,13 +76,12 @@ class _Execution:
         self.limit = 1 if run.seed is not None else max(1, max_parallel_nodes)
         self.inline = inline
         self.keep_all = keep_outputs == "all"
-        # The runtime graph starts as the validated graph and grows with expansions. It is shared
-        # with the Graph (which may be reused by the caller) until the first expansion copies it:
-        # three copies of 100k-entry maps are memory every later step would touch.
-        self.nodes: dict[str, NodeSpec] = graph.nodes
-        self.inputs = graph.inputs
-        self.consumers = graph.consumers
-        self._graph_shared = True
+        # The runtime graph starts as the validated graph and grows with expansions. Its maps by id
+        # are the Graph's (which may be reused by the caller, and makes them only when asked) until
+        # the first expansion copies them: a plain run reaches its nodes by handle and never asks.
+        self._graph = graph
+        self._maps: tuple[dict[str, NodeSpec], dict[str, dict[str, tuple[str, str]]],
+                          dict[str, list[str]]] | None = None
         self.output_order = graph.output_nodes()  # graph order: the first output node is added first
         self.outputs_set = set(self.output_order)
         # Cache keys are only worth their cost when there is a cache to ask.
@@ -104,14 +103,23 @@ class _Execution:
         # The scheduler works on dense integer handles; ids[h] and index[id] translate, and specs[h]
         # is the node: the steps of a run reach a node by its handle, through lists read in about
         # the order they were built, instead of probing 100k-entry maps by id.
-        self.ids: list[str] = list(graph.nodes)
-        self.specs: list[NodeSpec] = list(graph.nodes.values())
-        self.index: dict[str, int] = {nid: h for h, nid in enumerate(self.ids)}
-        # The same for input maps and consumer lists (the very objects the maps hold).
+        # inputs_h and consumers_h hold the very objects of the maps by id. A parsed graph has all of
+        # this already (its `index` is shared until an expansion copies it); one built by hand is
+        # translated here.
+        self.deps: list[Sequence[int]] = graph.deps if graph.index is not None else []  # never changed
+        if graph.index is not None:
+            self.index: dict[str, int] = graph.index
+            self.ids: list[str] = list(graph.index)
+            self.specs: list[NodeSpec] = list(graph.specs)
+            self.inputs_h = list(graph.inputs_h)
+            self.consumers_h = list(graph.consumers_h)
+        else:
+            self.ids = list(graph.nodes)
+            self.specs = list(graph.nodes.values())
+            self.index = {nid: h for h, nid in enumerate(self.ids)}
+            self.inputs_h = [graph.inputs[n] for n in self.ids]
+            self.consumers_h = [graph.consumers[n] for n in self.ids]
         ids = self.ids
-        self.inputs_h = list(graph.inputs.values()) if list(graph.inputs) == ids else [graph.inputs[n] for n in ids]
-        self.consumers_h = (list(graph.consumers.values()) if list(graph.consumers) == ids
-                            else [graph.consumers[n] for n in ids])
         self.done_h = bytearray(len(ids))  # 1 once the node's outputs exist (ran or cached)
         # Whether a node may have finished before one of its producers (it was cached, or it has
         # lazy inputs it did not ask for): only then must a producer skip finished consumers.
@@ -120,24 +128,42 @@ class _Execution:
         self.sched = ExecutionList(self._deps_of, self._is_available, self._pick_class, size=len(self.ids))
         self._pool: ThreadPoolExecutor | None = None
 
+    # The runtime maps by id, for the paths that need them (lazy inputs, expansions, failures).
+    @property
+    def nodes(self) -> dict[str, NodeSpec]:
+        return self._graph.nodes if self._maps is None else self._maps[0]
+
+    @property
+    def inputs(self) -> dict[str, dict[str, tuple[str, str]]]:
+        return self._graph.inputs if self._maps is None else self._maps[1]
+
+    @property
+    def consumers(self) -> dict[str, list[str]]:
+        return self._graph.consumers if self._maps is None else self._maps[2]
+
     # -- callbacks for the scheduler ------------------------------------------------------------
-    def _deps_of(self, handle: int) -> list[int]:
-        nid = self.ids[handle]
+    def _deps_of(self, handle: int) -> Sequence[int]:
         spec = self.specs[handle]
-        index = self.index
         if not spec.has_lazy:  # the common case
+            if handle < len(self.deps):
+                return self.deps[handle]
+            index = self.index
             return [index[src] for src, _ in self.inputs_h[handle].values()]
+        nid = self.ids[handle]
+        index = self.index
         strong = self.strong_lazy.get(nid, ())
         return [index[src] for port, (src, _) in self.inputs[nid].items()
                 if not spec.inputs[port].lazy or port in strong]
 
     def _is_available(self, dep_handle: int, handle: int) -> bool:
-        dep, nid = self.ids[dep_handle], self.ids[handle]
-        link = self.links.get(nid)
-        if link is not None and dep in link:
-            return True
+        links = self.links
+        if links:  # empty while a run's outputs are admitted (unless a cache answered)
+            link = links.get(self.ids[handle])
+            if link is not None and self.ids[dep_handle] in link:
+                return True
         if self.no_cache:
             return False
+        dep, nid = self.ids[dep_handle], self.ids[handle]
         hit = self.cache.get(self.sigs[dep])
         if hit is None:
             return False
@@ -150,23 +176,26 @@ class _Execution:
         their producers block an output, and those producers' producers are two hops away. Work
         in proportion to the edges near outputs, instead of a scan of each node's consumers and
         theirs when it is admitted."""
-        index, inputs = self.index, self.inputs
+        index = self.index
         classes = bytearray([OTHER]) * len(self.ids)
         feeds = bytearray(len(self.ids))
-        feeding: list[str] = []  # producers of outputs, outputs among them
+        feeding: list[int] = []  # producers of outputs, outputs among them
         for nid in self.output_order:
             classes[index[nid]] = OUTPUT
+        deps = self.deps
+
+        def producers(handle: int) -> Sequence[int]:
+            return deps[handle] if deps else [index[src] for src, _ in self.inputs_h[handle].values()]
+
         for nid in self.output_order:
-            for src, _ in inputs[nid].values():
-                h = index[src]
+            for h in producers(index[nid]):
                 if not feeds[h]:
                     feeds[h] = 1
-                    feeding.append(src)
+                    feeding.append(h)
                     if classes[h] > BLOCKS_OUTPUT:
                         classes[h] = BLOCKS_OUTPUT
-        for nid in feeding:
-            for src, _ in inputs[nid].values():
-                h = index[src]
+        for handle in feeding:
+            for h in producers(handle):
                 if classes[h] > TWO_HOPS:
                     classes[h] = TWO_HOPS
         return classes
@@ -314,9 +343,27 @@ class _Execution:
         spec = self.specs[handle]
         kwargs = dict(spec.params)
         links = self.links.get(nid, {})
+        sources = self.inputs_h[handle]
+        if not spec.has_lazy and (not self.bound or nid not in self.bound):
+            # The common case, without a look at each input's PortSpec: a node with 10k inputs
+            # would otherwise read 10k objects allocated long before, for nothing.
+            ports = spec.inputs
+            if len(sources) == len(ports):
+                # Every input connected, and edges usually list them in the ports' order: walk both
+                # side by side while they agree, comparing names instead of probing a map that has
+                # as many entries as the node has inputs.
+                for port, (name, src) in zip(ports, sources.items()):
+                    if port != name:
+                        break
+                    kwargs[port] = links[src[0]][src[1]]
+                else:
+                    return spec, kwargs
+            for port in ports:  # kwargs keep the ports' order: a **kwargs node may rely on it
+                src = sources.get(port)
+                kwargs[port] = None if src is None else links[src[0]][src[1]]
+            return spec, kwargs
         bound = self.bound.get(nid, {})
         strong = self.strong_lazy.get(nid, ())
-        sources = self.inputs_h[handle]
         for port, pspec in spec.inputs.items():
             src = sources.get(port)
             if src is None:
@@ -367,7 +414,7 @@ class _Execution:
         return True
 
     def _finish(self, nid: str, outcome: Outcome, handle: int | None = None) -> None:
-        spec = self.nodes[nid] if handle is None else self.specs[handle]
+        spec = self.specs[self.index[nid] if handle is None else handle]
         if outcome.kind == "cancelled":
             if self.failure is None:
                 self.cancelled = True
@@ -423,7 +470,7 @@ class _Execution:
         if self.keep_all or nid in self.outputs_set:
             self.kept[nid] = outputs
         if self.run.reports_status:
-            spec = self.nodes[nid]
+            spec = self.specs[h]
             if cached:
                 self._status(spec, "cached")
             else:
@@ -475,10 +522,10 @@ class _Execution:
             self._fail(parent, NodeOutputError(problem[0], field=problem[1]), code="invalid_expansion",
                        field=problem[1])
             return
-        if self._graph_shared:
+        if self._maps is None:
             # Shallow copies: only an expansion's own nodes gain consumers, and they get new lists.
-            self.nodes, self.inputs, self.consumers = dict(self.nodes), dict(self.inputs), dict(self.consumers)
-            self._graph_shared = False
+            self._maps = (dict(self._graph.nodes), dict(self._graph.inputs), dict(self._graph.consumers))
+            self.index = dict(self.index)
         self.nodes.update(sub.nodes)
         self.inputs.update(sub.inputs)
         for nid, inner_spec in sub.nodes.items():

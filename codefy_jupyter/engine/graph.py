@@ -9,8 +9,8 @@ Validation never stops at the first problem: a user fixing a graph sees everythi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 from .errors import GraphError, Problem, Problems
 from .registry import NodeDef, NodeRegistry, PortSpec, types_compatible
@@ -32,27 +32,103 @@ class NodeSpec:
     has_lazy: bool = False
 
 
-@dataclass
 class Graph:
-    nodes: dict[str, NodeSpec]
-    # target id -> input port -> (source id, source port)
-    inputs: dict[str, dict[str, tuple[str, str]]]
-    # source id -> consumer ids, in edge order, one entry per edge
-    consumers: dict[str, list[str]]
-    settings: dict[str, Any] = field(default_factory=dict)
-    # For subgraphs/presets: interface name -> (node id, port)
-    interface_inputs: dict[str, tuple[str, str]] = field(default_factory=dict)
-    interface_outputs: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # Interface inputs that set an inner node's param: name -> (node id, param)
-    interface_params: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # A topological order of the nodes (inputs before consumers), when the graph is acyclic.
-    order: list[str] | None = None
+    """A validated graph.
+
+    nodes:     id -> NodeSpec
+    inputs:    target id -> input port -> (source id, source port)
+    consumers: source id -> consumer ids, in edge order, one entry per edge
+    settings, interface_inputs/outputs (subgraphs, presets: name -> (node id, port)),
+    interface_params (interface inputs that set an inner param: name -> (node id, param)),
+    order:     a topological order (inputs before consumers), when the graph is acyclic.
+
+    parse_graph builds a graph by handle (a node's position in `nodes`): `index` (id -> handle),
+    and per handle `specs`, `inputs_h` and `consumers_h` (the very objects `inputs` and
+    `consumers` hold) and `deps` (its inputs' sources' handles, in `inputs` order). A run works
+    on those, and the three maps by id are made when first asked for: filling a 100k-entry map
+    touches memory far apart, a few tenths of a microsecond per node each, and a plain run never
+    needs them. A Graph built by hand from maps has no handles (`index` is None).
+    """
+
+    def __init__(
+        self, nodes: dict[str, NodeSpec] | None, inputs: dict[str, dict[str, tuple[str, str]]] | None,
+        consumers: dict[str, list[str]] | None, settings: dict[str, Any] | None = None,
+        interface_inputs: dict[str, tuple[str, str]] | None = None,
+        interface_outputs: dict[str, tuple[str, str]] | None = None,
+        interface_params: dict[str, tuple[str, str]] | None = None, order: list[str] | None = None,
+    ) -> None:
+        self._nodes, self._inputs, self._consumers = nodes, inputs, consumers
+        self.settings = settings if settings is not None else {}
+        self.interface_inputs = interface_inputs if interface_inputs is not None else {}
+        self.interface_outputs = interface_outputs if interface_outputs is not None else {}
+        self.interface_params = interface_params if interface_params is not None else {}
+        self.order = order
+        self.index: dict[str, int] | None = None
+        self.specs: list[NodeSpec] = []
+        self.inputs_h: list[dict[str, tuple[str, str]]] = []
+        self.consumers_h: list[list[str]] = []
+        self.deps: list[Sequence[int]] = []
+
+    @classmethod
+    def _by_handle(cls, index: dict[str, int], specs: list[NodeSpec], inputs_h: list[dict[str, tuple[str, str]]],
+                   consumers_h: list[list[str]], deps: list[Sequence[int]], **rest: Any) -> Graph:
+        graph = cls(None, None, None, **rest)
+        graph.index, graph.specs, graph.inputs_h, graph.consumers_h, graph.deps = (
+            index, specs, inputs_h, consumers_h, deps)
+        return graph
+
+    @property
+    def nodes(self) -> dict[str, NodeSpec]:
+        if self._nodes is None:
+            self._nodes = dict(zip(self.index or (), self.specs))
+        return self._nodes
+
+    @nodes.setter
+    def nodes(self, value: dict[str, NodeSpec]) -> None:
+        self._drop_handles()
+        self._nodes = value
+
+    @property
+    def inputs(self) -> dict[str, dict[str, tuple[str, str]]]:
+        if self._inputs is None:
+            self._inputs = dict(zip(self.index or (), self.inputs_h))
+        return self._inputs
+
+    @inputs.setter
+    def inputs(self, value: dict[str, dict[str, tuple[str, str]]]) -> None:
+        self._drop_handles()
+        self._inputs = value
+
+    @property
+    def consumers(self) -> dict[str, list[str]]:
+        if self._consumers is None:
+            self._consumers = dict(zip(self.index or (), self.consumers_h))
+        return self._consumers
+
+    @consumers.setter
+    def consumers(self, value: dict[str, list[str]]) -> None:
+        self._drop_handles()
+        self._consumers = value
+
+    def _drop_handles(self) -> None:
+        """A map replaced by hand: the handles may no longer match it, so keep the maps alone."""
+        if self.index is not None:
+            self._nodes, self._inputs, self._consumers = self.nodes, self.inputs, self.consumers
+            self.index, self.specs, self.inputs_h, self.consumers_h, self.deps = None, [], [], [], []
+
+    def __repr__(self) -> str:
+        return f"Graph({len(self.index) if self.index is not None else len(self.nodes)} nodes)"
 
     def output_nodes(self) -> list[str]:
         """Nodes a run targets: declared output nodes and every node nobody consumes."""
+        if self.index is not None:
+            return [spec.id for spec, used in zip(self.specs, self.consumers_h)
+                    if spec.definition.output_node or not used]
         return [nid for nid, spec in self.nodes.items() if spec.definition.output_node or not self.consumers[nid]]
 
     def node_types(self) -> set[str]:
+        if self.index is not None:
+            return {spec.type for spec in self.specs}
         return {spec.type for spec in self.nodes.values()}
 
 
@@ -155,11 +231,14 @@ def parse_graph(
     problems.extend(_check_settings(settings))
 
     resolver = PortResolver(registry, presets, _depth)
-    nodes: dict[str, NodeSpec] = {}
-    inputs: dict[str, dict[str, tuple[str, str]]] = {}
-    consumers: dict[str, list[str]] = {}
+    # Built by handle (a node's position among those that parsed): an edge finds its two ends with
+    # one probe of `index` each and reaches their input maps, consumer lists and dependency lists
+    # in lists; the Graph makes its maps by id only if asked. Probes of 100k-entry maps touch
+    # memory far apart, which is what made big graphs cost more per node.
+    index: dict[str, int] = {}
+    specs: list[NodeSpec] = []
     # Ids of nodes that failed to parse: edges to them are not reported again. (Those that parsed
-    # are `nodes`; one set of every id would be another big table to fill and probe per node.)
+    # are `index`; one set of every id would be another big table to fill and probe per node.)
     rejected: set[str] = set()
     for i, raw in enumerate(raw_nodes):
         if type(raw) is not dict:  # inline: a list of a million non-objects must cost little
@@ -168,12 +247,13 @@ def parse_graph(
             else:
                 problems.more += 1
             continue
-        spec = _parse_node(raw, i, prefix, registry, resolver, nodes, rejected, problems)
+        spec = _parse_node(raw, i, prefix, registry, resolver, index, len(specs), rejected, problems)
         if spec is not None:
-            nid = spec.id
-            nodes[nid] = spec
-            inputs[nid] = {}
-            consumers[nid] = []
+            specs.append(spec)
+    ins_h: list[dict[str, tuple[str, str]]] = [{} for _ in specs]
+    cons_h: list[list[str]] = [[] for _ in specs]
+    # A node without inputs shares one empty tuple: sources are often most of a graph.
+    deps_h: list[list[int] | tuple[()]] = [()] * len(specs)
 
     aimed: set[tuple[str, str]] = set()  # inputs some edge points at, even a rejected one
     for i, raw in enumerate(raw_edges):
@@ -183,24 +263,32 @@ def parse_graph(
             else:
                 problems.more += 1
             continue
-        _parse_edge(raw, i, prefix, nodes, rejected, inputs, consumers, problems, aimed)
+        _parse_edge(raw, i, prefix, index, specs, rejected, ins_h, cons_h, deps_h, problems, aimed)
 
     bound_full = {(prefix + n, p) for n, p in (bound or ())} | aimed
-    # nodes and inputs were filled together, so they pair up in order without a lookup by id.
-    for (nid, spec), connected in zip(nodes.items(), inputs.values()):
+    for spec, connected in zip(specs, ins_h):
+        # An edge only ever fills a declared input, so a node with as many as it declares is done.
+        if len(connected) == len(spec.inputs):
+            continue
+        nid = spec.id
         for port, pspec in spec.inputs.items():
             if not pspec.optional and port not in connected and (nid, port) not in bound_full:
                 problems.append(Problem("missing_input", f"required input {port!r} ({pspec.type}) is not connected",
                                         nid, f"inputs.{port}"))
 
+    graph = Graph._by_handle(index, specs, ins_h, cons_h, deps_h, settings=dict(settings))
+    # Only a graph with an interface (a subgraph, a preset) needs its nodes by id here.
+    nodes = graph.nodes if data.get("inputs") is not None or data.get("outputs") is not None else {}
     iface_params: dict[str, tuple[str, str]] = {}
     iface_in = _parse_interface(data.get("inputs"), "inputs", prefix, nodes, rejected, problems, is_input=True,
                                 params_out=iface_params)
     iface_out = _parse_interface(data.get("outputs"), "outputs", prefix, nodes, rejected, problems,
                                  is_input=False)
 
-    order = topological_order(nodes, inputs, consumers)
-    if len(order) < len(nodes):
+    order = _order_by_handle(list(index), deps_h, cons_h)
+    if order is None:
+        nodes, inputs = graph.nodes, graph.inputs
+        order = topological_order(nodes, inputs, graph.consumers)
         # Kahn's pass leaves exactly the nodes on or behind a cycle; name only those on one.
         placed = set(order)
         left = [n for n in nodes if n not in placed]
@@ -209,7 +297,27 @@ def parse_graph(
                                     cycle[0], None, {"cycle": cycle}))
     if problems:
         raise GraphError(problems)
-    return Graph(nodes, inputs, consumers, dict(settings), iface_in, iface_out, iface_params, order)
+    graph.interface_inputs, graph.interface_outputs, graph.interface_params = iface_in, iface_out, iface_params
+    graph.order = order
+    return graph
+
+
+def _order_by_handle(ids: list[str], deps_h: list[Any], cons_h: list[list[str]]) -> list[str] | None:
+    """A topological order from the handle lists (Kahn's pass backwards, from the nodes nobody
+    consumes), with no probe by id; None when a cycle leaves nodes out."""
+    left = [len(c) for c in cons_h]  # consumers not yet placed, one per edge as in deps_h
+    backwards = [h for h, n in enumerate(left) if n == 0]
+    i = 0
+    while i < len(backwards):
+        for dep in deps_h[backwards[i]]:
+            n = left[dep] - 1
+            left[dep] = n
+            if n == 0:
+                backwards.append(dep)
+        i += 1
+    if len(backwards) < len(ids):
+        return None
+    return [ids[h] for h in reversed(backwards)]
 
 
 def topological_order(nodes: Any, inputs: dict[str, dict[str, tuple[str, str]]],
@@ -242,9 +350,10 @@ def _check_settings(settings: dict[str, Any]) -> list[Problem]:
 
 
 def _parse_node(
-    raw: Any, i: int, prefix: str, registry: NodeRegistry, resolver: PortResolver, nodes: dict[str, NodeSpec],
-    rejected: set[str], problems: list[Problem],
+    raw: Any, i: int, prefix: str, registry: NodeRegistry, resolver: PortResolver, index: dict[str, int],
+    handle: int, rejected: set[str], problems: list[Problem],
 ) -> NodeSpec | None:
+    """The node's spec, entered in `index` as `handle`; None (and not entered) when it has problems."""
     if not isinstance(raw, dict):
         problems.append(Problem("invalid_field", "a node is a JSON object", field=f"nodes[{i}]"))
         return None
@@ -256,11 +365,13 @@ def _parse_node(
     if "/" in local:
         problems.append(Problem("invalid_id", "node ids may not contain '/' (it joins flattened ids)", nid, "id"))
         return None
-    if nid in nodes or nid in rejected:
+    # One probe of a table that grows to every node both finds a duplicate and enters the node.
+    if nid in rejected or index.setdefault(nid, handle) != handle:
         problems.append(Problem("duplicate_id", f"node id {local!r} is used more than once", nid, "id"))
         return None
     spec = _node_spec(raw, nid, registry, resolver, problems)
     if spec is None:
+        del index[nid]
         rejected.add(nid)
     return spec
 
@@ -312,9 +423,9 @@ def _node_spec(raw: dict[str, Any], nid: str, registry: NodeRegistry, resolver: 
 
 
 def _parse_edge(
-    raw: Any, i: int, prefix: str, nodes: dict[str, NodeSpec], rejected: set[str],
-    inputs: dict[str, dict[str, tuple[str, str]]], consumers: dict[str, list[str]], problems: list[Problem],
-    aimed: set[tuple[str, str]],
+    raw: Any, i: int, prefix: str, index: dict[str, int], specs: list[NodeSpec], rejected: set[str],
+    ins_h: list[dict[str, tuple[str, str]]], cons_h: list[list[str]], deps_h: list[Any],
+    problems: list[Problem], aimed: set[tuple[str, str]],
 ) -> None:
     # Hot for big graphs: the valid path does no formatting; messages are built only on failure.
     try:
@@ -335,18 +446,24 @@ def _parse_edge(
                     aimed.add((prefix + raw["target"], raw["target_port"]))
                 return
     src, dst = prefix + source, prefix + target
-    src_spec, dst_spec = nodes.get(src), nodes.get(dst)
+    sh, dh = index.get(src), index.get(dst)
+    src_spec = specs[sh] if sh is not None else None
+    dst_spec = specs[dh] if dh is not None else None
     s_type = src_spec.outputs.get(s_port) if src_spec is not None else None
     t_spec = dst_spec.inputs.get(t_port) if dst_spec is not None else None
-    dst_inputs = inputs[dst_spec.id] if dst_spec is not None else None
-    taken = dst_inputs is not None and t_port in dst_inputs
-    if s_type is not None and t_spec is not None and not taken and (
-            s_type == t_spec.type or types_compatible(s_type, t_spec.type)):
+    if s_type is not None and t_spec is not None and (s_type == t_spec.type or types_compatible(s_type, t_spec.type)):
         # The nodes' own id objects, not the concatenated copies: every later dict lookup on
         # these ids then matches by identity, without comparing string contents.
-        dst_inputs[t_port] = (src_spec.id, s_port)
-        consumers[src_spec.id].append(dst_spec.id)
-        return
+        pair = (src_spec.id, s_port)
+        # One probe both finds a second edge into this input and records the first.
+        if ins_h[dh].setdefault(t_port, pair) is pair:
+            cons_h[sh].append(dst_spec.id)
+            deps = deps_h[dh]
+            if deps:
+                deps.append(sh)
+            else:
+                deps_h[dh] = [sh]
+            return
     aimed.add((dst, t_port))
     for key, nid, spec in (("source", src, src_spec), ("target", dst, dst_spec)):
         if spec is None and nid not in rejected:  # nodes that failed to parse were reported already

@@ -433,3 +433,34 @@ def test_a_value_is_released_after_its_last_consumer_even_when_a_lazy_consumer_f
     assert result.ok
     assert result.executed.index("pick") < result.executed.index("p"), result.executed
     assert alive_after_d == [False]
+
+
+@pytest.mark.parametrize("edge_order", ["ports", "reversed", "partial"])
+def test_a_node_gets_its_inputs_in_the_order_of_its_ports_whatever_the_order_of_the_edges(edge_order):
+    from codefy_jupyter.engine import NodeRegistry, param
+    from codefy_jupyter.engine.registry import PortSpec
+
+    seen: list[list[tuple[str, object]]] = []
+    reg = NodeRegistry()
+    reg.node("Const", outputs={"y": "any"}, params={"value": param.int(0)})(lambda ctx, value: {"y": value})
+    reg.node("Gather", outputs={"y": "any"}, params={"count": param.int(1, min=1)},
+             dynamic_ports=lambda params, resolver, nid: (
+                 {f"x{i}": PortSpec("any", optional=True) for i in range(params["count"])}, {"y": "any"}, []),
+             )(lambda ctx, count, **xs: seen.append(list(xs.items())) or {"y": None})
+    wired = {"ports": [0, 1, 2, 3], "reversed": [3, 2, 1, 0], "partial": [0, 2, 3]}[edge_order]
+    graph = {"nodes": [{"id": f"c{i}", "type": "Const", "params": {"value": i}} for i in range(4)]
+             + [{"id": "g", "type": "Gather", "params": {"count": 4}}],
+             "edges": [edge(f"c{i}", "y", "g", f"x{i}") for i in wired]}
+    result = run(graph, reg)
+    assert result.ok, result.error
+    assert seen == [[(f"x{i}", i if i in wired else None) for i in range(4)]]
+
+
+def test_a_parsed_graph_runs_the_same_from_its_maps_by_id(reg):
+    parsed = parse_graph(chain(5, factor=2.0), reg, PresetLibrary(include_env=False))
+    assert list(parsed.nodes) == [f"n{i}" for i in range(5)]
+    assert parsed.inputs["n1"] == {"x": ("n0", "value")} and parsed.consumers["n3"] == ["n4"]
+    by_hand = Graph(parsed.nodes, parsed.inputs, parsed.consumers)
+    assert run(by_hand, reg).outputs == run(parsed, reg).outputs == {"n4": {"y": 16.0}}
+    parsed.consumers = dict(parsed.consumers)  # replaced by hand: the graph keeps to its maps
+    assert parsed.index is None and run(parsed, reg).outputs == {"n4": {"y": 16.0}}
