@@ -7,6 +7,7 @@
     %codefy runs [--status S]                        the runs table
     %codefy workers                                  the workers table
     %codefy queue GRAPH                              the Queue on… dialog for a graph
+    %codefy sweep ID / %codefy study ID              the live view of a sweep / a study
     %codefy cancel ID
 
 The magics are clients of the server like `codefy run`: a run belongs to the server, so a kernel
