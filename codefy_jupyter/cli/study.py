@@ -25,6 +25,7 @@ _positive_seconds = seconds(allow_zero=False)
 ACTIONS = ("show", "cancel", "resume", "ls")
 SUBMIT_TRIES = 5  # a POST whose answer was lost is sent again (same key) this many times in all
 ACTIVE = ("queued", "running", "cancel_requested")
+ALREADY = " (already submitted with this key: not started again)"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -125,7 +126,7 @@ async def _main(server: Any, action: str, spec: dict[str, Any], budget: dict[str
                 if not args.json:
                     out(f"study {doc['id']}{' ' + repr(doc['name']) if doc.get('name') else ''}: "
                         f"{len(doc['variants'])} variants x {doc['repetitions']} repetitions, seed {doc['seed']}"
-                        f"{'' if doc.get('created', True) else ' (already submitted with this key: not started again)'}")
+                        f"{'' if doc.get('created', True) else ALREADY}")
             elif action == "cancel":
                 doc = await client.cancel_study(args.study_id, expected_revision=args.expected_revision)
                 if not args.json:
@@ -198,5 +199,6 @@ def _list(page: dict[str, Any], args: argparse.Namespace, server: Any) -> int:
     if not studies:
         out("no studies")
     for s in studies:
-        out(f"{s['id']}  {s['status']:<16} rev {s['revision']:<5} {timestamp(s.get('created_at'))}  {s.get('name') or ''}")
+        out(f"{s['id']}  {s['status']:<16} rev {s['revision']:<5} {timestamp(s.get('created_at'))}  "
+            f"{s.get('name') or ''}")
     return EXIT_OK

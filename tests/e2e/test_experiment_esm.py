@@ -32,7 +32,8 @@ def sweep_doc() -> dict:
                          "tied_with": [], "params": [{"node_id": "opt", "param": "lr", "value": 10.0 ** -(i + 1)}],
                          "final_metrics": {"val_loss": objective} if objective else {}, "run_exists": True,
                          "worker_id": "gpu-box" if i % 2 else None, "devices": ["cuda:0"] if i % 2 else ["cpu"]})
-    return {"sweep_id": "a" * 32, "name": "lr", "state": "running", "counts": {"succeeded": 2, "failed": 1, "running": 1},
+    return {"sweep_id": "a" * 32, "name": "lr", "state": "running",
+            "counts": {"succeeded": 2, "failed": 1, "running": 1},
             "objective": {"metric": "val_loss", "direction": "minimize", "node_id": "train"}, "variants": variants}
 
 
@@ -60,7 +61,8 @@ def fixtures() -> dict:
     out = {
         "sweep": {**sweep_state(sweep), "sweep_id": sweep["sweep_id"], "sort_key": "rank", "descending": False,
                   "rows": sort_rows(sweep_rows(sweep), "rank"), "error": None, "message": "", "follow_error": "",
-                  "watched": None, "curves": {"#1": [[1, 1.2], [2, 0.9], [3, 0.8]], "#2": [[1, 1.0], [2, 0.6], [3, 0.4]]}},
+                  "watched": None,
+                  "curves": {"#1": [[1, 1.2], [2, 0.9], [3, 0.8]], "#2": [[1, 1.0], [2, 0.6], [3, 0.4]]}},
         "study": {"study_id": study["id"], "name": study["name"], "status": study["status"],
                   "revision": study["revision"], "objective": f"minimize {objective['metric']} of train", "progress": p,
                   "budget_text": budget_text(p["budget"]), "halt": None, "series": study_series(study),

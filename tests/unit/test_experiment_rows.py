@@ -136,7 +136,8 @@ def test_study_body_from_ops_and_graphs_checked_against_the_catalog():
                                 {"label": "whole", "graph": {"nodes": [], "edges": []}}]
     assert body["objective"] == {"node_id": "t", "metric": "loss", "direction": "minimize"}
     assert (body["repetitions"], body["seed"], body["budget"]) == (2, 3, {"max_runs": 8})
-    for ops, field in (({"opt.lr": -1}, "variants[0].ops[0].value"), ({"opt.kind": "rmsprop"}, "variants[0].ops[0].value"),
+    for ops, field in (({"opt.lr": -1}, "variants[0].ops[0].value"),
+                       ({"opt.kind": "rmsprop"}, "variants[0].ops[0].value"),
                        ({"opt.blob": {}}, "variants[0].ops[0]"), ({"nope.lr": 1}, "variants[0].ops[0]")):
         with pytest.raises(CodefyError) as err:
             study_body(GRAPH, {"x": ops}, node="t", metric="loss", definitions=CATALOG)
