@@ -10,6 +10,9 @@ import copy
 import csv
 import io
 import json
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -293,3 +296,27 @@ def test_study_view_follows_cancels_and_resumes(client):
         assert [r["label"] for r in view.rows] == ["base", "low"]
     finally:
         view.close()
+
+
+def test_ctrl_c_leaves_the_study_running_and_says_how_to_re_attach(servers, server, tmp_path):
+    spec_file = tmp_path / "slow.json"
+    spec_file.write_text(json.dumps(study_spec(nap=30.0)))
+    proc = subprocess.Popen([sys.executable, "-m", "codefy_jupyter.cli", "study", str(spec_file), *where(server)],
+                            cwd=servers.cwd, env=servers.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("study "), first
+        study_id = first.split()[1].rstrip(":")
+        assert proc.stdout.readline().startswith(f"following study {study_id}")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, out + err
+    assert f"`codefy study show {study_id} --follow` follows it again" in err
+    with Client(url=server["url"], token=server["token"]) as client:
+        assert client.get_study(study_id)["status"] in ("queued", "running")
+        client.cancel_study(study_id)
+        assert client.wait_study(study_id, wait=5)["status"] == "cancelled"

@@ -71,7 +71,8 @@ class StudyView(ExperimentView):
     def _apply(self, doc: dict[str, Any]) -> None:
         objective = doc.get("objective") or {}
         p = progress(doc)
-        with self.hold_sync():
+        # The follow thread and a button's action both apply documents: one at a time.
+        with self._lock, self.hold_sync():
             self.name = doc.get("name") or ""
             self.status = doc.get("status") or ""
             self.revision = int(doc.get("revision") or 0)

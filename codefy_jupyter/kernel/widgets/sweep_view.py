@@ -72,7 +72,8 @@ class SweepView(ExperimentView):
                 continue
             curves[f"#{v['index'] + 1}"] = curve(points, objective.get("metric", ""), objective.get("node_id"))
             self._curve_status[run_id] = status
-        with self.hold_sync():
+        # The follow thread and Refresh both apply documents: one at a time.
+        with self._lock, self.hold_sync():
             for key, value in sweep_state(doc).items():
                 setattr(self, key, value)
             self.curves = curves
