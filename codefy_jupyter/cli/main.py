@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .kernel_setup import add_parser as add_kernel_setup
     from .run import add_parser as add_run
     from .runs import add_parser as add_runs
+    from .study import add_parser as add_study
     from .sweep import add_parser as add_sweep
 
     parser = argparse.ArgumentParser(prog="codefy", description="Run ML node graphs, here or on the run queue.")
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run(sub)
     add_runs(sub)
     add_sweep(sub)
+    add_study(sub)
     add_kernel_setup(sub)
     add_agent(sub)
     return parser
@@ -107,6 +109,10 @@ def _dispatch(argv: list[str] | None) -> int:
         from .sweep import command as sweep_command
 
         return sweep_command(args)
+    if args.command == "study":
+        from .study import command as study_command
+
+        return study_command(args)
     if args.command == "agent":
         from .agent import command as agent_command
 

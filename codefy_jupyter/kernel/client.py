@@ -57,21 +57,46 @@ def load_sweep_spec(spec: dict[str, Any] | str | Path) -> dict[str, Any]:
     if isinstance(spec, dict):
         return spec
     path = Path(spec).expanduser()
+    body = _read_spec(path, "sweep")
+    if isinstance(body.get("base_graph"), str):
+        body = {**body, "base_graph": load_graph(path.parent / body["base_graph"])}
+    return body
+
+
+def load_study_spec(spec: dict[str, Any] | str | Path) -> dict[str, Any]:
+    """A study's request body: the dict itself, or read from a JSON file. In a file, `base_graph`
+    and each variant's `graph` may be the path of a graph file (relative to the spec's folder)."""
+    if isinstance(spec, dict):
+        return spec
+    path = Path(spec).expanduser()
+    body = _read_spec(path, "study")
+    folder = path.parent
+    if isinstance(body.get("base_graph"), str):
+        body = {**body, "base_graph": load_graph(folder / body["base_graph"])}
+    if isinstance(body.get("variants"), list):
+        body["variants"] = [{**v, "graph": load_graph(folder / v["graph"])}
+                            if isinstance(v, dict) and isinstance(v.get("graph"), str) else v
+                            for v in body["variants"]]
+    return body
+
+
+def _read_spec(path: Path, what: str) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise not_found(path) from None
     except OSError as err:
-        raise CodefyError(f"cannot read sweep spec {path}: {err}", code="spec_unreadable") from None
+        raise CodefyError(f"cannot read {what} spec {path}: {err}", code="spec_unreadable") from None
     try:
         body = json.loads(text)
     except ValueError as err:
         raise CodefyError(f"{path} is not JSON: {err}", code="invalid_spec") from None
     if not isinstance(body, dict):
-        raise CodefyError(f"{path}: a sweep spec is a JSON object", code="invalid_spec")
-    if isinstance(body.get("base_graph"), str):
-        body = {**body, "base_graph": load_graph(path.parent / body["base_graph"])}
+        raise CodefyError(f"{path}: a {what} spec is a JSON object", code="invalid_spec")
     return body
+
+
+STUDY_ACTIVE = ("queued", "running", "cancel_requested")
 
 
 def sweep_settled(doc: dict[str, Any]) -> bool:
@@ -122,12 +147,12 @@ class AsyncClient:
         await self.close()
 
     async def _call(self, method: str, path: str, body: Any = None, *, timeout: float | None = None,
-                    raw: bool = False, **query: Any) -> Any:
+                    raw: bool = False, headers: dict[str, str] | None = None, **query: Any) -> Any:
         params = {k: v for k, v in query.items() if v is not None}
         url = f"{self.server.url.rstrip('/')}/codefy/api/{path}"
         if params:
             url += "?" + urllib.parse.urlencode(params, doseq=True)
-        headers = {"Authorization": f"token {self.server.token}"} if self.server.token else {}
+        headers = {**(headers or {}), **({"Authorization": f"token {self.server.token}"} if self.server.token else {})}
         request = HTTPRequest(url, method=method, headers=headers,
                               body=json.dumps(body) if body is not None else (b"" if method == "POST" else None),
                               request_timeout=timeout or self.timeout, connect_timeout=10)
@@ -268,6 +293,73 @@ class AsyncClient:
                 return
             changes = doc["changes"]
 
+    # -- studies ------------------------------------------------------------------------------
+    async def study(self, spec: dict[str, Any] | str | Path, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """POST codefy/api/studies: start a study from its request body (a dict, e.g. `Graph.study(...)`,
+        or a JSON file). With `idempotency_key`, sending it again (a retry after a lost answer)
+        returns the same study with `created: false` and starts nothing."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return await self._call("POST", "studies", load_study_spec(spec), headers=headers)
+
+    async def get_study(self, study_id: str) -> dict[str, Any]:
+        """The study: status, revision, counts, budget_usage, variants with every attempt, rankings."""
+        return await self._call("GET", f"studies/{study_id}")
+
+    async def list_studies(self, *, status: str | list[str] | None = None, offset: int = 0,
+                           limit: int = 50) -> dict[str, Any]:
+        if isinstance(status, list):
+            status = ",".join(status)
+        return await self._call("GET", "studies", status=status, offset=offset, limit=limit)
+
+    async def study_events(self, study_id: str, cursor: int = 0, wait: float = 0.0) -> dict[str, Any]:
+        """A page of the study's audit log after `cursor`; with `wait`, a long-poll while it is active."""
+        return await self._call("GET", f"studies/{study_id}/events", cursor=cursor, wait=wait or None,
+                                timeout=self.timeout + wait)
+
+    async def study_csv(self, study_id: str) -> str:
+        return await self._call("GET", f"studies/{study_id}", format="csv", raw=True)
+
+    async def cancel_study(self, study_id: str, *, expected_revision: int | None = None) -> dict[str, Any]:
+        body = {"expected_revision": expected_revision} if expected_revision is not None else None
+        return await self._call("POST", f"studies/{study_id}/cancel", body)
+
+    async def resume_study(self, study_id: str, *, budget: dict[str, Any] | None = None,
+                           expected_revision: int | None = None) -> dict[str, Any]:
+        body = {k: v for k, v in (("budget", budget), ("expected_revision", expected_revision)) if v is not None}
+        return await self._call("POST", f"studies/{study_id}/resume", body or None)
+
+    async def follow_study(self, study_id: str, cursor: int = 0, *, wait: float = 25.0,
+                           reconnect_s: float = 30.0) -> AsyncIterator[dict[str, Any]]:
+        """Every audit-log event of the study after `cursor`, by long-poll (one request per page,
+        not a read per run), until the study has stopped (not queued, running or cancel_requested)
+        and its log is read to the end. A dropped server is retried from the last cursor for up
+        to `reconnect_s`, then CodefyError("unreachable")."""
+        lost_since: float | None = None
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                page = await self.study_events(study_id, cursor, wait=wait)
+            except CodefyError as err:
+                if err.code != "unreachable":
+                    raise
+                lost_since = lost_since or loop.time()
+                if loop.time() - lost_since > reconnect_s:
+                    raise
+                await asyncio.sleep(0.5)
+                continue
+            lost_since = None
+            for event in page["events"]:
+                yield event
+            cursor = page["cursor"]
+            if page["status"] not in STUDY_ACTIVE and not page["more"]:
+                return
+
+    async def wait_study(self, study_id: str, *, wait: float = 25.0) -> dict[str, Any]:
+        """Follow the study until it stops; the study as it ended."""
+        async for _ in self.follow_study(study_id, wait=wait):
+            pass
+        return await self.get_study(study_id)
+
 
 class Client:
     """The synchronous client: the async one on a private event loop in a thread of its own, so
@@ -360,6 +452,39 @@ class Client:
 
     def cancel_sweep(self, sweep_id: str) -> dict[str, Any]:
         return self._run(self._async.cancel_sweep(sweep_id))
+
+    def study(self, spec: dict[str, Any] | str | Path, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        return self._run(self._async.study(spec, idempotency_key=idempotency_key))
+
+    def get_study(self, study_id: str) -> dict[str, Any]:
+        return self._run(self._async.get_study(study_id))
+
+    def list_studies(self, **kwargs: Any) -> dict[str, Any]:
+        return self._run(self._async.list_studies(**kwargs))
+
+    def study_events(self, study_id: str, cursor: int = 0, wait: float = 0.0) -> dict[str, Any]:
+        return self._run(self._async.study_events(study_id, cursor, wait))
+
+    def study_csv(self, study_id: str) -> str:
+        return self._run(self._async.study_csv(study_id))
+
+    def cancel_study(self, study_id: str, **kwargs: Any) -> dict[str, Any]:
+        return self._run(self._async.cancel_study(study_id, **kwargs))
+
+    def resume_study(self, study_id: str, **kwargs: Any) -> dict[str, Any]:
+        return self._run(self._async.resume_study(study_id, **kwargs))
+
+    def follow_study(self, study_id: str, cursor: int = 0, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        agen = self._async.follow_study(study_id, cursor, **kwargs)
+        while True:
+            try:
+                yield self._run(agen.__anext__())
+            except StopAsyncIteration:
+                return
+
+    def wait_study(self, study_id: str, **kwargs: Any) -> dict[str, Any]:
+        """Follow the study until it stops; the study as it ended."""
+        return self._run(self._async.wait_study(study_id, **kwargs))
 
     def wait_sweep(self, sweep_id: str) -> dict[str, Any]:
         """Follow the sweep until it settles; its final table."""

@@ -203,6 +203,23 @@ class Graph:
         return sweep_body(self.to_dict(), params, metric=metric, direction=direction, node=node,
                           definitions=definitions, **spec)
 
+    def study(self, variants: dict[str, Any], *, metric: str, node: Any, direction: str = "minimize",
+              catalog: Any = None, check: bool = True, **spec: Any) -> dict[str, Any]:
+        """The body of POST codefy/api/studies over this graph (`Client.study` sends it). `variants`
+        maps each label to its ops (`{(node, "param"): value}` or `{"node_id.param": value}`; `{}` is
+        this graph) or to a whole graph; `node`/`metric`/`direction` are the objective. Keywords:
+        repetitions, seed, budget, name, options, resume_policy. With `check` (the default), the
+        graph, the objective's node and every op are checked against the server's catalog first
+        (`catalog` as in `validate`), raising CodefyError naming the field."""
+        from .study_spec import study_body
+
+        definitions = None
+        if check:
+            definitions = _definitions(catalog)
+            self.validate(list(definitions.values()))
+        return study_body(self.to_dict(), variants, metric=metric, node=node, direction=direction,
+                          definitions=definitions, **spec)
+
     # -- internals ------------------------------------------------------------------------------
     def _new_id(self, type_: str) -> str:
         base = type_.lower()

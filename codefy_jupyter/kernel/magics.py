@@ -7,6 +7,7 @@
     %codefy runs [--status S]                        the runs table
     %codefy workers                                  the workers table
     %codefy queue GRAPH                              the Queue on… dialog for a graph
+    %codefy sweep ID / %codefy study ID              the live view of a sweep / a study
     %codefy cancel ID
 
 The magics are clients of the server like `codefy run`: a run belongs to the server, so a kernel
@@ -52,6 +53,8 @@ USAGE = """\
 %codefy runs [--status S]   the runs table (S: the filter chip: running, queued, succeeded, failed, ...)
 %codefy workers             the workers table
 %codefy queue GRAPH         the Queue on... dialog for a graph
+%codefy sweep ID            the live view of a sweep (SweepView)
+%codefy study ID            the live view of a study (StudyView)
 %codefy cancel ID           cancel a queued or running run"""
 
 
@@ -98,6 +101,10 @@ def _own_parser() -> argparse.ArgumentParser:
     sub.add_parser("workers", help="the workers table")
     queue = sub.add_parser("queue", help="the Queue on... dialog for a graph")
     queue.add_argument("graph", help="graph JSON file, or $var / {var}")
+    sweep = sub.add_parser("sweep", help="the live view of a sweep")
+    sweep.add_argument("sweep_id", metavar="ID")
+    study = sub.add_parser("study", help="the live view of a study")
+    study.add_argument("study_id", metavar="ID")
     cancel = sub.add_parser("cancel", help="cancel a queued or running run")
     cancel.add_argument("run_id", metavar="ID")
     for parser in sub.choices.values():
@@ -143,7 +150,7 @@ class CodefyMagics(Magics):
                 words.insert(1, _CELL)
             args = _run_parser().parse_args(words)
             return self._run(args, self._graph(args.graph, graphs, cell))
-        if command not in ("show", "runs", "workers", "queue", "cancel"):
+        if command not in ("show", "runs", "workers", "queue", "cancel", "sweep", "study"):
             raise UsageError(f"%codefy: unknown command {command!r}\n{USAGE}")
         args = _own_parser().parse_args(words)
         if command == "show":
@@ -261,6 +268,12 @@ class CodefyMagics(Magics):
             self.last_widget = table
         elif command == "workers":
             self.last_widget = widgets.WorkersTable(client=client)
+        elif command == "sweep":
+            client.get_sweep(args.sweep_id)  # an unknown id is the server's 404, said here
+            self.last_widget = widgets.SweepView(args.sweep_id, client=client)
+        elif command == "study":
+            client.get_study(args.study_id)
+            self.last_widget = widgets.StudyView(args.study_id, client=client)
         else:  # a file goes as its path, so the dialog names it
             given = args.graph
             graph = graphs[given][1] if given in graphs else str(Path(given).expanduser())

@@ -20,7 +20,7 @@ from IPython.utils.capture import capture_output
 from test_server_runs import sleepy
 from traitlets.config import Config
 
-from codefy_jupyter import Graph
+from codefy_jupyter import Client, Graph
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "train_mlp.json"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -263,3 +263,36 @@ async def test_a_graph_file_not_found_says_the_resolved_path_and_the_working_dir
     assert message == (f"graph file not found: examples/g.json (looked for {notebooks / 'examples' / 'g.json'}); "
                        f"working directory {notebooks}; there is ../examples/g.json "
                        f"({tmp_path / 'examples' / 'g.json'})")
+
+
+def start_a_study_and_a_sweep() -> tuple[str, str]:
+    """A one-variant study run to its end, and a two-variant sweep, through the Client (blocking:
+    called off the server's loop)."""
+    graph = {"nodes": [{"id": "k", "type": "Float"}, {"id": "vals", "type": "List", "params": {"values": [1, 2, 3]}},
+                       {"id": "m", "type": "Mean"}],
+             "edges": [{"source": "vals", "source_port": "values", "target": "m", "target_port": "values"}]}
+    objective = {"node_id": "m", "metric": "mean", "direction": "minimize"}
+    with Client() as client:
+        study = client.study({"base_graph": graph, "objective": objective, "repetitions": 1,
+                              "variants": [{"label": "one", "ops": []}]})
+        assert client.wait_study(study["id"])["status"] == "succeeded"
+        sweep = client.sweep({"base_graph": graph, "objective": objective,
+                              "sweep_spec": {"params": [{"node_id": "k", "param": "value", "values": [1, 2]}]}})
+    return study["id"], sweep["sweep_id"]
+
+
+async def test_sweep_and_study_views(server, shell):
+    study_id, sweep_id = await asyncio.to_thread(start_a_study_and_a_sweep)
+    _, out = await shell.ok(f"%codefy study {study_id}")
+    view = shell.magics.last_widget
+    assert type(view).__name__ == "StudyView" and any(WIDGET_MIME in o.data for o in out.outputs)
+    await asyncio.to_thread(view.wait, 60)
+    assert view.status == "succeeded" and [r["label"] for r in view.rows] == ["one"]
+    view.close()
+    await shell.ok(f"%codefy sweep {sweep_id}")
+    view = shell.magics.last_widget
+    assert type(view).__name__ == "SweepView"
+    await asyncio.to_thread(view.wait, 60)
+    assert view.state == "finished" and [r["objective"] for r in view.rows] == [2.0, 2.0]
+    assert "HTTP 404" in await shell.refused("%codefy study 0123456789abcdef")
+    assert "HTTP 404" in await shell.refused("%codefy sweep 0123456789abcdef")

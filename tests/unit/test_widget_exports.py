@@ -1,4 +1,4 @@
-"""The widgets package's public surface: the four classes, their constructor signatures (the
+"""The widgets package's public surface: the six classes, their constructor signatures (the
 %codefy magics rely on them) and one plain ES module each, shipped in the package."""
 
 from __future__ import annotations
@@ -11,24 +11,27 @@ from codefy_jupyter.kernel.widgets._base import ASSETS, SHARED_JS
 
 
 def test_exports_and_signatures():
-    assert sorted(widgets.__all__) == ["QueueDialog", "RunView", "RunsTable", "WorkersTable"]
+    assert sorted(widgets.__all__) == ["QueueDialog", "RunView", "RunsTable", "StudyView", "SweepView", "WorkersTable"]
     params = {name: list(inspect.signature(getattr(widgets, name).__init__).parameters)[1:3]
               for name in widgets.__all__}
     assert params == {"RunView": ["run_id", "client"], "RunsTable": ["client", "refresh_s"],
-                      "WorkersTable": ["client", "refresh_s"], "QueueDialog": ["graph", "client"]}
+                      "WorkersTable": ["client", "refresh_s"], "QueueDialog": ["graph", "client"],
+                      "SweepView": ["sweep_id", "client"], "StudyView": ["study_id", "client"]}
     for name in ("RunsTable", "WorkersTable"):
         refresh = inspect.signature(getattr(widgets, name).__init__).parameters["refresh_s"]
         assert refresh.kind is inspect.Parameter.KEYWORD_ONLY
 
 
 DRAW = "run_view_draw.js"  # the run view's drawing, shipped in front of the RunView and the dialog's module
+EXPERIMENT = "experiment_draw.js"  # the sweep and study views' shared drawing
 
 
 def test_each_widget_ships_the_shared_helpers_then_its_own_es_module_with_a_default_render():
     files = {"RunView": "run_view.js", "RunsTable": "runs_table.js", "WorkersTable": "workers_table.js",
-             "QueueDialog": "queue_dialog.js"}
-    parts = {"RunView": (DRAW,), "QueueDialog": (DRAW,)}
-    assert sorted(p.name for p in ASSETS.glob("*.js")) == sorted([*files.values(), SHARED_JS.name, DRAW])
+             "QueueDialog": "queue_dialog.js", "SweepView": "sweep_view.js", "StudyView": "study_view.js"}
+    parts = {"RunView": (DRAW,), "QueueDialog": (DRAW,), "SweepView": (DRAW, EXPERIMENT),
+             "StudyView": (DRAW, EXPERIMENT)}
+    assert sorted(p.name for p in ASSETS.glob("*.js")) == sorted([*files.values(), SHARED_JS.name, DRAW, EXPERIMENT])
     dom = SHARED_JS.read_text()
     assert "h" in set(re.findall(r"^(?:function|const|let|class) (\w+)", dom, re.M))
     for cls, name in files.items():
