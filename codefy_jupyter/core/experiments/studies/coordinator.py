@@ -33,7 +33,7 @@ from ...store import studies as db
 from ..children import study_child_name
 from . import state as st
 from .evidence import evidence
-from .plan import active_seconds, current_attempts, decide, to_retry, would_halt_at_once
+from .plan import Tally, active_seconds, current_attempts, decide, to_retry, would_halt_at_once
 from .request import Budget
 from .results import study_results
 
@@ -76,6 +76,14 @@ class Coordinator:
         self._active_timers: dict[str, asyncio.TimerHandle] = {}  # study id -> max_active_seconds check
         self._changed: dict[str, asyncio.Event] = {}  # study id -> set on its next committed change
         self._results: dict[str, tuple[int, dict[str, Any]]] = {}  # study id -> (revision, results)
+        # An active study's attempts and labels in memory, kept in step by _change (every change to
+        # a study's attempts goes through it, under the study's lock), so that a scheduling
+        # decision does not read and decode every attempt again.
+        self._tallies: dict[str, Tally] = {}
+        self._rows: dict[str, dict[str, Any]] = {}  # study id -> its row, beside its tally
+        self._memos: dict[str, dict[Any, Any]] = {}  # study id -> its paired comparisons (results.py)
+        self._results_locks: dict[str, asyncio.Lock] = {}
+        self._labels: dict[str, list[str]] = {}
         self._submitting = self._submitted = 0
         self._crash_before = _crash_hook(CRASH_BEFORE_SUBMIT_ENV)
         self._crash_after = _crash_hook(CRASH_AFTER_SUBMIT_ENV)
@@ -90,10 +98,40 @@ class Coordinator:
         revision = await self.store.write(partial(db.change, study_id=study_id, c=c, now=self.clock(),
                                                   expected_revision=expected_revision))
         if revision is not None:
+            tally, row = self._tallies.get(study_id), self._rows.get(study_id)
+            if c.study.get("status") is not None and c.study["status"] not in st.ACTIVE:
+                self._tallies.pop(study_id, None)  # stopped scheduling: a resume reads it again
+                self._rows.pop(study_id, None)
+            elif tally is not None and row is not None:
+                tally.apply(c.attempts, c.new_attempts)
+                row.update(c.study, revision=revision)
             event = self._changed.pop(study_id, None)
             if event is not None:
                 event.set()
         return revision
+
+    async def _tally(self, study_id: str) -> Tally:
+        """Call with the study's lock held (what _change applies must follow this read)."""
+        await self._study_row(study_id)
+        return self._tallies.get(study_id) or Tally(await self._attempts(study_id))
+
+    async def _study_row(self, study_id: str) -> dict[str, Any] | None:
+        """The study row, from memory while its tally is held (lock held, as for _tally). Its
+        `error` may lag a retention harvest's note; nothing here decides on it."""
+        row = self._rows.get(study_id)
+        if row is None or study_id not in self._tallies:
+            row = await self.store.read(db.get_study, study_id)
+            if row is None:
+                return None
+            self._tallies[study_id] = Tally(await self._attempts(study_id))
+            self._rows[study_id] = row
+        return row
+
+    async def _label_list(self, study_id: str) -> list[str]:
+        labels = self._labels.get(study_id)
+        if labels is None:
+            labels = self._labels[study_id] = [v["label"] for v in await self.store.read(db.get_variants, study_id)]
+        return labels
 
     def changed(self, study_id: str) -> asyncio.Event:
         return self._changed.setdefault(study_id, asyncio.Event())
@@ -104,13 +142,18 @@ class Coordinator:
     async def results(self, study: Mapping[str, Any], labels: list[str],
                       attempts: list[dict[str, Any]]) -> dict[str, Any]:
         """Cached per revision: the paired comparisons cost ~20 ms a variant."""
-        cached = self._results.get(study["id"])
-        if cached is not None and cached[0] == study["revision"]:
-            return cached[1]
-        results = await asyncio.to_thread(study_results, labels, study["repetitions"], attempts,
-                                          study["objective"]["direction"])
-        self._results[study["id"]] = (study["revision"], results)
-        return results
+        study_id = study["id"]
+        # One computation at a time per study: readers arriving together wait for it, and the
+        # memo of paired comparisons is never used by two threads at once.
+        async with self._results_locks.setdefault(study_id, asyncio.Lock()):
+            cached = self._results.get(study_id)
+            if cached is not None and cached[0] == study["revision"]:
+                return cached[1]
+            results = await asyncio.to_thread(study_results, labels, study["repetitions"], attempts,
+                                              study["objective"]["direction"], memo=self._memos.setdefault(study_id, {}))
+            if cached is None or cached[0] < study["revision"]:
+                self._results[study_id] = (study["revision"], results)
+            return results
 
     async def _ranking(self, study_id: str) -> list[dict[str, Any]]:
         study = await self.store.read(db.get_study, study_id)
@@ -121,7 +164,7 @@ class Coordinator:
 
     # -- scheduling (call with the study's lock held) -----------------------------------------------
     async def advance(self, study_id: str) -> None:
-        study = await self.store.read(db.get_study, study_id)
+        study = await self._study_row(study_id)
         if study is None:
             return
         if study["status"] == st.QUEUED:
@@ -129,8 +172,8 @@ class Coordinator:
                                                    events=[("study_started", {})]))
             study["status"] = st.RUNNING
         while study["status"] == st.RUNNING and not self.runs.closing:
-            attempts = await self._attempts(study_id)
-            decision = decide(Budget(**study["budget"]), attempts, self.clock())
+            tally = await self._tally(study_id)
+            decision = decide(Budget(**study["budget"]), tally, self.clock())
             if decision.done:
                 ranking = await self._ranking(study_id)
                 await self._change(study_id, db.Change(study={"status": st.next_status(st.RUNNING, "finish")},
@@ -144,9 +187,8 @@ class Coordinator:
                 return
             if not decision.submit:
                 return
-            current = current_attempts(attempts)
             for key in decision.submit:
-                if not await self._submit(study, current[key]):
+                if not await self._submit(study, tally.current[key]):
                     return
             return
 
@@ -161,9 +203,9 @@ class Coordinator:
         if graphs is None:  # received by an earlier process: SECRET values are blank now
             graphs = [v["graph"] for v in await self.store.read(db.get_variants, study_id)]
             self._graphs[study_id] = graphs
-        labels = await self.store.read(db.get_variants, study_id)
+        labels = await self._label_list(study_id)
         body = {"graph": graphs[a["variant"]],
-                "name": study_child_name(study["name"], labels[a["variant"]]["label"], a["repetition"])[:RUN_NAME_MAX],
+                "name": study_child_name(study["name"], labels[a["variant"]], a["repetition"])[:RUN_NAME_MAX],
                 "options": {**study["options"], "seed": a["seed"]}}
         self._children[a["run_id"]] = study_id  # before the submit: the child may start inside it
         try:
@@ -205,7 +247,8 @@ class Coordinator:
             self.runs.keep(asyncio.get_running_loop().create_task(self._finished(study_id, run_id, status)))
 
     async def _attempt_of(self, study_id: str, run_id: str) -> dict[str, Any] | None:
-        a = await self.store.read(db.attempt_by_run, run_id)
+        tally = self._tallies.get(study_id)
+        a = tally.by_run.get(run_id) if tally is not None else await self.store.read(db.attempt_by_run, run_id)
         return a if a is not None and a["study_id"] == study_id else None
 
     async def _started(self, study_id: str, run_id: str) -> None:
@@ -216,7 +259,7 @@ class Coordinator:
             await self._change(study_id, db.Change(attempts={a["id"]: {"status": st.A_RUNNING,
                                                                          "started_at": self.clock()}},
                                                    events=[("attempt_started", _where(a))]))
-            study = await self.store.read(db.get_study, study_id)
+            study = await self._study_row(study_id)
             self._arm_run_timer(study, a, 0.0)
             await self._arm_active_timer(study)
 
@@ -284,6 +327,10 @@ class Coordinator:
                 pass  # it ended meanwhile: its ending is recorded as it came
 
     async def _finished(self, study_id: str, run_id: str, run_status: str) -> None:
+        # The evidence is read before taking the lock: the run has ended, and the study's other
+        # decisions need not wait on these reads.
+        await self.runs.events.flush()
+        found = await self.store.read(db.run_and_points, run_id)
         async with self.lock(study_id):
             self._children.pop(run_id, None)
             a = await self._attempt_of(study_id, run_id)
@@ -292,9 +339,11 @@ class Coordinator:
             timer = self._timers.pop(a["id"], None)
             if timer is not None:
                 timer.cancel()
-            study = await self.store.read(db.get_study, study_id)
+            study = await self._study_row(study_id)
+            assert study is not None
             status = st.attempt_status_of_run(run_status, a["stop_reason"])
-            change = db.Change(attempts={a["id"]: {"status": status, **await self._evidence(study, a)}})
+            copied = {} if found is None or a["evidence_copied"] else evidence(found[0], found[1], study["objective"])
+            change = db.Change(attempts={a["id"]: {"status": status, **copied}})
             change.events.append(("attempt_finished", {**_where(a), "status": status,
                                                        "objective_value": change.attempts[a["id"]].get(
                                                            "objective_value", a["objective_value"])}))

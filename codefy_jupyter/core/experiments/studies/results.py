@@ -35,9 +35,13 @@ def ineligible_reasons(repetitions: int, current: Mapping[int, Mapping[str, Any]
 
 
 def study_results(labels: Sequence[str], repetitions: int, attempts: list[Mapping[str, Any]],
-                  direction: str, *, comparisons: bool = True) -> dict[str, Any]:
+                  direction: str, *, comparisons: bool = True, memo: dict[Any, Any] | None = None) -> dict[str, Any]:
     """{"variants": {label: {aggregate, eligible, ineligible_reasons, rank, tie, tied_with,
-    average_rank, comparison}}, "rankings": [{label, rank, tie, tied_with, mean}], "best": label|None}"""
+    average_rank, comparison}}, "rankings": [{label, rank, tie, tied_with, mean}], "best": label|None}
+
+    `memo` (a dict the caller keeps per study) holds the paired comparisons already computed: each
+    depends only on its variant's values and the best's, so a change to one variant recomputes
+    that one alone, not all of them."""
     current = current_attempts(attempts)
     per_variant: dict[str, dict[str, Any]] = {}
     values: dict[str, list[float | None]] = {}
@@ -57,7 +61,7 @@ def study_results(labels: Sequence[str], repetitions: int, attempts: list[Mappin
     eligible = [label for label in labels if per_variant[label]["eligible"]]
     average = stats.average_ranks({label: values[label] for label in eligible}, direction) if eligible else {}
     best = stats.best_of({label: ranks[label] for label in eligible})
-    compared = (stats.paired_comparisons({label: values[label] for label in eligible}, best)
+    compared = (_comparisons({label: values[label] for label in eligible}, best, memo)
                 if comparisons and best is not None else {})
     for label in labels:
         per_variant[label]["average_rank"] = average.get(label)
@@ -70,3 +74,23 @@ def study_results(labels: Sequence[str], repetitions: int, attempts: list[Mappin
                       "mean": means[label]} for label in rankings],
         "best": best,
     }
+
+
+def _comparisons(values: Mapping[str, list[float | None]], best: str,
+                 memo: dict[Any, Any] | None) -> dict[str, dict[str, Any]]:
+    if memo is None:
+        return stats.paired_comparisons(values, best)
+    reference = tuple(values[best])
+    out: dict[str, dict[str, Any]] = {}
+    live = set()
+    for label, mine in values.items():
+        if label == best:
+            continue
+        key = (best, reference, tuple(mine))
+        live.add(key)
+        if key not in memo:
+            memo[key] = stats.paired_comparisons({label: mine, best: values[best]}, best)[label]
+        out[label] = memo[key]
+    for key in [k for k in memo if k not in live]:  # what no variant has any more
+        del memo[key]
+    return out

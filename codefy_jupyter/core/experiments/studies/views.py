@@ -44,8 +44,11 @@ def study_view(bundle: Mapping[str, Any], results: Mapping[str, Any], now: float
     out["counts"] = counts(attempts)
     out["budget_usage"] = budget_usage(Budget(**study["budget"]), attempts, now)
     out["variants"] = []
+    by_variant: dict[int, list[Mapping[str, Any]]] = {}
+    for a in attempts:
+        by_variant.setdefault(a["variant"], []).append(a)
     for v in variants:
-        mine = [a for a in attempts if a["variant"] == v["variant"]]
+        mine = by_variant.get(v["variant"], [])
         repetitions = []
         for r in range(study["repetitions"]):
             a = current.get((v["variant"], r))
