@@ -50,6 +50,9 @@ export interface Run {
   queue_position?: number | null;
   queue_reason?: Notice | string | null;
   final_loss?: { name: string; value: number } | null;
+  sweep_id?: string | null;
+  sweep_variant?: number | null;
+  study_id?: string | null;
 }
 
 export interface RunPage {
