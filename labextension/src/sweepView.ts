@@ -42,7 +42,7 @@ export class SweepView extends Widget {
     this.timer = null;
     try {
       this.sweep = await this.api.getSweep(this.sweepId);
-      this.title.label = this.sweep.name || this.trans.__('Sweep %1', this.sweepId.slice(0, 12));
+      this.title.label = this.trans.__('Sweep %1', this.sweep.name || this.sweepId.slice(0, 12));
       this.error = '';
       await this.readCurves(this.sweep);
     } catch (err) {

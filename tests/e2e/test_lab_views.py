@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 from lab_server import ARTIFACTS_ROOT, CHROMIUM, CHROMIUM_ARGS, NEEDS_CHROMIUM, TOKEN, Lab
@@ -38,6 +39,9 @@ TINY = {"nodes": [*mean_graph([1, 2, 3], 0.2)["nodes"],
         "edges": [*mean_graph([1, 2, 3])["edges"], edge("k", "value", "s", "x")]}
 
 
+MLP = json.loads((Path(__file__).resolve().parents[2] / "examples" / "train_mlp.json").read_text())
+
+
 def wait_for(fetch, done, timeout: float = 90):
     deadline = time.monotonic() + timeout
     while True:
@@ -53,6 +57,7 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (lab.root / "tiny.codefy.json").write_text(json.dumps(TINY, indent=1))
+    (lab.root / "train_mlp.json").write_text(json.dumps(MLP))
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -99,6 +104,22 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             assert run["name"] == "tiny from the viewer" and run["seed"] == 3 and run["device"] == "cpu", run
             page.screenshot(path=str(ARTIFACTS / "3-graph-viewer-done.png"))
 
+            # New sweep (Runs panel) on the open graph: a list of values, the count, Start sweep.
+            page.locator('.jp-SideBar li[data-id="codefy-runs"]').click()
+            runs = page.locator("#codefy-runs")
+            runs.locator("button.cdf-new-sweep").click()
+            dialog = page.locator(".jp-Dialog .cdf-sweep-dialog")
+            param = dialog.locator('.cdf-sweep-param[data-node="nap"][data-param="seconds"]')
+            param.locator("input[name=sweep]").check()
+            param.locator("input[name=values]").fill("0, 0.05, 0.1")
+            expect(dialog.locator(".cdf-variant-count [data-variants]")).to_have_text("3 variants")
+            dialog.locator("input[name=metric]").fill("mean")
+            page.screenshot(path=str(ARTIFACTS / "4-new-sweep.png"))
+            page.locator(".jp-Dialog").get_by_role("button", name="Start sweep").click()
+            made = page.locator(".cdf-sweep-view").filter(has_text="tiny.codefy.json")
+            expect(made.locator(".cdf-sweep-table tbody tr")).to_have_count(3, timeout=30_000)
+            expect(made.locator('[data-role="state"]')).to_have_text("finished", timeout=60_000)
+
             # A sweep made through the API; a child's detail leads back to it (Open parent sweep).
             sweep = lab.api("POST", "sweeps", {
                 "base_graph": mean_graph([1, 2]), "name": "naps",
@@ -106,8 +127,6 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
                 "objective": {"metric": "mean", "direction": "minimize"}})
             child = sweep["variants"][0]["run_id"]
             wait_for(lambda: lab.api("GET", f"sweeps/{sweep['sweep_id']}"), lambda s: s["state"] == "finished")
-            page.locator('.jp-SideBar li[data-id="codefy-runs"]').click()
-            runs = page.locator("#codefy-runs")
             runs.locator(f'tr.cdf-row[data-run-id="{child}"] .cdf-run-link').click()
             page.locator(f"#codefy-run-{child} button.cdf-open-sweep").click()
             view = page.locator(f"#codefy-sweep-{sweep['sweep_id']}")
@@ -119,7 +138,7 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             expect(view.locator(".cdf-col-rank")).to_have_text(["=1", "=1"])
             view.locator('th[data-sort="status"]').click()
             expect(view.locator(".cdf-curves svg")).to_be_visible()
-            page.screenshot(path=str(ARTIFACTS / "4-sweep-view.png"))
+            page.screenshot(path=str(ARTIFACTS / "5-sweep-view.png"))
 
             # A study made through the API, in the Studies panel and its view.
             study = lab.api("POST", "studies", {
@@ -139,7 +158,17 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             expect(view.locator('tr[data-label="high"] .cdf-col-comparison')).to_contain_text("+4.5")
             expect(view.locator('tr[data-label="high"] .cdf-col-comparison')).to_contain_text("p=")
             expect(view.locator('tr[data-label="base"] .cdf-col-mean')).to_have_text("3 ± 0")
-            page.screenshot(path=str(ARTIFACTS / "5-study-view.png"))
+            page.screenshot(path=str(ARTIFACTS / "6-study-view.png"))
+
+            # Any JSON graph opens through Open With → Codefy graph; the file's menu has Queue on….
+            page.locator('.jp-SideBar li[data-id="filebrowser"]').click()
+            page.locator(".jp-DirListing-itemText", has_text="train_mlp.json").click(button="right")
+            expect(page.locator(".lm-Menu-itemLabel", has_text="Queue on…")).to_be_visible()
+            page.locator(".lm-Menu-itemLabel", has_text="Open With").hover()
+            page.locator(".lm-Menu-itemLabel", has_text="Codefy graph").click()
+            mlp = page.locator(".cdf-graph-viewer").filter(has=page.locator('g.cdf-node[data-node-id="train"]'))
+            expect(mlp.locator("g.cdf-node")).to_have_count(len(MLP["nodes"]), timeout=30_000)
+            page.screenshot(path=str(ARTIFACTS / "7-open-with-codefy-graph.png"))
             assert not errors, errors
         finally:
             browser.close()
