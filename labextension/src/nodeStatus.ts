@@ -1,10 +1,11 @@
 // The graph viewer's colours, pure: a watched run's events folded into one status per top-level
-// node (queued, running with progress, cached, done, failed, cancelled). Inner nodes of blocks
-// (`inner_*`) are the block's business and left out.
+// node (queued, running with progress, cached, done, failed, cancelled; skipped: the run ended
+// without it, e.g. every consumer's output came from the cache). Inner nodes of blocks (`inner_*`)
+// are the block's business and left out.
 
 import type { RunEvent } from './types';
 
-export type NodeState = 'queued' | 'running' | 'cached' | 'done' | 'failed' | 'cancelled';
+export type NodeState = 'queued' | 'running' | 'cached' | 'done' | 'failed' | 'cancelled' | 'skipped';
 
 export interface NodeView {
   state: NodeState;
@@ -61,11 +62,13 @@ export function applyEvents(states: NodeStates, events: RunEvent[]): boolean {
       for (const id of states.keys()) {
         set(id, { state: 'queued', progress: null });
       }
-    } else if (event.type === 'execution_stopped' || event.type === 'execution_error') {
-      // Nodes still running when the run closed did not finish.
+    } else if (event.type === 'execution_stopped' || event.type === 'execution_error' || event.type === 'execution_complete') {
+      // Nodes still running when the run closed did not finish; nodes still waiting never ran.
       for (const [id, view] of states) {
         if (view.state === 'running') {
           set(id, { state: event.type === 'execution_error' ? 'failed' : 'cancelled', progress: null });
+        } else if (view.state === 'queued') {
+          set(id, { state: 'skipped', progress: null });
         }
       }
     }
@@ -75,7 +78,9 @@ export function applyEvents(states: NodeStates, events: RunEvent[]): boolean {
 
 /** How many nodes are in each state (the viewer's legend line). */
 export function stateCounts(states: NodeStates): Record<NodeState, number> {
-  const counts: Record<NodeState, number> = { queued: 0, running: 0, cached: 0, done: 0, failed: 0, cancelled: 0 };
+  const counts: Record<NodeState, number> = {
+    queued: 0, running: 0, cached: 0, done: 0, failed: 0, cancelled: 0, skipped: 0
+  };
   for (const view of states.values()) {
     counts[view.state]++;
   }

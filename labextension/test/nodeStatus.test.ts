@@ -27,7 +27,14 @@ describe('node states from a run\'s events', () => {
     expect(states.get('b')!.state).toBe('done');
     expect(states.get('c')).toEqual({ state: 'failed', progress: null, error: 'boom' });
     expect(states.get('d')!.state).toBe('failed');
-    expect(stateCounts(states)).toEqual({ queued: 0, running: 0, cached: 1, done: 1, failed: 2, cancelled: 0 });
+    expect(stateCounts(states)).toEqual({ queued: 0, running: 0, cached: 1, done: 1, failed: 2, cancelled: 0, skipped: 0 });
+  });
+
+  it('a node the run ended without (its consumers were cached) is skipped, not left queued', () => {
+    const states = initialStates(['k', 's']);
+    applyEvents(states, [ev('execution_start', {}), ev('execution_cached', { nodes: ['s'] }), ev('execution_complete', {})]);
+    expect(states.get('k')!.state).toBe('skipped');
+    expect(states.get('s')!.state).toBe('cached');
   });
 
   it('ignores nodes it does not draw (inner nodes, unknown ids) and progress of a node not running', () => {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,7 @@ TINY = {"nodes": [*mean_graph([1, 2, 3], 0.2)["nodes"],
         "edges": [*mean_graph([1, 2, 3])["edges"], edge("k", "value", "s", "x")]}
 
 
+BAD = {"nodes": [{"id": "x", "type": "NoSuchNodeType", "params": {}}], "edges": []}
 MLP = json.loads((Path(__file__).resolve().parents[2] / "examples" / "train_mlp.json").read_text())
 
 
@@ -58,6 +60,7 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (lab.root / "tiny.codefy.json").write_text(json.dumps(TINY, indent=1))
     (lab.root / "train_mlp.json").write_text(json.dumps(MLP))
+    (lab.root / "bad.codefy.json").write_text(json.dumps(BAD))
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -103,6 +106,19 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             run = lab.wait_status(run_id, "succeeded")
             assert run["name"] == "tiny from the viewer" and run["seed"] == 3 and run["device"] == "cpu", run
             page.screenshot(path=str(ARTIFACTS / "3-graph-viewer-done.png"))
+
+            # Run: the interactive lane with the file as the session, so a second Run reuses its cache.
+            toolbar = page.locator(".cdf-graph-document").first
+            for expected in ("done", "cached"):
+                previous = link.get_attribute("data-run-id")
+                toolbar.locator(".cdf-tb-run").click()
+                expect(link).not_to_have_attribute("data-run-id", previous, timeout=30_000)
+                expect(viewer.locator('[data-role="run-status"]')).to_have_text("succeeded", timeout=60_000)
+                interactive = lab.api("GET", f"runs/{link.get_attribute('data-run-id')}")
+                assert interactive["lane"] == "interactive" and interactive["session"] == "lab:tiny.codefy.json"
+                expect(viewer.locator(f'g.cdf-node[data-state="{expected}"]').first).to_be_visible()
+                expect(viewer.locator('g.cdf-node[data-state="queued"]')).to_have_count(0)
+            page.screenshot(path=str(ARTIFACTS / "3b-graph-viewer-cached.png"))
 
             # New sweep (Runs panel) on the open graph: a list of values, the count, Start sweep.
             page.locator('.jp-SideBar li[data-id="codefy-runs"]').click()
@@ -169,6 +185,18 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             mlp = page.locator(".cdf-graph-viewer").filter(has=page.locator('g.cdf-node[data-node-id="train"]'))
             expect(mlp.locator("g.cdf-node")).to_have_count(len(MLP["nodes"]), timeout=30_000)
             page.screenshot(path=str(ARTIFACTS / "7-open-with-codefy-graph.png"))
+
+            # The server's refusal shows inline in Queue on…, in its own words.
+            try:
+                lab.api("POST", "runs", {"graph": BAD})
+                raise AssertionError("the server took a graph with an unknown node type")
+            except urllib.error.HTTPError as err:
+                refused = json.loads(err.read())["error"]["message"]
+            page.goto(f"{lab.url}lab/tree/bad.codefy.json?reset&token={TOKEN}")
+            page.locator(".cdf-graph-document .cdf-tb-queue").first.click(timeout=60_000)
+            page.locator(".jp-Dialog").get_by_role("button", name="Queue").click()
+            expect(page.locator(".jp-Dialog .cdf-refusal")).to_contain_text(refused[:60])
+            page.screenshot(path=str(ARTIFACTS / "8-queue-on-server-refusal.png"))
             assert not errors, errors
         finally:
             browser.close()
