@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/cpu_threads.py
 	$(PY) benchmarks/discovery.py
 	$(PY) benchmarks/experiments.py
+	$(PY) benchmarks/lab_graph.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache codefy_jupyter/labextension labextension/lib labextension/node_modules \

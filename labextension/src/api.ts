@@ -6,7 +6,9 @@ import { ServerConnection } from '@jupyterlab/services';
 
 import type { Chip } from './format';
 import { runsQuery } from './format';
-import type { Enrollment, Notice, Run, RunEvent, RunPage, WorkerList } from './types';
+import type {
+  Enrollment, NodeDefinition, Notice, Run, RunEvent, RunPage, Study, StudySummary, SubmitRequest, Sweep, WorkerList
+} from './types';
 
 export class ApiError extends Error {
   constructor(readonly status: number, readonly body: unknown, message: string) {
@@ -93,5 +95,49 @@ export class CodefyApi {
 
   enroll(): Promise<Enrollment> {
     return this.json<Enrollment>(this.url('workers', 'enrollments'), { method: 'POST', body: '{}' });
+  }
+
+  submitRun(body: SubmitRequest): Promise<Run> {
+    return this.json<Run>(this.url('runs'), { method: 'POST', body: JSON.stringify(body) });
+  }
+
+  async nodeDefinitions(): Promise<NodeDefinition[]> {
+    return (await this.json<{ nodes: NodeDefinition[] }>(this.url('nodes'))).nodes;
+  }
+
+  metrics(id: string): Promise<{ metrics: { node_id: string | null; name: string; step: number | null; value: number | null }[] }> {
+    return this.json(this.url('runs', id, 'metrics'));
+  }
+
+  createSweep(body: unknown): Promise<{ sweep_id: string }> {
+    return this.json(this.url('sweeps'), { method: 'POST', body: JSON.stringify(body) });
+  }
+
+  getSweep(id: string): Promise<Sweep> {
+    return this.json<Sweep>(this.url('sweeps', encodeURIComponent(id)));
+  }
+
+  cancelSweep(id: string): Promise<unknown> {
+    return this.json(this.url('sweeps', encodeURIComponent(id), 'cancel'), { method: 'POST' });
+  }
+
+  async sweepCsv(id: string): Promise<string> {
+    return (await this.request(`${this.url('sweeps', encodeURIComponent(id))}?format=csv`)).text();
+  }
+
+  async listStudies(): Promise<StudySummary[]> {
+    return (await this.json<{ studies: StudySummary[] }>(`${this.url('studies')}?limit=100`)).studies;
+  }
+
+  getStudy(id: string): Promise<Study> {
+    return this.json<Study>(this.url('studies', encodeURIComponent(id)));
+  }
+
+  cancelStudy(id: string): Promise<Study> {
+    return this.json<Study>(this.url('studies', encodeURIComponent(id), 'cancel'), { method: 'POST', body: '{}' });
+  }
+
+  async studyCsv(id: string): Promise<string> {
+    return (await this.request(`${this.url('studies', encodeURIComponent(id))}?format=csv`)).text();
   }
 }

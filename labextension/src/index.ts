@@ -1,22 +1,37 @@
 // The lab entry point, a thin adapter: the Runs and Workers panels in the left sidebar, a
 // command for each (and one to open a run's detail), the toast on load that counts runs in
-// progress. Everything else lives in the modules it wires (panels, api, live, format, messages).
+// progress; the graph viewer (file type `*.codefy.json`, Open with → Codefy graph for any JSON),
+// Queue on… (viewer toolbar, file browser context menu, palette), New sweep, the sweep view,
+// the Studies panel and a study's view. Everything else lives in the modules it wires.
 
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import { ICommandPalette, MainAreaWidget, Notification } from '@jupyterlab/apputils';
+import { ICommandPalette, MainAreaWidget, Notification, WidgetTracker } from '@jupyterlab/apputils';
+import { DocumentWidget } from '@jupyterlab/docregistry';
+import { IFileBrowserFactory } from '@jupyterlab/filebrowser';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { CodefyApi } from './api';
+import { FACTORY, FILE_TYPE, GraphViewer, GraphViewerFactory } from './graphViewer';
+import { queueOn } from './queueDialog';
 import { RunDetail } from './runDetail';
 import { RunsPanel } from './runsPanel';
+import { StudiesPanel, StudyView } from './studies';
+import { newSweep } from './sweepDialog';
+import { SweepView } from './sweepView';
 import { WorkersPanel } from './workersPanel';
 
 export const PLUGIN_ID = 'codefy-jupyter:panels';
 export const COMMANDS = {
   openRuns: 'codefy:open-runs',
   openWorkers: 'codefy:open-workers',
-  openRun: 'codefy:open-run'
+  openRun: 'codefy:open-run',
+  queueOn: 'codefy:queue-on',
+  runGraph: 'codefy:run-graph',
+  newSweep: 'codefy:new-sweep',
+  openSweep: 'codefy:open-sweep',
+  openStudies: 'codefy:open-studies',
+  openStudy: 'codefy:open-study'
 };
 
 const runsIcon = new LabIcon({
@@ -34,35 +49,175 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'Runs and Workers panels of the codefy run queue',
   autoStart: true,
-  optional: [ITranslator, ILayoutRestorer, ICommandPalette],
+  optional: [ITranslator, ILayoutRestorer, ICommandPalette, IFileBrowserFactory],
   activate: (
     app: JupyterFrontEnd,
     translator: ITranslator | null,
     restorer: ILayoutRestorer | null,
-    palette: ICommandPalette | null
+    palette: ICommandPalette | null,
+    browsers: IFileBrowserFactory | null
   ) => {
     const trans = (translator ?? nullTranslator).load('codefy_jupyter');
     const api = new CodefyApi(app.serviceManager.serverSettings);
 
-    const openRun = (id: string): void => {
-      const existing = Array.from(app.shell.widgets('main')).find(w => w.id === `codefy-run-${id}`);
+    /** Show the main-area widget `id`, making it with `make` the first time. */
+    const openMain = (id: string, make: () => MainAreaWidget): void => {
+      const existing = Array.from(app.shell.widgets('main')).find(w => w.id === id);
       if (existing) {
         app.shell.activateById(existing.id);
         return;
       }
-      const widget = new MainAreaWidget({ content: new RunDetail(api, trans, id) });
-      widget.id = `codefy-run-${id}`;
-      widget.title.label = trans.__('Run %1', id.slice(0, 12));
+      const widget = make();
+      widget.id = id;
       widget.title.icon = runsIcon;
       widget.title.closable = true;
       widget.content.title.changed.connect(() => {
         widget.title.label = widget.content.title.label;
       });
+      widget.title.label = widget.content.title.label;
       app.shell.add(widget, 'main');
       app.shell.activateById(widget.id);
     };
+    const openSweep = (id: string): void =>
+      openMain(`codefy-sweep-${id}`, () => new MainAreaWidget({ content: new SweepView(api, trans, id, openRun) }));
+    const openStudy = (id: string): void =>
+      openMain(`codefy-study-${id}`, () => new MainAreaWidget({ content: new StudyView(api, trans, id, openRun) }));
+    const openStudies = (): void =>
+      openMain('codefy-studies-main', () => new MainAreaWidget({ content: new StudiesPanel(api, trans, openStudy) }));
+    function openRun(id: string): void {
+      openMain(`codefy-run-${id}`, () => new MainAreaWidget({
+        content: new RunDetail(api, trans, id, { openSweep, openStudy })
+      }));
+    }
 
-    const runs = new RunsPanel({ api, trans, openRun });
+    // The graph viewer and what acts on a graph: the viewer's toolbar, Queue on… from the file
+    // browser or the palette (the current viewer, else the selected file), New sweep.
+    const viewers = new WidgetTracker<DocumentWidget<GraphViewer>>({ namespace: 'codefy-graph' });
+    const queueViewer = async (viewer: GraphViewer): Promise<void> => {
+      if (!viewer.graph) {
+        return;
+      }
+      const run = await queueOn(api, trans, viewer.graph, viewer.name);
+      if (run) {
+        viewer.watch(run);
+        Notification.success(trans.__('Queued run %1', run.id.slice(0, 12)), { autoClose: 4000 });
+      }
+    };
+    const sweepViewer = async (viewer: GraphViewer): Promise<void> => {
+      if (!viewer.graph) {
+        return;
+      }
+      const id = await newSweep(api, trans, viewer.graph, viewer.name);
+      if (id) {
+        openSweep(id);
+      }
+    };
+    app.docRegistry.addFileType({
+      name: FILE_TYPE,
+      displayName: trans.__('Codefy graph'),
+      extensions: ['.codefy.json'],
+      mimeTypes: ['application/json'],
+      fileFormat: 'text',
+      contentType: 'file',
+      icon: runsIcon
+    });
+    const factory = new GraphViewerFactory({
+      name: FACTORY,
+      label: trans.__('Codefy graph'),
+      fileTypes: [FILE_TYPE, 'json'],
+      defaultFor: [FILE_TYPE],
+      modelName: 'text',
+      translator: translator ?? nullTranslator
+    }, api, trans, { queueOn: v => void queueViewer(v), newSweep: v => void sweepViewer(v), openRun });
+    factory.widgetCreated.connect((_, widget) => {
+      widget.title.icon = runsIcon;
+      void viewers.add(widget);
+      widget.context.pathChanged.connect(() => void viewers.save(widget));
+    });
+    app.docRegistry.addWidgetFactory(factory);
+    restorer?.restore(viewers, {
+      command: 'docmanager:open',
+      args: widget => ({ path: widget.context.path, factory: FACTORY }),
+      name: widget => widget.context.path
+    });
+
+    const selectedJson = (): string | null => {
+      const first = browsers?.tracker.currentWidget?.selectedItems().next();
+      const model = first && !first.done ? first.value : null;
+      return model && model.path.endsWith('.json') ? model.path : null;
+    };
+    const currentViewer = (): GraphViewer | null => {
+      const current = app.shell.currentWidget;
+      return current && viewers.has(current) ? (current as DocumentWidget<GraphViewer>).content : viewers.currentWidget?.content ?? null;
+    };
+    const openViewer = async (path: string): Promise<GraphViewer> => {
+      const widget = (await app.commands.execute('docmanager:open', { path, factory: FACTORY })) as DocumentWidget<GraphViewer>;
+      await widget.context.ready;
+      return widget.content;
+    };
+
+    app.commands.addCommand(COMMANDS.queueOn, {
+      label: trans.__('Queue on…'),
+      caption: trans.__('Queue a graph on this server, a worker or any available'),
+      execute: async args => {
+        const path = typeof args.path === 'string' ? args.path : args.fromBrowser ? selectedJson() : null;
+        const viewer = path ? await openViewer(path) : currentViewer() ?? (selectedJson() ? await openViewer(selectedJson()!) : null);
+        if (!viewer) {
+          Notification.warning(trans.__('Open a graph (a .codefy.json file, or Open with → Codefy graph) first'));
+          return;
+        }
+        if (!viewer.graph) {
+          Notification.error(trans.__('%1 is not a graph', viewer.name));
+          return;
+        }
+        await queueViewer(viewer);
+      }
+    });
+    app.commands.addCommand(COMMANDS.runGraph, {
+      label: trans.__('Run Graph Now'),
+      caption: trans.__('Run the open graph on this server (interactive lane)'),
+      isEnabled: () => currentViewer() !== null,
+      execute: () => currentViewer()?.runInteractive()
+    });
+    app.commands.addCommand(COMMANDS.newSweep, {
+      label: trans.__('New Sweep…'),
+      caption: trans.__('Sweep parameters of the open graph'),
+      execute: async () => {
+        const viewer = currentViewer();
+        if (!viewer) {
+          Notification.warning(trans.__('Open a graph (a .codefy.json file, or Open with → Codefy graph) first'));
+          return;
+        }
+        await sweepViewer(viewer);
+      }
+    });
+    app.commands.addCommand(COMMANDS.openSweep, {
+      label: trans.__('Open Sweep'),
+      execute: args => openSweep(String(args.id))
+    });
+    app.commands.addCommand(COMMANDS.openStudies, {
+      label: trans.__('Show Studies'),
+      caption: trans.__('Every study on this server'),
+      execute: () => openStudies()
+    });
+    app.commands.addCommand(COMMANDS.openStudy, {
+      label: trans.__('Open Study'),
+      execute: args => openStudy(String(args.id))
+    });
+    // One item per file type: a context-menu selector cannot hold a list.
+    for (const type of ['json', FILE_TYPE]) {
+      app.contextMenu.addItem({
+        command: COMMANDS.queueOn,
+        args: { fromBrowser: true },
+        selector: `.jp-DirListing-item[data-file-type="${type}"]`,
+        rank: 60
+      });
+    }
+
+    const runs = new RunsPanel({
+      api, trans, openRun, openStudies,
+      newSweep: () => void app.commands.execute(COMMANDS.newSweep)
+    });
     runs.title.icon = runsIcon;
     runs.title.caption = trans.__('Runs');
     const workers = new WorkersPanel(api, trans);
@@ -90,6 +245,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const category = trans.__('Codefy');
     palette?.addItem({ command: COMMANDS.openRuns, category });
     palette?.addItem({ command: COMMANDS.openWorkers, category });
+    for (const command of [COMMANDS.queueOn, COMMANDS.runGraph, COMMANDS.newSweep, COMMANDS.openStudies]) {
+      palette?.addItem({ command, category });
+    }
 
     void app.restored.then(async () => {
       void workers.start();

@@ -16,6 +16,12 @@ import { renderError, renderNotice } from './messages';
 import { eventLine, EVENTS_KEPT, mergeEvents } from './events';
 import type { EventsFrame, Run, RunEvent } from './types';
 
+/** Where a child run leads back to: its sweep, its study. */
+export interface RunLinks {
+  openSweep?: (id: string) => void;
+  openStudy?: (id: string) => void;
+}
+
 export class RunDetail extends Widget {
   private run: Run | null = null;
   private events: RunEvent[] = [];
@@ -23,7 +29,8 @@ export class RunDetail extends Widget {
   private live: LiveSocket | null = null;
   private readonly body: HTMLElement;
 
-  constructor(private readonly api: CodefyApi, private readonly trans: Trans, readonly runId: string) {
+  constructor(private readonly api: CodefyApi, private readonly trans: Trans, readonly runId: string,
+    private readonly links: RunLinks = {}) {
     super();
     this.id = `codefy-run-${runId}`;
     this.addClass('cdf-panel');
@@ -132,7 +139,11 @@ export class RunDetail extends Widget {
       run ? this.facts(run) : null,
       run ? this.runError(run) : null,
       run ? h('div', { class: 'cdf-toolbar' },
-        h('button', { class: 'cdf-csv', onclick: () => void this.csv() }, t.__('Download CSV'))) : null,
+        h('button', { class: 'cdf-csv', onclick: () => void this.csv() }, t.__('Download CSV')),
+        run.sweep_id && this.links.openSweep ? h('button', { class: 'cdf-open-sweep',
+          onclick: () => this.links.openSweep!(run.sweep_id!) }, t.__('Open parent sweep')) : null,
+        run.study_id && this.links.openStudy ? h('button', { class: 'cdf-open-study',
+          onclick: () => this.links.openStudy!(run.study_id!) }, t.__('Open study')) : null) : null,
       h('div', { class: 'cdf-subtitle' }, t.__('Last %1 events', EVENTS_KEPT)),
       h('ol', { class: 'cdf-events cdf-mono' }, this.events.map(e => h('li', { dataset: { type: e.type } }, eventLine(e))))
     ].filter((n): n is HTMLElement => n !== null));

@@ -22,6 +22,10 @@ export interface RunsPanelOptions {
   trans: Trans;
   /** open a run's detail (Watch, or a click on its name) */
   openRun: (id: string) => void;
+  /** New sweep from the open graph */
+  newSweep?: () => void;
+  /** the Studies panel */
+  openStudies?: () => void;
 }
 
 const REFRESH_COALESCE_MS = 250;
@@ -184,7 +188,11 @@ export class RunsPanel extends Widget {
       }, chipLabel(chip, t)))),
       h('span', { class: 'cdf-count', title: t.__('runs listed of the runs matching the filter') },
         this.page ? countLabel(this.runs.length, this.page.total, t) : ''),
-      h('button', { class: 'cdf-refresh', onclick: () => void this.refresh() }, t.__('Refresh')));
+      h('button', { class: 'cdf-refresh', onclick: () => void this.refresh() }, t.__('Refresh')),
+      this.options.newSweep ? h('button', { class: 'cdf-new-sweep', title: t.__('Sweep parameters of the open graph'),
+        onclick: () => this.options.newSweep!() }, t.__('New sweep')) : null,
+      this.options.openStudies ? h('button', { class: 'cdf-studies', onclick: () => this.options.openStudies!() },
+        t.__('Studies')) : null);
   }
 
   private row(run: Run, odd: boolean, now: number): HTMLElement[] {

@@ -50,6 +50,9 @@ export interface Run {
   queue_position?: number | null;
   queue_reason?: Notice | string | null;
   final_loss?: { name: string; value: number } | null;
+  sweep_id?: string | null;
+  sweep_variant?: number | null;
+  study_id?: string | null;
 }
 
 export interface RunPage {
@@ -134,3 +137,172 @@ export interface ErrorFrame {
 }
 
 export type ServerFrame = EventsFrame | BatchFrame | ErrorFrame | { type: string };
+
+// -- graphs (openapi Graph), node definitions (GET nodes) --------------------------------------
+
+export interface GraphNode {
+  id: string;
+  type: string;
+  label?: string;
+  params?: Record<string, unknown> | null;
+  [key: string]: unknown;
+}
+
+export interface GraphEdge {
+  source: string;
+  source_port: string;
+  target: string;
+  target_port: string;
+}
+
+export interface Graph {
+  nodes: GraphNode[];
+  edges?: GraphEdge[];
+  settings?: { device?: string | null; seed?: number | null } | null;
+  [key: string]: unknown;
+}
+
+export interface ParamDefinition {
+  type: string;
+  default?: unknown;
+  min?: number;
+  max?: number;
+  options?: unknown[];
+  description?: string;
+}
+
+export interface NodeDefinition {
+  type: string;
+  category?: string;
+  params: Record<string, ParamDefinition>;
+}
+
+export interface SubmitOptions {
+  device?: string;
+  seed?: number;
+  deterministic?: boolean;
+  record_outputs?: boolean;
+  lane?: 'queued' | 'interactive';
+  session?: string;
+  target?: { worker?: string; devices?: string[] };
+}
+
+export interface SubmitRequest {
+  graph: Graph;
+  name?: string;
+  options: SubmitOptions;
+}
+
+// -- sweeps (openapi Sweep, SweepVariant) ------------------------------------------------------
+
+export interface SweepParamValue {
+  node_id: string;
+  param: string;
+  value: string | number | boolean;
+}
+
+export interface SweepVariant {
+  index: number;
+  run_id: string | null;
+  status: string;
+  params: SweepParamValue[];
+  seed?: number | null;
+  objective?: number | null;
+  objective_node_id?: string | null;
+  rank?: number | null;
+  tied_with?: number[];
+  run_exists?: boolean;
+  final_metrics?: Record<string, number | null>;
+  final_metrics_node_id?: string | null;
+  worker_id?: string | null;
+  devices?: string[] | null;
+  queue_key?: string | null;
+}
+
+export interface Sweep {
+  sweep_id: string;
+  name?: string | null;
+  state: string;
+  method?: string;
+  objective: { metric: string; direction: string; node_id?: string | null };
+  params: { node_id: string; param: string; domain: unknown[] }[];
+  total_combinations?: number;
+  counts?: Record<string, number>;
+  variants: SweepVariant[];
+  error?: string | null;
+  failure?: string | null;
+  objective_warning?: string | null;
+  best?: { index: number; run_id: string | null; objective: number } | null;
+  changes?: number;
+}
+
+// -- studies (openapi Study, StudyVariant, StudyAttempt, StudyRank) ----------------------------
+
+export interface StudyAttempt {
+  id: string;
+  attempt: number;
+  repetition: number;
+  seed?: number;
+  run_id: string;
+  status: string;
+  objective_value?: number | null;
+  run_exists?: boolean;
+  worker_id?: string | null;
+  devices?: string[] | null;
+}
+
+export interface StudyComparison {
+  against?: string;
+  n: number;
+  repetitions?: number[];
+  differences?: number[];
+  mean_difference: number | null;
+  ci95: [number, number] | null;
+  p_value: number | null;
+  method?: string | null;
+}
+
+export interface StudyVariant {
+  index: number;
+  label: string;
+  repetitions: { repetition: number; seed: number | null; current: StudyAttempt | null }[];
+  attempts?: StudyAttempt[];
+  aggregate: { count: number; mean: number | null; std: number | null; values: (number | null)[] };
+  eligible: boolean;
+  ineligible_reasons?: Record<string, unknown>[];
+  rank: number | null;
+  tie: boolean;
+  tied_with: string[];
+  average_rank: number | null;
+  comparison: StudyComparison | null;
+}
+
+export interface Study {
+  id: string;
+  name?: string | null;
+  status: string;
+  revision?: number;
+  objective: { node_id?: string; metric?: string; direction?: string };
+  seed?: number;
+  repetitions?: number;
+  counts?: Record<string, number>;
+  budget_usage?: Record<string, unknown>;
+  halt?: Record<string, unknown> | null;
+  variants: StudyVariant[];
+  rankings?: { label: string; variant: number; rank: number; tie: boolean; tied_with: string[]; mean: number | null }[];
+  best?: string | null;
+  created_at?: number;
+  updated_at?: number;
+}
+
+export interface StudySummary {
+  id: string;
+  name?: string | null;
+  status: string;
+  repetitions?: number;
+  objective?: { metric?: string; direction?: string; node_id?: string };
+  counts?: Record<string, number>;
+  best?: string | null;
+  created_at?: number;
+  [key: string]: unknown;
+}

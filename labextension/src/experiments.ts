@@ -1,0 +1,124 @@
+// The sweep and study views' rules, pure: sorting a table with empty cells kept at the bottom
+// whichever way it sorts, a rank with its ties, the paired comparison against the best variant,
+// and the points of the objective curves.
+
+import { formatLoss, Trans } from './format';
+import type { StudyComparison, StudyVariant, SweepVariant } from './types';
+
+export type SortDirection = 'asc' | 'desc';
+export type Cell = number | string | null | undefined;
+
+/** Rows sorted by `key`; rows with no value stay at the bottom in their order (stable). */
+export function sortRows<T>(rows: T[], key: (row: T) => Cell, direction: SortDirection): T[] {
+  const sign = direction === 'asc' ? 1 : -1;
+  const keyed = rows.map((row, i) => ({ row, i, k: key(row) }));
+  const empty = (k: Cell): boolean => k === null || k === undefined || k === '' || (typeof k === 'number' && Number.isNaN(k));
+  keyed.sort((a, b) => {
+    const ea = empty(a.k);
+    const eb = empty(b.k);
+    if (ea || eb) {
+      return ea === eb ? a.i - b.i : ea ? 1 : -1;
+    }
+    const c = typeof a.k === 'number' && typeof b.k === 'number' ? a.k - b.k : String(a.k).localeCompare(String(b.k));
+    return c * sign || a.i - b.i;
+  });
+  return keyed.map(k => k.row);
+}
+
+export type SweepColumn = 'rank' | 'status' | 'objective';
+
+export function sweepKey(column: SweepColumn): (v: SweepVariant) => Cell {
+  switch (column) {
+    case 'rank': return v => v.rank;
+    case 'status': return v => v.status;
+    case 'objective': return v => v.objective;
+  }
+}
+
+/** The sweep's variant number as its child runs are named: index + 1. */
+export function variantNumber(v: { index: number }): number {
+  return v.index + 1;
+}
+
+/** "1", or "=1" for a rank shared with others (their labels on hover). */
+export function rankLabel(rank: number | null | undefined, tie: boolean): string {
+  if (rank === null || rank === undefined) {
+    return '-';
+  }
+  return tie ? `=${rank}` : String(rank);
+}
+
+/** The paired comparison's cell: "+0.012 [-0.003, 0.027] p=0.25 (n=5)"; the best reads "best". */
+export function comparisonLabel(c: StudyComparison | null | undefined, isBest: boolean, t: Trans): string {
+  if (isBest) {
+    return t.__('best');
+  }
+  if (!c || c.mean_difference === null || c.mean_difference === undefined) {
+    return '-';
+  }
+  const signed = (x: number): string => (x > 0 ? '+' : '') + formatLoss(x);
+  let text = signed(c.mean_difference);
+  if (c.ci95) {
+    text += ` [${signed(c.ci95[0])}, ${signed(c.ci95[1])}]`;
+  }
+  if (c.p_value !== null && c.p_value !== undefined) {
+    text += ` p=${formatP(c.p_value)}`;
+  }
+  return `${text} (n=${c.n})`;
+}
+
+export function formatP(p: number): string {
+  return p < 0.001 ? '<0.001' : p.toFixed(3);
+}
+
+export type StudyColumn = 'rank' | 'label' | 'mean' | 'average_rank';
+
+export function studyKey(column: StudyColumn): (v: StudyVariant) => Cell {
+  switch (column) {
+    case 'rank': return v => v.rank;
+    case 'label': return v => v.label;
+    case 'mean': return v => v.aggregate?.mean;
+    case 'average_rank': return v => v.average_rank;
+  }
+}
+
+export function meanLabel(v: StudyVariant): string {
+  const a = v.aggregate;
+  if (!a || a.mean === null || a.mean === undefined) {
+    return '-';
+  }
+  return a.std === null || a.std === undefined ? formatLoss(a.mean) : `${formatLoss(a.mean)} ± ${formatLoss(a.std)}`;
+}
+
+export interface Series {
+  label: string;
+  points: [number, number][];
+}
+
+/** A chart's scale: the bounds of every point, padded when flat. */
+export function bounds(series: Series[]): { x0: number; x1: number; y0: number; y1: number } | null {
+  const xs: number[] = [];
+  const ys: number[] = [];
+  for (const s of series) {
+    for (const [x, y] of s.points) {
+      if (Number.isFinite(x) && Number.isFinite(y)) {
+        xs.push(x);
+        ys.push(y);
+      }
+    }
+  }
+  if (!xs.length) {
+    return null;
+  }
+  let [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+  if (x0 === x1) {
+    x0 -= 1;
+    x1 += 1;
+  }
+  if (y0 === y1) {
+    const pad = Math.abs(y0) * 0.1 || 1;
+    y0 -= pad;
+    y1 += pad;
+  }
+  return { x0, x1, y0, y1 };
+}

@@ -1,0 +1,178 @@
+// The Queue on… dialog's rules, pure: which targets and devices it offers (GET workers: this
+// server's devices as `local`, each listed worker's), and the form turned into POST runs' body.
+// A device set is of one kind (cuda:0 + cuda:1, never cuda:0 + cpu): picking a device of another
+// kind starts a new set. Any available offers device kinds, since the server picks the card.
+
+import type { Trans } from './format';
+import type { Graph, SubmitOptions, SubmitRequest, WorkerDevice, WorkerList } from './types';
+
+export const LOCAL = 'local';
+export const ANY = 'any';
+export const SEED_MAX = 4294967295;
+
+export interface TargetChoice {
+  /** local, any, or the worker's name (what options.target.worker takes) */
+  value: string;
+  label: string;
+  /** the devices to pick from (any: device kinds) */
+  devices: string[];
+  /** why it cannot take runs now (offline, draining): still listed, the run waits */
+  note?: string;
+}
+
+export interface QueueForm {
+  target: string;
+  devices: string[];
+  name: string;
+  seed: string;
+  deterministic: boolean;
+  recordOutputs: boolean;
+}
+
+export interface FormError {
+  field: string;
+  message: string;
+}
+
+export function emptyForm(name = ''): QueueForm {
+  return { target: LOCAL, devices: [], name, seed: '', deterministic: false, recordOutputs: false };
+}
+
+/** The kind of a device name: cuda:1 -> cuda, cpu -> cpu. */
+export function deviceKind(device: string): string {
+  return device.split(':')[0];
+}
+
+function names(devices: WorkerDevice[] | undefined): string[] {
+  const out: string[] = [];
+  for (const d of devices ?? []) {
+    const name = String(d.device ?? d.name ?? '');
+    if (name && !out.includes(name)) {
+      out.push(name);
+    }
+  }
+  return out;
+}
+
+/** This server, each worker the server lists, Any available (device kinds over all of them). */
+export function targetChoices(list: WorkerList | null, t: Trans): TargetChoice[] {
+  const local = names(list?.local);
+  const choices: TargetChoice[] = [{ value: LOCAL, label: t.__('This server'), devices: local.length ? local : ['cpu'] }];
+  const kinds = new Set(local.map(deviceKind));
+  for (const worker of list?.workers ?? []) {
+    const devices = names(worker.devices);
+    devices.forEach(d => kinds.add(deviceKind(d)));
+    const note = worker.state === 'draining' || worker.draining ? t.__('draining')
+      : worker.state === 'connected' ? undefined : t.__('offline');
+    choices.push({ value: worker.name, label: worker.name, devices, note });
+  }
+  if (!kinds.size) {
+    kinds.add('cpu');
+  }
+  choices.push({ value: ANY, label: t.__('Any available'), devices: Array.from(kinds).sort() });
+  return choices;
+}
+
+/** Toggle `device` in the set: a device of another kind (or on Any, any other kind) starts over. */
+export function toggleDevice(form: QueueForm, device: string): string[] {
+  if (form.target === ANY) {
+    return form.devices.includes(device) ? [] : [device];
+  }
+  if (form.devices.includes(device)) {
+    return form.devices.filter(d => d !== device);
+  }
+  const same = form.devices.filter(d => deviceKind(d) === deviceKind(device));
+  return [...same, device];
+}
+
+/** The seed field: blank is unseeded, else an integer 0..2^32-1. */
+export function parseSeed(text: string): number | null | undefined {
+  const trimmed = text.trim();
+  if (!trimmed) {
+    return null;
+  }
+  if (!/^\d+$/.test(trimmed)) {
+    return undefined;
+  }
+  const value = Number(trimmed);
+  return value <= SEED_MAX ? value : undefined;
+}
+
+/** The run options a form asks for (shared with the sweep dialog's Target and Devices). */
+export function targetOptions(form: Pick<QueueForm, 'target' | 'devices'>): SubmitOptions {
+  const options: SubmitOptions = {};
+  const devices = form.devices;
+  if (devices.length === 1) {
+    options.device = devices[0];
+  }
+  if (form.target !== LOCAL) {
+    options.target = { worker: form.target };
+  }
+  if (devices.length > 1) {
+    options.target = { ...(options.target ?? { worker: LOCAL }), devices: [...devices] };
+  }
+  return options;
+}
+
+/** POST runs' body, or the field the form has wrong. */
+export function submitBody(graph: Graph, form: QueueForm, t: Trans): SubmitRequest | FormError {
+  const seed = parseSeed(form.seed);
+  if (seed === undefined) {
+    return { field: 'options.seed', message: t.__('a seed is a whole number from 0 to %1', SEED_MAX) };
+  }
+  const options: SubmitOptions = targetOptions(form);
+  if (seed !== null) {
+    options.seed = seed;
+  }
+  if (form.deterministic) {
+    options.deterministic = true;
+  }
+  if (form.recordOutputs) {
+    options.record_outputs = true;
+  }
+  const body: SubmitRequest = { graph, options };
+  const name = form.name.trim();
+  if (name) {
+    body.name = name.slice(0, 200);
+  }
+  return body;
+}
+
+/** The Run button's body: the interactive lane on this server, this document as the session. */
+export function interactiveBody(graph: Graph, session: string, name: string): SubmitRequest {
+  const body: SubmitRequest = { graph, options: { lane: 'interactive', session } };
+  if (name) {
+    body.name = name.slice(0, 200);
+  }
+  return body;
+}
+
+export function isFormError(value: unknown): value is FormError {
+  return typeof value === 'object' && value !== null && 'field' in value && 'message' in value && !('graph' in value);
+}
+
+/** Which form field a refusal's params.field names (options.target.devices -> devices). */
+export function fieldOfRefusal(field: unknown): string | null {
+  if (typeof field !== 'string') {
+    return null;
+  }
+  if (field === 'name') {
+    return 'name';
+  }
+  if (field.startsWith('options.seed')) {
+    return 'seed';
+  }
+  if (field.startsWith('options.deterministic')) {
+    return 'deterministic';
+  }
+  if (field.startsWith('options.record_outputs')) {
+    return 'recordOutputs';
+  }
+  if (field.startsWith('options.target.devices') || field.startsWith('options.device')) {
+    return 'devices';
+  }
+  if (field.startsWith('options.target')) {
+    return 'target';
+  }
+  return null;
+}

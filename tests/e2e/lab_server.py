@@ -1,0 +1,112 @@
+"""The running `jupyter lab` the lab-extension e2e tests drive: a temp Jupyter environment, a
+token, the cpu queue capped at 1 run, the codefy data in the test's tmp dir, notebooks in
+`tmp_path / "notebooks"` (Lab's root). The `lab` fixture (conftest.py) yields a `Lab`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+NEEDS_CHROMIUM = pytest.mark.skipif(
+    not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}: install Debian's package (apt-get install -y chromium); "
+                                         ".ci/run installs it when missing")
+ARTIFACTS_ROOT = Path(__file__).resolve().parents[2] / "tmp" / "artifacts"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+TOKEN = "codefy-lab-e2e-token"
+QUICK = {"nodes": [{"id": "k", "type": "Float", "params": {"value": 2}},
+                   {"id": "s", "type": "Scale", "params": {"factor": 3}}],
+         "edges": [{"source": "k", "source_port": "value", "target": "s", "target_port": "x"}]}
+
+
+def nap(seconds: float) -> dict[str, Any]:
+    return {"nodes": [{"id": "nap", "type": "Sleep", "params": {"seconds": seconds}}], "edges": []}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lab:
+    def __init__(self, url: str, root: Path) -> None:
+        self.url = url
+        self.root = root
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        request = urllib.request.Request(
+            f"{self.url}codefy/api/{path}", method=method, data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            text = response.read()
+            return json.loads(text) if text else None
+
+    def submit(self, graph: dict[str, Any], name: str) -> str:
+        return self.api("POST", "runs", {"graph": graph, "name": name})["id"]
+
+    def wait_status(self, run_id: str, *statuses: str, timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.api("GET", f"runs/{run_id}")
+            if run["status"] in statuses:
+                return run
+            assert time.monotonic() < deadline, f"run {run_id} is {run['status']}, not {statuses}"
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def running_lab(tmp_path: Path) -> Iterator[Lab]:
+    if not shutil.which("jupyter", path=os.path.dirname(sys.executable)) and not shutil.which("jupyter"):
+        pytest.skip("jupyter is not installed")
+    port = free_port()
+    jupyter = tmp_path / "jupyter"
+    config = jupyter / "config"
+    # No news toast in the screenshots (the announcements plugin asks on first start).
+    (config / "labconfig").mkdir(parents=True)
+    (config / "labconfig" / "page_config.json").write_text(json.dumps(
+        {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER_"))}
+    env.update(JUPYTER_CONFIG_DIR=str(config), JUPYTER_DATA_DIR=str(jupyter / "data"),
+               JUPYTER_RUNTIME_DIR=str(jupyter / "runtime"), JUPYTER_PLATFORM_DIRS="0",
+               CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU="1")
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    log = (tmp_path / "lab.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+         f"--IdentityProvider.token={TOKEN}", "--ServerApp.allow_root=True", f"--ServerApp.root_dir={root}",
+         f"--CodefyApp.data_dir={tmp_path / 'codefy'}", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         f"--LabApp.workspaces_dir={jupyter / 'workspaces'}"],
+        env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    server = Lab(f"http://127.0.0.1:{port}/", root)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, (tmp_path / "lab.log").read_text()[-4000:]
+            with contextlib.suppress(OSError):
+                server.api("GET", "runs?limit=1")
+                break
+            assert time.monotonic() < deadline, (tmp_path / "lab.log").read_text()[-4000:]
+            time.sleep(0.3)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
