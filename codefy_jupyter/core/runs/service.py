@@ -266,7 +266,8 @@ class RunService:
                    devices=resolved.devices if (worker is None and pool is None) or len(resolved.devices) > 1 else (),
                    seeded=prepared.seed is not None, lane=req.options.lane, session=req.options.session,
                    **({} if worker is None and pool is None else {"worker": worker or "any", "pool": pool}),
-                   files=prepared.files[1].level if prepared.files is not None else "none")
+                   files=prepared.files[1].level if prepared.files is not None else "none",
+                   files_why=_why(prepared.files))
 
     async def preflight(self, body: Any) -> None:
         """Refuse, as `submit` would, a run that could never be queued as asked; queue nothing.
@@ -709,6 +710,11 @@ def _event_view(e: Any) -> dict[str, Any]:
 
 
 __all__ = ["RunService", "SubmitError", "ServiceError"]
+
+
+def _why(files: Any) -> tuple[str, str] | None:
+    why = files[1].why if files is not None else None
+    return (why["code"], why["text"]) if why else None
 
 
 def _sizes(paths: list[str]) -> dict[str, int | None]:

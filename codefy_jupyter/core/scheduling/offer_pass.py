@@ -201,7 +201,7 @@ class OfferPass:
             offers = [o for o in self.workers() if o.one_shot and (o.run_id is None or o.run_id == run.run_id)]
             choices = self._one_shot_choices(run, offers, state)
             if not choices and any(not self._serves_files(run, o) for o in offers if o.accepting):
-                return [], wp.reason_storage(run.files, ANY, self._mount_label), False
+                return [], wp.reason_storage(run.files, ANY, self._mount_label, run.files_why), False
             return choices, (None if choices else wp.reason_one_shot_pool(need)), False
         if run.worker == ANY:
             choices, draining = [], []
@@ -221,7 +221,7 @@ class OfferPass:
             if here is not None:
                 choices.append((LOCAL, here))
             if not choices and lacking_files:
-                return [], wp.reason_storage(run.files, ANY, self._mount_label), False
+                return [], wp.reason_storage(run.files, ANY, self._mount_label, run.files_why), False
             return choices, (None if choices else wp.reason_no_offer(need, ANY, draining)), False
         offer = self._workers.get(run.worker)
         if offer is None or offer.state in (DISCONNECTED, OFFLINE):
@@ -229,7 +229,7 @@ class OfferPass:
         if offer.state == DRAINING:
             return [], wp.reason_draining(run.worker), False
         if not self._serves_files(run, offer):
-            return [], wp.reason_storage(run.files, offer.name, self._mount_label), False
+            return [], wp.reason_storage(run.files, offer.name, self._mount_label, run.files_why), False
         if offer.one_shot:
             if offer.run_id is not None and offer.run_id != run.run_id:
                 return [], wp.reason_one_shot_run_id(offer.name, offer.run_id), False
