@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/workers.py
 	$(PY) benchmarks/cpu_threads.py
 	$(PY) benchmarks/discovery.py
+	$(PY) benchmarks/storage.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache codefy_jupyter/labextension labextension/lib labextension/node_modules \

@@ -71,7 +71,7 @@ class UploadHandler(_WorkerRoute):
         if length.strip().isdigit() and int(length) > self.max_body_bytes():
             raise _too_big(self.max_body_bytes(), int(length))
         await super().prepare()
-        if self._finished:
+        if self._finished or self.request.method != "POST":  # another method: tornado answers 405
             return
         try:
             await self._authorise(self.path_kwargs["run_id"])
@@ -127,7 +127,7 @@ def _too_big(limit: int, size: int | None = None) -> CodefyHTTPError:
 def storage_routes(base: str) -> list[tuple[str, type, dict[str, Any]]]:
     run = r"(?P<run_id>[^/]+)"
     return [
-        (f"{base}codefy/api/runs/{run}/inputs/(?P<sha256>[0-9a-f]{{64}})", InputHandler, {}),
+        (f"{base}codefy/api/runs/{run}/inputs/(?P<sha256>[^/]+)", InputHandler, {}),
         (f"{base}codefy/api/runs/{run}/artifacts/upload", UploadHandler, {}),
     ]
 
