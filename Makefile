@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/discovery.py
 	$(PY) benchmarks/experiments.py
 	$(PY) benchmarks/lab_graph.py
+	$(PY) benchmarks/storage.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache codefy_jupyter/labextension labextension/lib labextension/node_modules \

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import ssl
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -120,6 +121,7 @@ class AgentOptions:
     ca_file: str | None = None
     pin: bytes | None = None
     keep_runs: int = DEFAULT_KEEP_RUNS  # finished runs' folders kept (retention.py); negative: all
+    mounts: dict[str, str] = field(default_factory=dict)  # --mount label=path: shared folders (hello.mounts)
     # Where the token came from, read again before each dial: the local `codefy start` server's
     # server.json, whose token may change when that server restarts. None: the token is fixed.
     reread_token: Callable[[], str | None] | None = None
@@ -131,6 +133,11 @@ class AgentOptions:
     @property
     def runs_dir(self) -> Path:
         return self.agent_dir / "agent-runs"
+
+    @property
+    def cache_dir(self) -> Path:
+        """The transfer backend's inputs, by SHA-256 (agent/transfer.py)."""
+        return self.agent_dir / "agent-cache"
 
 
 class Agent:
@@ -144,7 +151,7 @@ class Agent:
         self.instance_id = uuid.uuid4().hex if options.one_shot else None
         self.deliveries = Deliveries(options.runs_dir, options.registered_name)
         self.runner = Runner(options.runs_dir, launcher, inventory.by_name, env, on_started=self._started,
-                             on_message=self._message, on_finished=self._finished)
+                             on_message=self._message, on_finished=self._finished, transfer=self._transfer_client())
         self.welcome: Welcome | None = None
         self.ws: WebSocketClientConnection | None = None
         self.draining = False
@@ -393,13 +400,22 @@ class Agent:
             return None
         return frame
 
+    def _transfer_client(self) -> Any:
+        from . import tls
+        from .transfer import RunTransfer
+
+        https = self.options.control.startswith(("https:", "wss:"))
+        # A pinned key is checked on the socket only; downloads then trust the CA file or the system's.
+        context = tls.context(self.options.ca_file) if https else None
+        return RunTransfer(self.options.control, lambda: self.options.token, self.options.cache_dir, ssl_context=context)
+
     def _hello(self) -> Hello:
         o = self.options
         return Hello(
             name=o.name, version=__version__, protocol_version=PROTOCOL_VERSION,
             fingerprint=self.catalog.fingerprint, catalog_hash=self.catalog.catalog_hash,
             node_types=self.catalog.node_types, capabilities=sorted(SUPPORTED_CAPABILITIES),
-            machine_id=machine_id(), devices=self.inventory.hello(), platform=platform_string(),
+            machine_id=machine_id(), devices=self.inventory.hello(), platform=platform_string(), mounts=dict(o.mounts),
             one_shot=o.one_shot, one_shot_run_id=o.run_id if o.one_shot else None,
             instance_id=self.instance_id, instance=o.instance, cpu_count=available_cores())
 
@@ -484,7 +500,7 @@ class Agent:
             max_parallel_nodes=parallel if isinstance(parallel, int) and parallel >= 1 else 4,
             payload_cap_bytes=cap if isinstance(cap, int) else 131072,
             facts="run_facts" in (self.welcome.capabilities if self.welcome else ()), grace_s=frame.grace_s,
-            cpu_threads=frame.cpu_threads)
+            cpu_threads=frame.cpu_threads, storage=frame.storage)
         self.one_shot_used = True
         self.deliveries.open(run_id)
         log.info("run %s: starting on %s", run_id, ", ".join(frame.devices) or frame.device)
@@ -512,6 +528,9 @@ class Agent:
 
 
 def machine_id() -> str | None:
-    from ..wire.machine_identity import machine_id_digest
+    from ..wire.machine_identity import digest_of, machine_id_digest
 
-    return machine_id_digest()
+    # Containers (and tests) that share /etc/machine-id with the control plane's machine but not
+    # its folders declare their own: it only decides "same machine" (borrowed folders, shared cpu).
+    declared = os.environ.get("CODEFY_AGENT_MACHINE_ID", "").strip()
+    return digest_of(declared) if declared else machine_id_digest()

@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..wire import run_events as ev
 from ..wire.cpu_threads import thread_environment
 from . import pipe
+from .transfer import RunTransfer, TransferFailed, point_inputs
 from .isolation import OfferedDevice, Visibility, child_environment, visibility
 from .launch import LaunchError, Launched, ProcessExit
 
@@ -71,11 +73,21 @@ class RunRequest:
     facts: bool = False
     grace_s: float | None = None  # the assign's cancel grace, for a cancel that names none
     cpu_threads: int | None = None  # the run's CPU thread budget; None: the libraries' defaults
+    storage: dict[str, Any] | None = None  # the assign's storage (core/storage/plan.py); None: no files
 
 
 OnStarted = Callable[[str, int, Visibility], None]
 OnMessage = Callable[[str, str, dict[str, Any]], None]
 OnFinished = Callable[[str, dict[str, Any]], None]
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON value (the assign's graph is shared with its frame)."""
+    if isinstance(value, dict):
+        return {k: json_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_copy(v) for v in value]
+    return value
 
 
 def output_tail(path: Path, size: int = OUTPUT_TAIL_BYTES) -> str:
@@ -104,13 +116,75 @@ class RunProcess:
         self._timers: list[asyncio.TimerHandle] = []
         self._writer: asyncio.StreamWriter | None = None
         self._cancel_reason = "cancel requested"
+        self.data_dir = self.directory / "data"
+        self.transfer_dir: Path | None = None  # transfer backend: the folder whose files go back
 
     @property
     def pid(self) -> int | None:
         return self.launched.pid if self.launched else None
 
+    async def _storage(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The graph and data folder the run gets from its assign's storage; for transfer, the
+        inputs fetched first (TransferFailed: the run fails before it starts)."""
+        storage = self.request.storage or {}
+        backend = storage.get("backend")
+        graph = self.request.graph
+        if backend in ("local", "mount") and isinstance(storage.get("run_dir"), str) and storage["run_dir"]:
+            self.data_dir = Path(storage["run_dir"])
+            return graph, None
+        if backend != "transfer":
+            return graph, None
+        self.transfer_dir = self.data_dir
+        inputs = [i for i in storage.get("inputs") or () if isinstance(i, dict)]
+        transfer = self.runner.transfer
+        if not inputs:
+            return graph, None
+        if transfer is None:
+            raise TransferFailed("this agent has no transfer client")
+        fetched = await asyncio.to_thread(transfer.fetch_inputs, self.run_id, inputs)
+        log.info("run %s: inputs: %d bytes downloaded in %.3f s, %d from the cache", self.run_id,
+                 fetched.downloaded, fetched.seconds, fetched.cached)
+        facts = {"downloaded_bytes": fetched.downloaded, "cached_inputs": fetched.cached,
+                 "seconds": round(fetched.seconds, 6)}
+        return point_inputs(json_copy(graph), inputs, fetched.paths), facts
+
+    async def _upload(self) -> None:
+        """Transfer backend: the run's files go home before its run_finished (from a thread)."""
+        transfer, folder = self.runner.transfer, self.transfer_dir
+        if transfer is None or folder is None:
+            return
+        try:
+            started = time.perf_counter()
+            sent = await asyncio.to_thread(transfer.upload_outputs, self.run_id, folder)
+            if sent:
+                log.info("run %s: %d files (%d bytes) uploaded in %.3f s", self.run_id, len(sent),
+                         sum(n for _, n in sent), time.perf_counter() - started)
+        except TransferFailed as err:
+            log.warning("run %s: %s", self.run_id, err)
+            event = ev.run_warning(self.run_id, "worker_transfer_failed",
+                                   f"the run's files could not be uploaded to the control plane: {err}",
+                                   {"reason": str(err)})
+            self.runner.on_message(self.run_id, "event", {"type": event.type, "payload": event.payload})
+
+    def _relative_artifact(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Transfer backend: an artifact's path relative to the run's folder, which is where the
+        control plane keeps the uploaded copy."""
+        folder = self.transfer_dir
+        if folder is None or kind != "event" or body.get("type") != "artifact":
+            return body
+        payload = body.get("payload")
+        path = payload.get("path") if isinstance(payload, dict) else None
+        if not isinstance(path, str):
+            return body
+        try:
+            rel = Path(path).resolve().relative_to(folder.resolve()).as_posix()
+        except ValueError:
+            return body
+        return {**body, "payload": {**payload, "path": rel}}
+
     async def run(self, view: Visibility) -> None:
         r = self.request
+        graph, transfer_facts = await self._storage()
         # In the environment at spawn, the thread variables size OpenMP/MKL/OpenBLAS when the run's
         # process first loads them; a process forked warm has them loaded already, so the child
         # also applies the budget to torch itself (`cpu_threads` below).
@@ -119,10 +193,12 @@ class RunProcess:
         launched = await self.runner.launcher.launch(self.run_id, env, self.log_path)
         self.launched = launched
         self.runner.on_started(self.run_id, launched.pid, view)
+        if transfer_facts is not None:
+            self.runner.on_message(self.run_id, "facts", {"kind": "transfer", "facts": transfer_facts})
         spec = {
-            "run_id": r.run_id, "graph": r.graph, "device": view.engine_device, "seed": r.seed,
+            "run_id": r.run_id, "graph": graph, "device": view.engine_device, "seed": r.seed,
             "deterministic": r.deterministic, "max_parallel_nodes": r.max_parallel_nodes,
-            "data_dir": str(self.directory / "data"), "payload_cap_bytes": r.payload_cap_bytes, "facts": r.facts,
+            "data_dir": str(self.data_dir), "payload_cap_bytes": r.payload_cap_bytes, "facts": r.facts,
             "aliases": view.aliases,
             "env": {"CUDA_DEVICE_ORDER": env["CUDA_DEVICE_ORDER"], "CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"],
                     **(threads or {})},
@@ -138,6 +214,7 @@ class RunProcess:
         await self._read(reader)
         exit_ = await self._exit_status()
         writer.close()
+        await self._upload()
         self.runner.finish(self, self._finished_body(exit_))
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
@@ -159,7 +236,7 @@ class RunProcess:
                 self.report = body
                 self._after(EXIT_AFTER_FINISHED_S, self._kill_lingering)
                 continue
-            self.runner.on_message(self.run_id, kind, body)
+            self.runner.on_message(self.run_id, kind, self._relative_artifact(kind, body))
 
     async def _exit_status(self) -> ProcessExit:
         assert self.launched is not None
@@ -246,7 +323,8 @@ class Runner:
 
     def __init__(self, runs_dir: Path, launcher: Any, offered: Mapping[str, OfferedDevice],
                  base_env: Mapping[str, str], *, on_started: OnStarted, on_message: OnMessage,
-                 on_finished: OnFinished, kill_policy: KillPolicy | None = None) -> None:
+                 on_finished: OnFinished, kill_policy: KillPolicy | None = None,
+                 transfer: RunTransfer | None = None) -> None:
         self.runs_dir = Path(runs_dir)
         self.launcher = launcher
         self.offered = dict(offered)
@@ -255,6 +333,7 @@ class Runner:
         self.on_message = on_message
         self.on_finished = on_finished
         self.kill_policy = kill_policy or KillPolicy()
+        self.transfer = transfer
         self.runs: dict[str, RunProcess] = {}
         self._idle = asyncio.Event()
         self._idle.set()
@@ -274,6 +353,11 @@ class Runner:
     async def _run(self, proc: RunProcess, view: Visibility) -> None:
         try:
             await proc.run(view)
+        except TransferFailed as err:
+            log.error("run %s: its inputs could not be fetched: %s", proc.run_id, err)
+            self.finish(proc, {"status": "failed", "error": {"type": "TransferFailed", "code": "worker_transfer_failed",
+                                                             "message": f"the run's inputs could not be fetched: {err}"},
+                               "executed": 0, "cached": 0, "metrics": {}, "duration_s": 0.0})
         except (LaunchError, OSError) as err:
             log.error("run %s could not start: %s", proc.run_id, err)
             self.finish(proc, {"status": "failed", "error": {"type": "LaunchError", "code": "run_process_start_failed",

@@ -81,6 +81,10 @@ def add_parser(sub: Any) -> None:
                     "codefy-agent/)")
     st.add_argument("--no-warm", action="store_true", help="start each run in a new interpreter instead of forking "
                     "it from the warm process (slower starts; for debugging)")
+    st.add_argument("--mount", type=mount, action="append", default=[], metavar="LABEL=PATH",
+                    help="a folder this machine shares with the control plane, under the label the control plane "
+                    "gives its data folder (CODEFY_MOUNT_LABEL, default 'data'), e.g. --mount data=/nas/codefy: runs "
+                    "that use files of the data folder may then run here (repeatable)")
     st.add_argument("--keep-runs", type=keep_runs, metavar="N",
                     help="how many finished runs keep their folder (agent-runs/<run>/: output.log, data/), the "
                     f"newest; older ones are removed (default: $CODEFY_AGENT_KEEP_RUNS, else {DEFAULT_KEEP_RUNS}; "
@@ -92,6 +96,17 @@ def add_parser(sub: Any) -> None:
     sp.add_argument("--data-dir", help="the agent's folder (default as for start)")
     sp.add_argument("--timeout", type=seconds(allow_zero=False), default=STOP_TIMEOUT_S, metavar="S",
                     help=f"seconds to wait for each agent to exit before SIGKILL (default {STOP_TIMEOUT_S:g})")
+
+
+def mount(text: str) -> tuple[str, str]:
+    label, sep, path = text.partition("=")
+    label = label.strip()
+    if not sep or not label or not path.strip():
+        raise argparse.ArgumentTypeError(f"expected LABEL=PATH, got {text!r}")
+    folder = Path(path.strip()).expanduser()
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"--mount {label}: {str(folder)!r} is not a folder")
+    return label, str(folder.resolve())
 
 
 def keep_runs(text: str) -> int:
@@ -217,7 +232,7 @@ async def _serve(args: argparse.Namespace, name: str, control: str, token: str, 
     catalog = await probe_catalog(env)
     options = AgentOptions(control=control, token=token, name=name, agent_dir=agent_dir, instance=args.instance,
                            one_shot=args.one_shot, run_id=args.run_id, ca_file=args.ca_file, pin=pin,
-                           keep_runs=args.keep_runs, reread_token=reread_token)
+                           keep_runs=args.keep_runs, reread_token=reread_token, mounts=dict(args.mount))
     agent = Agent(options, inventory=inventory, catalog=catalog, launcher=AutoLauncher(env, prefer_warm=not args.no_warm),
                   env=env)
     loop = asyncio.get_running_loop()

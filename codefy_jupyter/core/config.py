@@ -70,6 +70,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("run_events_response_cap_bytes", int, 4194304,
             "Byte budget for one events page; a page that stops early hands back a cursor to resume from."),
     Setting("mount_label", str, "data", "The label of this server's data folder for workers that share it."),
+    Setting("transfer_max_input_bytes", int, 2147483648,
+            "Largest total size of a worker run's uploaded inputs that the transfer backend serves to a worker "
+            "without the mount label (the agent downloads them; its outputs are uploaded back). A run over it, "
+            "or reading files of the data folder that are not uploads, waits for a worker with the mount label."),
     Setting("device_inventory", str, "",
             "A JSON file declaring this machine's devices, used instead of probing NVML/MPS (machines whose "
             "devices are declared, and tests)."),
@@ -122,6 +126,7 @@ class Settings:
     run_event_payload_cap_bytes: int = 131072
     run_events_response_cap_bytes: int = 4194304
     mount_label: str = "data"
+    transfer_max_input_bytes: int = 2147483648
     device_inventory: str = ""
     request_max_body_bytes: int = 16777216
     max_sweep_runs: int = 32

@@ -20,6 +20,12 @@ from .errors import Problem, RegistryError
 
 ENTRY_POINT_GROUP = "codefy_jupyter.nodes"
 PARAM_TYPES = ("int", "float", "bool", "string", "select", "secret", "json")
+# What a param says about files (ParamSpec.file), so the control plane can tell from node
+# definitions alone which runs need files on a worker (core/storage/run_needs.py):
+#   input  the value names a file the node reads (absolute, or relative to the run's own folder)
+#   output the value names a file the node writes (relative to the run's own folder)
+#   writes a value that is set (non-zero, non-empty) makes the node write files into the run's folder
+FILE_ROLES = ("input", "output", "writes")
 _MISSING = object()
 
 
@@ -35,6 +41,7 @@ class ParamSpec:
     max: float | None = None
     options: tuple[Any, ...] | None = None
     description: str = ""
+    file: str | None = None  # one of FILE_ROLES, or None: the value is no file
 
     def definition(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type, "default": self.default}
@@ -48,6 +55,8 @@ class ParamSpec:
             out["options"] = list(self.options)
         if self.description:
             out["description"] = self.description
+        if self.file is not None:
+            out["file"] = self.file
         return out
 
     def check(self, value: Any) -> tuple[Any, str | None]:
@@ -96,8 +105,9 @@ class param:
     """Constructors for typed params: `param.int(8, min=1)`, `param.select("adam", ["sgd", "adam"])`."""
 
     @staticmethod
-    def int(default: int = 0, *, min: float | None = None, max: float | None = None, description: str = "") -> ParamSpec:
-        return ParamSpec("int", default, min, max, None, description)
+    def int(default: int = 0, *, min: float | None = None, max: float | None = None, description: str = "",
+            file: str | None = None) -> ParamSpec:
+        return ParamSpec("int", default, min, max, None, description, file)
 
     @staticmethod
     def float(default: float = 0.0, *, min: float | None = None, max: float | None = None, description: str = "") -> ParamSpec:
@@ -108,8 +118,8 @@ class param:
         return ParamSpec("bool", default, description=description)
 
     @staticmethod
-    def string(default: str = "", *, description: str = "") -> ParamSpec:
-        return ParamSpec("string", default, description=description)
+    def string(default: str = "", *, description: str = "", file: str | None = None) -> ParamSpec:
+        return ParamSpec("string", default, description=description, file=file)
 
     @staticmethod
     def select(default: Any, options: list[Any] | tuple[Any, ...], *, description: str = "") -> ParamSpec:
@@ -328,6 +338,8 @@ def _check_definition(nd: NodeDef) -> None:
     for name, spec in nd.params.items():
         if spec.type not in PARAM_TYPES:
             raise RegistryError(f"node type {nd.type!r}: param {name!r} has unknown type {spec.type!r}")
+        if spec.file is not None and spec.file not in FILE_ROLES:
+            raise RegistryError(f"node type {nd.type!r}: param {name!r} has unknown file role {spec.file!r}")
         if spec.type == "select" and not spec.options:
             raise RegistryError(f"node type {nd.type!r}: select param {name!r} has no options")
         if spec.default is not None:

@@ -27,9 +27,10 @@ KNOWN_CAPABILITIES: frozenset[str] = frozenset({
     "ack", "mounts", "transfer", "memory_budget", "one_shot", "s3", "record_outputs", "instances",
     "run_facts", "batch",
 })
-# What this version of the code implements (storage, recorded outputs, memory sharing and ddp come
+# What this version of the code implements (S3, recorded outputs, memory sharing and ddp come
 # later and add themselves here).
-SUPPORTED_CAPABILITIES: frozenset[str] = frozenset({"ack", "one_shot", "instances", "run_facts", "batch"})
+SUPPORTED_CAPABILITIES: frozenset[str] = frozenset({"ack", "one_shot", "instances", "run_facts", "batch", "mounts",
+                                                    "transfer"})
 
 
 def negotiate(offered: Iterable[str], supported: Iterable[str] = SUPPORTED_CAPABILITIES) -> list[str]:
@@ -248,7 +249,12 @@ class Assign(Frame):
     """Run this graph. `devices`: the run's cards in order (the child's CUDA_VISIBLE_DEVICES);
     `device`: the run's device as the run names it. The graph has its SECRET values restored.
     `cpu_threads`: the run's CPU thread budget (OMP_NUM_THREADS, MKL_NUM_THREADS and torch's
-    threads in its process); absent: no budget. Older agents ignore it, as every unknown field."""
+    threads in its process); absent: no budget. Older agents ignore it, as every unknown field.
+    `storage`: how the run reaches its files (core/storage/plan.py), absent for a run without files:
+    `{"backend": "local"|"mount", "run_dir", "label"?}` (the run's folder, the graph already points
+    into the mount), or `{"backend": "transfer", "inputs": [{"node_id", "param", "sha256", "size",
+    "name"}]}` (download each input from `runs/{run_id}/inputs/{sha256}` with the worker token, point
+    the param at it, upload the run's files to `runs/{run_id}/artifacts/upload` before run_finished)."""
 
     type: ClassVar[str] = "assign"
     sender: ClassVar[str] = "server"
@@ -259,6 +265,7 @@ class Assign(Frame):
     devices: list[str] = field(default_factory=list)
     grace_s: float | None = None
     cpu_threads: int | None = None
+    storage: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

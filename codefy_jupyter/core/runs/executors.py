@@ -43,6 +43,9 @@ class RunSpec:
     name: str | None = None
     # The run's CPU thread budget (wire/cpu_threads.py); None: torch's own defaults.
     cpu: CpuBudget | None = None
+    # A worker run that uses files: what it needs (core/storage/run_needs.py `RunFiles` and `Need`);
+    # the worker side turns it into a StoragePlan for the worker it was placed on.
+    files: Any = None
 
 
 @dataclass

@@ -31,6 +31,8 @@ class RunRecord:
     # has them blanked), so that starting it reads nothing back. Dropped when it starts.
     row: dict[str, Any] | None = None
     graph: dict[str, Any] | None = None
+    # A waiting worker run's files: (RunFiles, Need) from core/storage/run_needs.py, or None.
+    files: Any = None
     # Executing here: set when it starts (or is adopted after a restart).
     started: float | None = None
     handle: RunHandle | None = None

@@ -23,6 +23,7 @@ core/runs/endings.py, what becomes of a previous process's runs at start in core
 from __future__ import annotations
 
 import asyncio
+import os
 import json
 import logging
 import time
@@ -45,6 +46,7 @@ from .records import RunBook, RunRecord
 from ...wire.fingerprint import digest, environment_document
 from .requests import SubmitRequest, options_doc, parse_submit, strip_secrets
 from .retention import remove_run_files
+from ..storage import plan as storage_plan, run_needs
 from .summary import add_final_loss
 from ..scheduling.device_sets import SubmitError, resolve_run_device
 from ..scheduling.limits import build_limits
@@ -86,6 +88,7 @@ class _Prepared:
     pool: str | None
     node_types: Any
     device_field: str
+    files: Any = None  # a worker run's (RunFiles, Need), or None: it uses no files
 
 
 class RunService:
@@ -242,14 +245,29 @@ class RunService:
             node_types = await asyncio.to_thread(graph_node_types, graph)
         device_field = "options.device" if req.options.device is not None else (
             "graph.settings.device" if settings.get("device") is not None else "options.device")
-        return _Prepared(req, seed, resolved, worker, pool, node_types, device_field)
+        files = None
+        if worker is not None or pool is not None:
+            files = await self._files(graph)
+        return _Prepared(req, seed, resolved, worker, pool, node_types, device_field, files)
+
+    async def _files(self, graph: dict[str, Any]) -> Any:
+        """What a worker run needs for its files (core/storage/run_needs.py), or None: it uses none."""
+        found = run_needs.run_files(graph, self.registry)
+        if not found.uses_files:
+            return None
+        paths = [item.path for item in found.inputs]
+        sizes = await asyncio.to_thread(_sizes, paths) if paths else {}
+        data = str(self.data_dir.resolve())
+        return found, run_needs.classify(found, data, sizes, self.settings.transfer_max_input_bytes)
 
     def _queue_run(self, prepared: _Prepared, run_id: str, order: int) -> Run:
         req, resolved, worker, pool = prepared.req, prepared.resolved, prepared.worker, prepared.pool
         return Run(run_id=run_id, order=order, device=resolved.device,
                    devices=resolved.devices if (worker is None and pool is None) or len(resolved.devices) > 1 else (),
                    seeded=prepared.seed is not None, lane=req.options.lane, session=req.options.session,
-                   **({} if worker is None and pool is None else {"worker": worker or "any", "pool": pool}))
+                   **({} if worker is None and pool is None else {"worker": worker or "any", "pool": pool}),
+                   files=prepared.files[1].level if prepared.files is not None else "none",
+                   files_why=_why(prepared.files))
 
     async def preflight(self, body: Any) -> None:
         """Refuse, as `submit` would, a run that could never be queued as asked; queue nothing.
@@ -313,7 +331,7 @@ class RunService:
         self.events.track(run_id, 0)
         for notice in resolved.warnings:
             self.events.emit(run_id, ev.run_warning(run_id, notice.code, notice.message, notice.params))
-        record.graph, record.row = graph, row
+        record.graph, record.row, record.files = graph, row, prepared.files
         if pool is not None or self.workers.is_one_shot(worker):
             self._time_out_one_shot(run_id)
         deferred, record.deferred = record.deferred, None
@@ -405,7 +423,8 @@ class RunService:
                        deterministic=bool(row.get("deterministic")),
                        max_parallel_nodes=self.settings.max_parallel_nodes, worker=name, devices=tuple(devices),
                        queue_key=queue_key, slots=placement.slots, name=row.get("name"),
-                       cpu=self._cpu_budget(row, name))
+                       cpu=self._cpu_budget(row, name), files=record.files)
+        record.files = None
         started = self.workers.start_run(spec)
         self.store.update_run(run_id, status=record.status, started_at=now, worker_id=name,
                               devices=devices, queue_key=queue_key, fingerprint_digest=started.fingerprint,
@@ -550,6 +569,9 @@ class RunService:
                            params={"status": row["status"]})
         await self.store.delete_run(run_id)
         self.events.forget(run_id)
+        if row.get("worker_id") and ((row.get("execution_facts") or {}).get("storage") or {}).get("backend") == "transfer":
+            # What the agent uploaded is a copy made for this run alone (seed: storage, transfer).
+            await asyncio.to_thread(remove_run_files, self.data_dir / "runs" / run_id, set())
 
     @staticmethod
     def _check_owner(row: dict[str, Any], user: str | None, admin: bool, action: str) -> None:
@@ -656,6 +678,11 @@ class RunService:
         return await self.store.read_metrics(run_id)
 
     async def artifacts(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's artifact rows, worker paths mapped back to this server's (core/storage/plan.py)."""
+        rows = await self._artifact_rows(run_id)
+        return [storage_plan.read_view(row, self.data_dir, self.settings.mount_label) for row in rows]
+
+    async def _artifact_rows(self, run_id: str) -> list[dict[str, Any]]:
         await self._row(run_id)
         return await self.store.list_artifacts(run_id)
 
@@ -683,3 +710,18 @@ def _event_view(e: Any) -> dict[str, Any]:
 
 
 __all__ = ["RunService", "SubmitError", "ServiceError"]
+
+
+def _why(files: Any) -> tuple[str, str] | None:
+    why = files[1].why if files is not None else None
+    return (why["code"], why["text"]) if why else None
+
+
+def _sizes(paths: list[str]) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    for path in paths:
+        try:
+            out[path] = os.stat(os.path.expanduser(path)).st_size
+        except OSError:
+            out[path] = None
+    return out

@@ -70,13 +70,14 @@ class OfferPass:
 
     def __init__(self, *, queues: dict[str, deque[Run]], interactive_waiting: dict[str, Run],
                  waiting: dict[str, Run], workers: dict[str, WorkerOffer], one_shot_taken: set[str],
-                 topology: Topology) -> None:
+                 topology: Topology, mount_label: str = "data") -> None:
         self._queues = queues
         self._interactive_waiting = interactive_waiting
         self._waiting = waiting
         self._workers = workers
         self._one_shot_taken = one_shot_taken
         self._topology = topology
+        self._mount_label = mount_label
 
     def workers(self) -> list[WorkerOffer]:
         return [self._workers[k] for k in sorted(self._workers)]
@@ -185,6 +186,13 @@ class OfferPass:
         # Several choices all taken: waiting its turn, unless none of them was simply full.
         return (reasons[0] if fixed or None not in reasons else None), None
 
+    def _serves_files(self, run: Run, offer: WorkerOffer) -> bool:
+        """Whether the worker can reach the files the run uses (placement.storage_backend)."""
+        if run.files == "none":
+            return True
+        return wp.storage_backend(run.files, same_machine=self.topology().same_machine(offer),
+                                  has_label=offer.has_label, transfer=offer.transfer) is not None
+
     def _choices(self, run: Run, state: PassState) -> tuple[list[tuple[str, tuple[str, ...]]], Notice | None, bool]:
         """(where the run could go now, best first; why nowhere; whether its slots are fixed, so that
         it reserves them while it waits at the front: a named worker's concrete device or set)."""
@@ -192,11 +200,17 @@ class OfferPass:
         if run.pool is not None:
             offers = [o for o in self.workers() if o.one_shot and (o.run_id is None or o.run_id == run.run_id)]
             choices = self._one_shot_choices(run, offers, state)
+            if not choices and any(not self._serves_files(run, o) for o in offers if o.accepting):
+                return [], wp.reason_storage(run.files, ANY, self._mount_label, run.files_why), False
             return choices, (None if choices else wp.reason_one_shot_pool(need)), False
         if run.worker == ANY:
             choices, draining = [], []
+            lacking_files = False
             for offer in self.workers():
                 if offer.one_shot or not offer.catalog_complete:
+                    continue
+                if not self._serves_files(run, offer):
+                    lacking_files = lacking_files or offer.accepting
                     continue
                 devs = wp.device_choices(run.device, run.devices, offer.device_names())
                 if devs and offer.state == DRAINING:
@@ -206,12 +220,16 @@ class OfferPass:
             here = wp.local_choice(run.device, run.devices, self.topology().local_slots)
             if here is not None:
                 choices.append((LOCAL, here))
+            if not choices and lacking_files:
+                return [], wp.reason_storage(run.files, ANY, self._mount_label, run.files_why), False
             return choices, (None if choices else wp.reason_no_offer(need, ANY, draining)), False
         offer = self._workers.get(run.worker)
         if offer is None or offer.state in (DISCONNECTED, OFFLINE):
             return [], wp.reason_disconnected(run.worker), False
         if offer.state == DRAINING:
             return [], wp.reason_draining(run.worker), False
+        if not self._serves_files(run, offer):
+            return [], wp.reason_storage(run.files, offer.name, self._mount_label, run.files_why), False
         if offer.one_shot:
             if offer.run_id is not None and offer.run_id != run.run_id:
                 return [], wp.reason_one_shot_run_id(offer.name, offer.run_id), False
@@ -232,7 +250,7 @@ class OfferPass:
                           state: PassState) -> list[tuple[str, tuple[str, ...]]]:
         """A one-shot worker takes one run, ever: connected, not draining, nothing taken yet."""
         return [(o.name, tuple(slot_name(o.name, d) for d in ds)) for o in offers
-                if o.one_shot and o.accepting and not self._one_shot_busy(o, state)
+                if o.one_shot and o.accepting and not self._one_shot_busy(o, state) and self._serves_files(run, o)
                 for ds in wp.device_choices(run.device, run.devices, o.device_names())]
 
     def _check(self, run: Run, slots: tuple[str, ...], state: PassState, *, here: bool,

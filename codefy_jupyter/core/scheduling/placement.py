@@ -144,3 +144,50 @@ def reason_one_shot_taken(worker: str) -> Notice:
 def reason_one_shot_run_id(worker: str, run_id: str) -> Notice:
     return Notice("one_shot_run_id", f"one-shot worker {worker} was started for run {run_id}",
                   {"worker": worker, "run_id": run_id})
+
+
+# --- files (seed: storage) ---------------------------------------------------------------------
+
+_STORAGE_TEXT = {
+    "transfer": "the mount label {label}, or the transfer backend",
+    "mount": "the mount label {label} (the data folder, mounted)",
+    "same_machine": "this server's machine (it reads a file outside the data folder)",
+}
+
+
+def storage_backend(need: str, *, same_machine: bool, has_label: bool, transfer: bool) -> str | None:
+    """How a worker gets a run's files (core/storage/run_needs.py levels), or None when it cannot:
+    `none` (no files), `local` (same machine: it borrows this server's folder), `mount` (the label),
+    `transfer` (inputs downloaded, outputs uploaded). A worker with the label beats transfer."""
+    if need == "none":
+        return "none"
+    if same_machine:
+        return "local"
+    if need == "same_machine":
+        return None
+    if has_label:
+        return "mount"
+    if need == "transfer" and transfer:
+        return "transfer"
+    return None
+
+
+def reason_storage(need: str, worker: str, label: str, why: tuple[str, str] | None = None) -> Notice:
+    """The run uses files that no worker it may go to can reach now. `why`: (code, text) of why the
+    transfer backend cannot serve it (not uploads, over the size limit, outside the data folder)."""
+    what = _STORAGE_TEXT.get(need, need).format(label=label)
+    who = "a worker" if worker == ANY else f"worker {worker}"
+    text = f"waiting for {who} with {what}" if worker == ANY else f"{who} lacks {what}"
+    params: dict = {"worker": worker, "need": need, "label": label}
+    if why is not None:
+        text += f": {why[1]}"
+        params["why"] = why[0]
+    return Notice("waiting_for_storage", text, params)
+
+
+def refuse_storage(worker: str, need: str, label: str) -> SubmitError:
+    what = _STORAGE_TEXT.get(need, need).format(label=label)
+    return SubmitError("worker_storage_unavailable",
+                       f"options.target.worker: this run uses files only {what} has; worker {worker} is on "
+                       "another machine", {"field": "options.target.worker", "worker": worker, "need": need,
+                                           "label": label})

@@ -75,7 +75,9 @@ or `worker: local` is a local run: everything above, and nothing below, applies 
   seen), pool_with_worker (options.target.pool), device_not_offered (the device field: the named
   worker's last report lacks it; for `any`, neither this server nor any seen worker offers it, or
   only this server does and would renumber it), worker_missing_node_types (a named degraded worker
-  lacks node types the graph uses), device_auto_unknown (`auto` for a worker that never reported).
+  lacks node types the graph uses), device_auto_unknown (`auto` for a worker that never reported),
+  worker_storage_unavailable (a run reading a file outside the data folder, for a named worker on
+  another machine).
 - `remove_worker` takes the runs waiting for that worker out of the queue and returns them (the
   caller fails them); executing runs keep their slots until `finish`.
 
@@ -98,6 +100,9 @@ behind a head that has a reason waits for that too and says so (`behind_waiting_
   one_shot_taken           {worker}          the named one-shot worker has taken its run
   one_shot_run_id          {worker, run_id}  the named one-shot worker was started for another run
   behind_waiting_run       {run_id, code}    behind head run_id of its queue, which waits with reason code
+  waiting_for_storage      {worker, need, label[, why]}  the run uses files (`Run.files`) that the named
+                           worker, or every worker that would take it, cannot reach: no mount
+                           label, no transfer, not this machine (placement.storage_backend)
 
 API for the control plane (RunService, WorkerRegistry):
   RunQueue(limits, interactive_limit=2, slots=(), local=LocalMachine(machine_id, devices))
@@ -157,6 +162,7 @@ class RunQueue:
         self._workers: dict[str, WorkerOffer] = {}
         self._one_shot_taken: set[str] = set()
         self._topo: Topology | None = None
+        self.mount_label = "data"  # CODEFY_MOUNT_LABEL, for wait reasons of runs that use files
 
     # -- workers --
 
@@ -261,6 +267,10 @@ class RunQueue:
             err = wp.refuse_missing_types(offer.name, node_types, offer.missing_types)
             if err is not None:
                 raise err
+        # Only a file outside the data folder is known never to reach another machine (mounts and
+        # the transfer capability may change with the agent's next start).
+        if run.files == "same_machine" and offer.machine_id is not None and not self.topology().same_machine(offer):
+            raise wp.refuse_storage(offer.name, run.files, self.mount_label)
 
     # -- changes --
 
@@ -489,4 +499,4 @@ class RunQueue:
                commit: bool, holding: Mapping[str, Iterable[str]] | None = None) -> PassState:
         return OfferPass(queues=self._queues, interactive_waiting=self._interactive_waiting, waiting=self._waiting,
                          workers=self._workers, one_shot_taken=self._one_shot_taken,
-                         topology=self.topology()).run(used, group_used, running, commit, holding)
+                         topology=self.topology(), mount_label=self.mount_label).run(used, group_used, running, commit, holding)

@@ -31,6 +31,11 @@ class Run:
     session: str | None = None
     worker: str = LOCAL
     pool: str | None = None
+    # What a worker run needs for its files (core/storage/run_needs.py levels): which workers can
+    # serve it (placement.storage_backend). A local run has the files here whatever it says.
+    files: str = "none"
+    # Why transfer cannot serve it, for the wait reason: (code, text), e.g. ("inputs_too_big", ...).
+    files_why: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.lane not in LANES:

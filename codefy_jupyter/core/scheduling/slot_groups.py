@@ -108,6 +108,8 @@ class WorkerOffer:
     limits: the worker's own per-device limit overrides (`{"cuda:0": 2}`).
     one_shot: a `--one-shot` agent (takes exactly one run; `any` never uses it); run_id: the run it
       was started for (`--run-id`), which it takes out of turn, and no other.
+    has_label: its hello mounts this server's data folder under CODEFY_MOUNT_LABEL; transfer: its
+      agent takes runs through the transfer backend (both: which runs that use files it may take).
     """
 
     name: str
@@ -119,6 +121,8 @@ class WorkerOffer:
     limits: Mapping[str, int] = field(default_factory=dict)
     one_shot: bool = False
     run_id: str | None = None
+    has_label: bool = False
+    transfer: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not WORKER_NAME.match(self.name) or self.name in RESERVED:

@@ -48,6 +48,8 @@ from .queries import (
     dumps,
     encode_events,
     insert_artifact,
+    select_file_hash,
+    upsert_file_hash,
     insert_events,
     insert_fingerprint,
     insert_metrics,
@@ -461,10 +463,20 @@ class Store:
         return await self._reader.run(select_last_loss_points, list(run_ids)) if run_ids else {}
 
     async def record_artifact(self, run_id: str, node_id: str | None, kind: str, path: str,
-                              meta: Mapping[str, Any] | None = None, created_at: float | None = None) -> int:
-        """Record an artifact a run wrote; returns its id."""
-        row = (run_id, node_id, kind, str(path), dumps(meta), self._clock() if created_at is None else created_at)
+                              meta: Mapping[str, Any] | None = None, created_at: float | None = None, *,
+                              backend: str | None = None, mount_label: str | None = None) -> int:
+        """Record an artifact a run wrote; returns its id. `backend`/`mount_label`: where a worker
+        run's `path` is relative to (core/storage/plan.py); None for a plain path."""
+        row = (run_id, node_id, kind, str(path), dumps(meta), self._clock() if created_at is None else created_at,
+               backend, mount_label)
         return await self._submit(partial(insert_artifact, row=row))
+
+    async def file_hash(self, path: str) -> tuple[int, int, str] | None:
+        """(size, mtime_ns, sha256) last computed for `path`, or None."""
+        return await self._reader.run(select_file_hash, path)
+
+    async def put_file_hash(self, path: str, size: int, mtime_ns: int, sha256: str) -> None:
+        await self._submit(partial(upsert_file_hash, row=(path, size, mtime_ns, sha256, self._clock())))
 
     async def list_artifacts(self, run_id: str) -> list[dict]:
         return await self._reader.run(select_artifacts, run_id)

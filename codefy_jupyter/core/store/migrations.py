@@ -227,6 +227,22 @@ SCHEMA_STEPS: list[Step] = [
         )
         """,
     ),
+    # 7: files of worker runs (core/storage/): where an artifact row's path points (`backend`
+    # mount/transfer, NULL for a plain path; `mount_label` for mount), and the SHA-256 of each
+    # input file the transfer backend lists, recomputed when its size or mtime changes.
+    (
+        "ALTER TABLE run_artifacts ADD COLUMN backend TEXT",
+        "ALTER TABLE run_artifacts ADD COLUMN mount_label TEXT",
+        """
+        CREATE TABLE file_hashes (
+            path       TEXT PRIMARY KEY,
+            size       INTEGER NOT NULL,
+            mtime_ns   INTEGER NOT NULL,
+            sha256     TEXT NOT NULL,
+            hashed_at  REAL NOT NULL
+        )
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(SCHEMA_STEPS)

@@ -41,7 +41,7 @@ _JSON_COLUMNS = frozenset({"devices", "options", "graph", "error", "execution_fa
 # last_seq moves only together with the events it counts (append_events); id never changes.
 UPDATABLE_RUN_FIELDS = frozenset(RUN_COLUMNS) - {"id", "last_seq"}
 _LIST_COLUMNS = tuple(c for c in RUN_COLUMNS if c != "graph")
-_ARTIFACT_COLUMNS = ("id", "run_id", "node_id", "kind", "path", "meta", "created_at")
+_ARTIFACT_COLUMNS = ("id", "run_id", "node_id", "kind", "path", "meta", "created_at", "backend", "mount_label")
 _DELETE_CHUNK = 500  # run ids per DELETE ... IN (...), well under SQLite's variable limit
 
 
@@ -284,10 +284,21 @@ def insert_metrics(conn: sqlite3.Connection, rows: Sequence[tuple]) -> int:
 
 def insert_artifact(conn: sqlite3.Connection, row: tuple) -> int:
     return int(conn.execute(
-        "INSERT INTO run_artifacts (run_id, node_id, kind, path, meta, created_at) VALUES (?, ?, ?, ?, ?, ?) "
-        "RETURNING id",
+        "INSERT INTO run_artifacts (run_id, node_id, kind, path, meta, created_at, backend, mount_label) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         row,
     ).fetchone()[0])
+
+
+def select_file_hash(conn: sqlite3.Connection, path: str) -> tuple[int, int, str] | None:
+    row = conn.execute("SELECT size, mtime_ns, sha256 FROM file_hashes WHERE path = ?", (path,)).fetchone()
+    return (int(row[0]), int(row[1]), str(row[2])) if row else None
+
+
+def upsert_file_hash(conn: sqlite3.Connection, row: tuple) -> None:
+    conn.execute("INSERT INTO file_hashes (path, size, mtime_ns, sha256, hashed_at) VALUES (?, ?, ?, ?, ?) "
+                 "ON CONFLICT (path) DO UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns, "
+                 "sha256 = excluded.sha256, hashed_at = excluded.hashed_at", row)
 
 
 def insert_fingerprint(conn: sqlite3.Connection, digest: str, document: str, created_at: float) -> bool:

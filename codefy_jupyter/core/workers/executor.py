@@ -49,6 +49,8 @@ from ...wire.protocol import (
     should_pause_reading,
 )
 from .registry import Worker, WorkerRegistry
+from ..storage.plan import TRANSFER, StoragePlan
+from ..storage.transfer import InputHashes
 
 log = logging.getLogger("codefy.workers")
 
@@ -90,6 +92,7 @@ class WorkerExecutor:
         # (link id, run id) -> whether the store says frames of that untracked run may be dropped
         self._stray_verdicts: dict[tuple[int, str], asyncio.Future[bool]] = {}
         self.closing = False
+        self.hashes = InputHashes(host.store)
 
     @property
     def max_inbox(self) -> int:
@@ -144,9 +147,11 @@ class WorkerExecutor:
         run = self._runs.get(run_id)
         return facts_doc(run) if run is not None else None
 
-    def start(self, spec: RunSpec, *, uuids: dict[str, str] | None = None) -> WorkerRunHandle:
+    def start(self, spec: RunSpec, *, uuids: dict[str, str] | None = None,
+              storage: StoragePlan | None = None) -> WorkerRunHandle:
         """`uuids`: the run's cards' NVML UUIDs, kept in the resume point so that after a restart
-        its slots join their card groups before the worker is back."""
+        its slots join their card groups before the worker is back. `storage`: how the run reaches
+        its files on that worker (None: it uses none)."""
         assert spec.worker is not None
         loop = asyncio.get_running_loop()
         resume = {"worker": spec.worker, "seq": 0, "slots": list(spec.slots), "device": spec.device,
@@ -157,6 +162,9 @@ class WorkerExecutor:
                          started_at=self.host.clock())
         if spec.cpu is not None:
             run.facts["cpu_threads"] = spec.cpu.to_dict()
+        if storage is not None:
+            run.storage = storage
+            run.facts["storage"] = storage.facts()
         self._track(run)
         worker = self.registry.get(spec.worker) or self.registry.placeholder(spec.worker)
         if worker.link is not None:
@@ -175,6 +183,7 @@ class WorkerExecutor:
                          state=rs.DISCONNECTED, assigned=True, started=bool(facts.get("started_at")), heard=True,
                          adopted=True,
                          recorded_seq=seq, facts_seq=seq, started_at=row.get("started_at") or self.host.clock())
+        run.storage = StoragePlan.from_facts(facts.get("storage"))
         self._track(run)
         self.host.events.emit(run.run_id, ev.run_warning(
             run.run_id, "worker_adopted", f"the control plane restarted; this run continues once worker "
@@ -204,12 +213,28 @@ class WorkerExecutor:
                                                                      "params": refused.params},
                                                    code=refused.code, message=refused.message))
                 return
+        graph, storage = spec.graph, None
+        plan: StoragePlan | None = run.storage
+        if plan is not None:
+            graph = plan.graph_for_worker(graph)
+            hashed: list[dict[str, Any]] = []
+            if plan.backend == TRANSFER and plan.inputs:
+                try:
+                    hashed = await self.hashes.listing(plan.inputs)
+                except OSError as err:
+                    message = f"an input of this run cannot be read for the transfer to worker {worker.name}: {err}"
+                    params = {"worker": worker.name, "reason": str(err)}
+                    self._finish(run, ExecutionOutcome(
+                        rs.FAILED, error={"code": "worker_transfer_failed", "message": message, "params": params},
+                        code="worker_transfer_failed", message=message, params=params))
+                    return
+            storage = plan.assign_doc(hashed)
         if worker.link is None:  # it went away while we looked at the graph: assign when it is back
             run.assigned = False
             return
         worker.link.send(Assign(
-            run_id=run.run_id, graph=spec.graph, device=spec.device, devices=list(spec.devices or (spec.device,)),
-            grace_s=float(self.cancel_grace_s), cpu_threads=spec.cpu.threads if spec.cpu else None,
+            run_id=run.run_id, graph=graph, device=spec.device, devices=list(spec.devices or (spec.device,)),
+            grace_s=float(self.cancel_grace_s), cpu_threads=spec.cpu.threads if spec.cpu else None, storage=storage,
             options={"seed": spec.seed, "deterministic": spec.deterministic,
                      "max_parallel_nodes": spec.max_parallel_nodes, "name": spec.name,
                      "queue_key": spec.queue_key, **spec.options}))
@@ -413,7 +438,7 @@ class WorkerExecutor:
             for event in events_of(run.run_id, frame):
                 self.host.events.emit(run.run_id, event)
                 if event.type == "artifact":
-                    self._record_artifact(run.run_id, event.payload)
+                    self._record_artifact(run.run_id, event.payload, run.storage)
 
     def _log(self, run_id: str, event: ev.RunEvent) -> None:
         self.host.events.emit(run_id, event)
@@ -427,10 +452,13 @@ class WorkerExecutor:
             self._ensure_started(run)
             self.host.events.emit(run_id, ev.run_warning(run_id, code, message, params))
 
-    def _record_artifact(self, run_id: str, payload: dict[str, Any]) -> None:
+    def _record_artifact(self, run_id: str, payload: dict[str, Any], storage: StoragePlan | None = None) -> None:
+        backend, label, path = (None, None, payload.get("path", ""))
+        if storage is not None:
+            backend, label, path = storage.artifact_row(str(path))
         # Queued now, so it commits before the flush that makes the artifact event durable.
         future = self.host.store.record_artifact(run_id, payload.get("node_id"), payload.get("kind", ""),
-                                                 payload.get("path", ""), payload.get("meta"))
+                                                 path, payload.get("meta"), backend=backend, mount_label=label)
         self._spawn(future)
 
     def _run_facts(self, run: WorkerRun, frame: RunFacts) -> None:

@@ -25,6 +25,7 @@ class RunHost(Protocol):
     settings: Settings
     registry: NodeRegistry  # the node catalog the server offers workers (not the worker registry)
     clock: Callable[[], float]
+    data_dir: Any  # the data folder (Path): the mount label's folder, transfer's runs/<run id>/
 
     def reschedule(self) -> Awaitable[None]:
         """Offer waiting runs to the scheduler again (a worker came, left, drained...)."""

@@ -44,6 +44,7 @@ class WorkerRun:
     paused: bool = False
     acker: asyncio.Task[None] | None = None
     log_broken: bool = False  # the store refused some of its events: nothing more is acknowledged
+    storage: Any = None  # its StoragePlan (core/storage/plan.py); None: no files
 
 
 def facts_doc(run: WorkerRun, seq: int | None = None) -> dict[str, Any]:

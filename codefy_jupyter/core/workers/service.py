@@ -16,12 +16,15 @@ import asyncio
 import itertools
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Awaitable
 
 from ..._version import __version__
 from ..errors import BadRequest, NotFound
 from ...wire.fingerprint import digest
+from ..scheduling.placement import storage_backend
 from ..scheduling.slot_groups import OfferedDevice, WorkerOffer
+from ..storage.plan import StoragePlan, plan_for
 from .access import check_issue, check_manage
 from .enrollment import Enrollment, Issued
 from ..runs.executors import RunSpec
@@ -106,11 +109,34 @@ class WorkerService:
         devices = set(spec.devices)
         uuids = {d.get("device"): d.get("uuid") for d in (worker.devices if worker else [])
                  if d.get("uuid") and d.get("device") in devices}
-        handle = self.executor.start(spec, uuids=uuids)
+        handle = self.executor.start(spec, uuids=uuids, storage=self._storage_plan(spec, worker))
         fingerprint = (worker.info.get("fingerprint_digest") if worker else None) or None
         if worker is not None and worker.hello is not None and worker.hello.fingerprint:
             fingerprint = digest(worker.hello.fingerprint)
         return StartedRun(handle, self.executor.facts(spec.run_id), fingerprint)
+
+    @staticmethod
+    def _mounts(worker: Worker | None) -> dict[str, str]:
+        """The folders the worker's agent declared (`--mount label=path`), when it negotiated `mounts`."""
+        hello = worker.hello if worker is not None else None
+        if hello is None or "mounts" not in worker.capabilities:  # type: ignore[union-attr]
+            return {}
+        return {str(k): str(v) for k, v in hello.mounts.items()}
+
+    def _storage_plan(self, spec: RunSpec, worker: Worker | None) -> StoragePlan | None:
+        """How the placed run reaches its files on `worker` (None: it uses none)."""
+        if spec.files is None:
+            return None
+        files, need = spec.files
+        mounts = self._mounts(worker)
+        label = self.host.settings.mount_label
+        backend = storage_backend(need.level, same_machine=self.queue.same_machine(spec.worker or ""),
+                                  has_label=label in mounts,
+                                  transfer=worker is not None and "transfer" in worker.capabilities)
+        # The placement checked the worker could serve it; a worker that changed since gets none
+        # and the run reports the missing file itself.
+        return plan_for(backend or "none", run_id=spec.run_id, data_dir=str(Path(self.host.data_dir).resolve()), label=label,
+                        mounts=mounts, inputs=files.inputs, relative=need.relative)
 
     def run_closed(self, run_id: str) -> None:
         """The run's final status and closing event are committed: acknowledge all, forget it."""
@@ -155,7 +181,9 @@ class WorkerService:
             machine_id=hello.machine_id if hello else None, loopback=worker.loopback,
             missing_types=frozenset(worker.catalog.worker_lacks) if worker.catalog is not None else None,
             one_shot=bool(hello.one_shot) if hello else False,
-            run_id=hello.one_shot_run_id if hello else None)
+            run_id=hello.one_shot_run_id if hello else None,
+            has_label=self.host.settings.mount_label in self._mounts(worker),
+            transfer="transfer" in worker.capabilities)
         self.queue.set_worker(offer)
 
     # -- a connection -----------------------------------------------------------------------------

@@ -117,7 +117,7 @@ def synthetic_regression(ctx: Any, n_samples: int, n_features: int, noise: float
 
 
 @node("CSVDataset", outputs={"dataset": "dataset"}, category="data",
-      params={"path": param.string("", description="CSV file with a header row"),
+      params={"path": param.string("", description="CSV file with a header row", file="input"),
               "target_column": param.string("", description="Header name of the target column"),
               "task": param.select("classification", TASKS)},
       description="Reads a CSV with a header row; every column but the target must be numeric.")

@@ -170,7 +170,7 @@ def loss(ctx: Any, kind: str) -> dict[str, Any]:
 
 
 @node("SaveModel", inputs={"model": "model"}, outputs={"path": "path"}, category="model",
-      params={"filename": param.string("model.pt", description="Relative to the run's data directory")},
+      params={"filename": param.string("model.pt", description="Relative to the run's data directory", file="output")},
       output_node=True, cacheable=False,
       description="Writes the model's state_dict and records it as a `model` artifact.")
 def save_model(ctx: Any, model: Any, filename: str) -> dict[str, Any]:
@@ -188,7 +188,7 @@ def save_model(ctx: Any, model: Any, filename: str) -> dict[str, Any]:
 @node("LoadModel", inputs={"model": "model", "path": optional("path")}, outputs={"model": "model"},
       category="model",
       params={"filename": param.string("", description="Used when input 'path' is not connected; "
-                                                       "relative to the run's data directory")},
+                                                       "relative to the run's data directory", file="input")},
       description="A copy of `model` with weights loaded from a saved state_dict.")
 def load_model(ctx: Any, model: Any, filename: str, path: str | None = None) -> dict[str, Any]:
     import torch

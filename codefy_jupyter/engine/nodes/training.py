@@ -22,8 +22,9 @@ from .models import LossSpec, autograd_enabled, module_device
       outputs={"model": "model", "history": "metrics"}, category="training",
       params={"epochs": param.int(5, min=1, max=1_000_000),
               "checkpoint_every": param.int(0, min=0, max=1_000_000,
-                                            description="Save a checkpoint every N epochs; 0 is off"),
-              "resume_from": param.string("", description="A checkpoint to continue from; empty starts fresh")},
+                                            description="Save a checkpoint every N epochs; 0 is off", file="writes"),
+              "resume_from": param.string("", description="A checkpoint to continue from; empty starts fresh",
+                                         file="input")},
       description="Trains the model for `epochs`, logging train_loss (and val_loss, val_accuracy) per epoch.")
 def training_loop(ctx: Any, model: Any, optimizer: Any, loss: Any, train: Any, epochs: int,
                   checkpoint_every: int, resume_from: str, val: Any = None, val_loader: Any = None) -> dict[str, Any]:

@@ -1,0 +1,171 @@
+"""The transfer backend's agent side (seed: storage, transfer): a run's inputs downloaded by SHA-256
+into the agent's cache, and the files the run wrote uploaded back, both with the worker token.
+
+Inputs: `agent-cache/<sha256>/blob`. A cached blob is used after its hash is checked again (a
+second run with the same input transfers nothing); a missing or damaged one is downloaded to a
+temporary name while it is hashed, checked, then renamed into place. Outputs: every file under the
+run's folder, one request each (`POST runs/{id}/artifacts/upload?path=<relative path>`), the
+checkpoints of an interrupted run last. Blocking code on purpose: the runner calls it from a thread
+of its own, so the agent's event loop (heartbeats, other runs) never waits for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import ssl
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+from urllib.parse import quote, urlsplit
+
+CHUNK = 4 << 20
+BLOB = "blob"
+TIMEOUT_S = 60.0
+
+
+class TransferFailed(Exception):
+    """A download or upload did not complete; the message says which and why."""
+
+
+@dataclass
+class Fetched:
+    """What fetching a run's inputs did: the local path of each input entry, bytes downloaded,
+    entries served from the cache, seconds spent."""
+
+    paths: list[str]
+    downloaded: int = 0
+    cached: int = 0
+    seconds: float = 0.0
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buffer):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+class RunTransfer:
+    """`control`: the control plane's base URL (`http://host:port/base/`)."""
+
+    def __init__(self, control: str, token: str | Callable[[], str], cache_dir: Path, *,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        parts = urlsplit(control)
+        self.https = parts.scheme in ("https", "wss")
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or (443 if self.https else 80)
+        self.base = (parts.path or "/").rstrip("/") + "/"
+        self.token = token
+        self.cache_dir = Path(cache_dir)
+        self.ssl_context = ssl_context
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self.https:
+            return http.client.HTTPSConnection(self.host, self.port, timeout=TIMEOUT_S, context=self.ssl_context)
+        return http.client.HTTPConnection(self.host, self.port, timeout=TIMEOUT_S)
+
+    def _headers(self) -> dict[str, str]:
+        token = self.token() if callable(self.token) else self.token  # read again: it may change on reconnect
+        return {"Authorization": f"token {token}"}
+
+    # -- inputs ---------------------------------------------------------------------------------
+    def fetch_inputs(self, run_id: str, inputs: list[dict[str, Any]]) -> Fetched:
+        started = time.perf_counter()
+        out = Fetched(paths=[])
+        done: dict[str, Path] = {}
+        for item in inputs:
+            sha = str(item.get("sha256", ""))
+            if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+                raise TransferFailed(f"the assign lists an input with a bad sha256: {sha!r}")
+            if sha not in done:
+                path, fetched = self._fetch(run_id, sha)
+                done[sha] = path
+                if fetched:
+                    out.downloaded += path.stat().st_size
+                else:
+                    out.cached += 1
+            out.paths.append(str(done[sha]))
+        out.seconds = time.perf_counter() - started
+        return out
+
+    def _fetch(self, run_id: str, sha: str) -> tuple[Path, bool]:
+        folder = self.cache_dir / sha
+        blob = folder / BLOB
+        if blob.is_file():
+            if sha256_file(blob) == sha:
+                return blob, False
+            blob.unlink(missing_ok=True)  # damaged: fetch it again
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        partial = folder / f"{BLOB}.{os.getpid()}.partial"
+        conn = self._connection()
+        try:
+            conn.request("GET", f"{self.base}codefy/api/runs/{quote(run_id)}/inputs/{sha}", headers=self._headers())
+            response = conn.getresponse()
+            if response.status != 200:
+                raise TransferFailed(f"downloading input {sha[:12]}: HTTP {response.status}: "
+                                     f"{response.read(2000).decode('utf-8', 'replace')}")
+            digest = hashlib.sha256()
+            buffer = bytearray(CHUNK)
+            view = memoryview(buffer)
+            with open(partial, "wb", buffering=0) as f:
+                while n := response.readinto(buffer):
+                    digest.update(view[:n])
+                    f.write(view[:n])
+        except (OSError, http.client.HTTPException) as err:
+            partial.unlink(missing_ok=True)
+            raise TransferFailed(f"downloading input {sha[:12]}: {err}") from err
+        finally:
+            conn.close()
+        if digest.hexdigest() != sha:
+            partial.unlink(missing_ok=True)
+            raise TransferFailed(f"downloading input {sha[:12]}: the content's sha256 is {digest.hexdigest()}")
+        partial.replace(blob)
+        return blob, True
+
+    # -- outputs --------------------------------------------------------------------------------
+    def upload_outputs(self, run_id: str, folder: Path) -> list[tuple[str, int]]:
+        """Upload every file under `folder`; (relative path, bytes) of each, in upload order."""
+        sent = []
+        for path in upload_order(folder):
+            rel = path.relative_to(folder).as_posix()
+            size = path.stat().st_size
+            conn = self._connection()
+            try:
+                with open(path, "rb") as body:
+                    conn.request("POST", f"{self.base}codefy/api/runs/{quote(run_id)}/artifacts/upload?path={quote(rel)}",
+                                 body=body, headers={**self._headers(), "Content-Length": str(size),
+                                                     "Content-Type": "application/octet-stream"})
+                response = conn.getresponse()
+                text = response.read(2000).decode("utf-8", "replace")
+                if response.status != 201:
+                    raise TransferFailed(f"uploading {rel}: HTTP {response.status}: {text}")
+            except (OSError, http.client.HTTPException) as err:
+                raise TransferFailed(f"uploading {rel}: {err}") from err
+            finally:
+                conn.close()
+            sent.append((rel, size))
+        return sent
+
+
+def upload_order(folder: Path) -> list[Path]:
+    """The run's files, interrupted checkpoints last (they matter only once the rest is home)."""
+    if not folder.is_dir():
+        return []
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.endswith(".partial"))
+    return sorted(files, key=lambda p: "interrupted" in p.name)
+
+
+def point_inputs(graph: dict[str, Any], inputs: Iterable[dict[str, Any]], paths: list[str]) -> dict[str, Any]:
+    """The graph with each listed input param pointing at its local copy."""
+    nodes = {n.get("id"): n for n in graph.get("nodes") or () if isinstance(n, dict)}
+    for item, path in zip(inputs, paths):
+        node = nodes.get(item.get("node_id"))
+        if node is not None and isinstance(item.get("param"), str):
+            node.setdefault("params", {})[item["param"]] = path
+    return graph
