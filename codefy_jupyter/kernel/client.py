@@ -16,8 +16,9 @@ import asyncio
 import json
 import threading
 import urllib.parse
+from contextlib import aclosing
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
@@ -224,11 +225,25 @@ class AsyncClient:
                      reconnect_s: float = 30.0) -> AsyncIterator[dict[str, Any]]:
         """Every event of the run after `cursor`, live until its closing event. A dropped server
         is retried from the last cursor for up to `reconnect_s`, then CodefyError("unreachable")."""
+        async with aclosing(self._pages(lambda c: self.events(run_id, c, wait=wait), cursor, reconnect_s)) as pages:
+            async for page in pages:
+                for event in page["events"]:
+                    yield event
+                if page["events"] and page["events"][-1]["type"] in CLOSING:
+                    return
+                if not page["more"] and page["status"] not in ACTIVE and not page["events"]:
+                    return
+
+    async def _pages(self, read: Callable[[int], Awaitable[dict[str, Any]]], cursor: int,
+                     reconnect_s: float) -> AsyncIterator[dict[str, Any]]:
+        """Pages of a log read with `read(cursor)`, each from where the last one ended, for ever
+        (the caller stops). A server that drops is asked again from the last cursor for up to
+        `reconnect_s`, then CodefyError("unreachable") is raised."""
         lost_since: float | None = None
         loop = asyncio.get_running_loop()
         while True:
             try:
-                page = await self.events(run_id, cursor, wait=wait)
+                page = await read(cursor)
             except CodefyError as err:
                 if err.code != "unreachable":
                     raise
@@ -238,13 +253,8 @@ class AsyncClient:
                 await asyncio.sleep(0.5)
                 continue
             lost_since = None
-            for event in page["events"]:
-                yield event
+            yield page
             cursor = page["cursor"]
-            if page["events"] and page["events"][-1]["type"] in CLOSING:
-                return
-            if not page["more"] and page["status"] not in ACTIVE and not page["events"]:
-                return
 
     async def metrics(self, run_id: str, *, csv: bool = False) -> Any:
         if csv:
@@ -334,25 +344,13 @@ class AsyncClient:
         not a read per run), until the study has stopped (not queued, running or cancel_requested)
         and its log is read to the end. A dropped server is retried from the last cursor for up
         to `reconnect_s`, then CodefyError("unreachable")."""
-        lost_since: float | None = None
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                page = await self.study_events(study_id, cursor, wait=wait)
-            except CodefyError as err:
-                if err.code != "unreachable":
-                    raise
-                lost_since = lost_since or loop.time()
-                if loop.time() - lost_since > reconnect_s:
-                    raise
-                await asyncio.sleep(0.5)
-                continue
-            lost_since = None
-            for event in page["events"]:
-                yield event
-            cursor = page["cursor"]
-            if page["status"] not in STUDY_ACTIVE and not page["more"]:
-                return
+        async with aclosing(self._pages(lambda c: self.study_events(study_id, c, wait=wait), cursor,
+                                        reconnect_s)) as pages:
+            async for page in pages:
+                for event in page["events"]:
+                    yield event
+                if page["status"] not in STUDY_ACTIVE and not page["more"]:
+                    return
 
     async def wait_study(self, study_id: str, *, wait: float = 25.0) -> dict[str, Any]:
         """Follow the study until it stops; the study as it ended."""

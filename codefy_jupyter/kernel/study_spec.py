@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .errors import CodefyError
-from .sweep_spec import SWEEPABLE, _address, _value_problem
+from .sweep_spec import _address, _value_problem, catalog_param
 
 DIRECTIONS = ("minimize", "maximize")
 
@@ -31,16 +31,7 @@ def check_ops(graph: Mapping[str, Any], ops: list[dict[str, Any]], where: str,
     nodes = {n["id"]: n for n in graph["nodes"]}
     for j, op in enumerate(ops):
         field = f"{where}.ops[{j}]"
-        node = nodes.get(op["node_id"])
-        if node is None:
-            raise _refuse(field, f"the graph has no node {op['node_id']!r}")
-        params = (definitions.get(node["type"]) or {}).get("params") or {}
-        spec = params.get(op["param"])
-        if spec is None:
-            raise _refuse(field, f"{node['type']} has no param {op['param']!r} (params: {', '.join(params) or 'none'})")
-        if spec.get("type") not in SWEEPABLE:
-            raise _refuse(field, f"{op['node_id']}.{op['param']} is a {spec.get('type')} param; a study sets only "
-                          f"{', '.join(SWEEPABLE)} params")
+        spec = catalog_param(nodes, definitions, op["node_id"], op["param"], field, _refuse)
         problem = _value_problem(spec, op["value"])
         if problem:
             raise _refuse(f"{field}.value", f"{op['node_id']}.{op['param']}: {problem}")

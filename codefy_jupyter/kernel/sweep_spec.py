@@ -55,23 +55,30 @@ def _value_problem(spec: Mapping[str, Any], value: Any) -> str | None:
     return None
 
 
+def catalog_param(nodes: Mapping[str, Mapping[str, Any]], definitions: Mapping[str, Mapping[str, Any]],
+                  node_id: Any, param: Any, field: str, refuse: Any) -> Mapping[str, Any]:
+    """The catalog's definition of `node_id`'s `param` when it can be set by a sweep or a study,
+    else `refuse(field, why)` raised: the one lookup both request builders make."""
+    node = nodes.get(node_id)
+    if node is None:
+        raise refuse(field, f"the graph has no node {node_id!r}")
+    params = (definitions.get(node["type"]) or {}).get("params") or {}
+    spec = params.get(param)
+    if spec is None:
+        raise refuse(field, f"{node['type']} has no param {param!r} (params: {', '.join(params) or 'none'})")
+    if spec.get("type") not in SWEEPABLE:
+        raise refuse(field, f"{node_id}.{param} is a {spec.get('type')} param; only {', '.join(SWEEPABLE)} "
+                     "params can be set")
+    return spec
+
+
 def check_entries(graph: Mapping[str, Any], entries: list[dict[str, Any]],
                   definitions: Mapping[str, Mapping[str, Any]]) -> None:
     """Raise CodefyError("invalid_sweep") naming the first entry the catalog says cannot run."""
     nodes = {n["id"]: n for n in graph["nodes"]}
     for i, entry in enumerate(entries):
         where = f"sweep_spec.params[{i}]"
-        node = nodes.get(entry["node_id"])
-        if node is None:
-            raise _refuse(where, f"the graph has no node {entry['node_id']!r}")
-        params = (definitions.get(node["type"]) or {}).get("params") or {}
-        spec = params.get(entry["param"])
-        if spec is None:
-            known = ", ".join(params) or "none"
-            raise _refuse(where, f"{node['type']} has no param {entry['param']!r} (params: {known})")
-        if spec.get("type") not in SWEEPABLE:
-            raise _refuse(where, f"{entry['node_id']}.{entry['param']} is a {spec.get('type')} param; only "
-                          f"{', '.join(SWEEPABLE)} params can be swept")
+        spec = catalog_param(nodes, definitions, entry["node_id"], entry["param"], where, _refuse)
         if "range" in entry and spec.get("type") not in ("int", "float"):
             raise _refuse(f"{where}.range", f"a range needs an int or float param, not {spec.get('type')}")
         for j, value in enumerate(entry.get("values") or ()):
