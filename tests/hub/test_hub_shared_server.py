@@ -180,3 +180,26 @@ def test_sweeps_and_studies_are_stopped_by_their_owner_or_an_admin(hub):
     assert code == 403
     code, body = hub.codefy(CAROL, ALICE, "api", "studies", studies[ALICE], "cancel", method="POST", body={})
     assert code == 200, body
+
+
+def test_a_restart_under_the_hub_keeps_runs_and_their_owners(hub):
+    code, done = hub.codefy(BOB, ALICE, "api", "runs", method="POST", body={"graph": sleepy(0)})
+    assert code == 201, done
+    wait_run(hub, done["id"], {"succeeded"})
+    code, cut = hub.codefy(ALICE, ALICE, "api", "runs", method="POST", body={"graph": sleepy(60)})
+    assert code == 201, cut
+    wait_run(hub, cut["id"], {"running"})
+
+    hub.stop_server(ALICE)
+    hub.start_server(ALICE)
+
+    # The run the stop cut short is recovered as interrupted, still alice's; bob's is still bob's,
+    # and the share still lets bob in.
+    run = wait_run(hub, cut["id"], {"interrupted"})
+    assert run["owner"] == ALICE
+    code, body = hub.codefy(BOB, ALICE, "api", "runs", cut["id"], method="DELETE")
+    assert code == 403 and body["error"]["params"]["owner"] == ALICE, body
+    code, run = hub.codefy(BOB, ALICE, "api", "runs", done["id"])
+    assert code == 200 and run["owner"] == BOB and run["status"] == "succeeded", run
+    code, body = hub.codefy(BOB, ALICE, "api", "runs", done["id"], method="DELETE")
+    assert code == 204, body
