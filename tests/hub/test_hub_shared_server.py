@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from hub_harness import Hub, proxy_missing, start_hub
+from test_workers_e2e import AgentProcess, naps
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -180,6 +181,42 @@ def test_sweeps_and_studies_are_stopped_by_their_owner_or_an_admin(hub):
     assert code == 403
     code, body = hub.codefy(CAROL, ALICE, "api", "studies", studies[ALICE], "cancel", method="POST", body={})
     assert code == 200, body
+
+
+def test_a_real_agent_enrolled_through_the_hub_runs_bobs_run_that_bob_cannot_cut(hub, tmp_path):
+    """alice enrolls an agent through the proxy (socket included); bob's run goes to it; bob may not
+    remove or drain it (which would end his own run), and alice may."""
+    code, issued = hub.codefy(ALICE, ALICE, "api", "workers", "enrollments", method="POST", body={})
+    assert code == 201, issued
+    agent = AgentProcess(tmp_path, f"{hub.url}/user/{ALICE}/", name="alice-gpu", token=issued["token"])
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            code, listing = hub.codefy(BOB, ALICE, "api", "workers")
+            worker = next((w for w in listing["workers"] if w["name"] == "alice-gpu"), {})
+            if worker.get("state") == "connected":
+                break
+            assert agent.proc.poll() is None, f"the agent exited:\n{agent.output()}"
+            assert time.monotonic() < deadline, f"never connected:\n{agent.output()}"
+            time.sleep(0.2)
+        assert worker["enrolled_by"] == ALICE
+
+        code, run = hub.codefy(BOB, ALICE, "api", "runs", method="POST",
+                               body={"graph": naps(4, 0.5), "options": {"target": {"worker": "alice-gpu"}}})
+        assert code == 201 and run["owner"] == BOB, run
+        wait_run(hub, run["id"], {"running"})
+        for path, method, action in ((("alice-gpu",), "DELETE", "remove"), (("alice-gpu", "drain"), "POST", "drain")):
+            code, body = hub.codefy(BOB, ALICE, "api", "workers", *path, method=method)
+            assert code == 403 and body["error"]["params"]["action"] == action, body
+        done = wait_run(hub, run["id"], {"succeeded", "failed", "cancelled", "interrupted"})
+        assert done["status"] == "succeeded" and done["worker_id"] == "alice-gpu", done
+        code, page = hub.codefy(BOB, ALICE, "api", "runs", run["id"], "events")
+        assert code == 200 and page["events"][-1]["type"] == "execution_complete", page
+
+        code, _ = hub.codefy(ALICE, ALICE, "api", "workers", "alice-gpu", method="DELETE")
+        assert code == 204
+    finally:
+        agent.cleanup()
 
 
 def test_a_restart_under_the_hub_keeps_runs_and_their_owners(hub):
