@@ -7,6 +7,10 @@ with no share, never reaches the server."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -217,6 +221,23 @@ def test_a_real_agent_enrolled_through_the_hub_runs_bobs_run_that_bob_cannot_cut
         assert code == 204
     finally:
         agent.cleanup()
+
+
+def test_codefy_in_alices_terminal_finds_her_server_and_runs_as_her(hub, tmp_path):
+    """What a terminal or kernel on alice's server sees: her HOME, no codefy settings. `codefy run`
+    finds the server from its runtime file (the token in it is the one the Hub gave the server)."""
+    graph = tmp_path / "small.json"
+    graph.write_text(json.dumps(sleepy(0)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER"))}
+    env["HOME"] = str(hub.root / "home" / ALICE)
+    done = subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", "run", str(graph), "--json"], env=env,
+                          cwd=env["HOME"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["server"]["url"].endswith(f"/user/{ALICE}/"), result["server"]
+    run_id = result["id"]
+    code, run = hub.codefy(BOB, ALICE, "api", "runs", run_id)
+    assert code == 200 and run["owner"] == ALICE and run["status"] == "succeeded", run
 
 
 def test_a_restart_under_the_hub_keeps_runs_and_their_owners(hub):
