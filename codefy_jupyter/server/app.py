@@ -56,7 +56,8 @@ class CodefyApp(ExtensionApp):
                          "delete only their own runs, and drain, undrain, remove or re-issue a token only "
                          "for the workers they enrolled, unless listed in admin_users; everyone may read. "
                          "Unset (the default): detected, true on a JupyterHub single-user server (whose "
-                         "owner is then an admin) or with a multi-user identity provider.").tag(config=True)
+                         "owner, the Hub admins and admin_groups members are then admins) or with a "
+                         "multi-user identity provider.").tag(config=True)
     admin_users = List(Unicode(), help="Usernames who may stop or delete anyone's runs and manage every "
                        "worker on a shared server.").tag(config=True)
     admin_groups = List(Unicode(), help="JupyterHub groups whose members are admins like admin_users on a "
