@@ -17,8 +17,8 @@ from hub_harness import proxy_missing, start_hub
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 EVE = "eve"
-CULL_TIMEOUT_S = 6
-RUN_S = 20  # over three cull timeouts: a culler that saw no activity would stop the server mid-run
+CULL_TIMEOUT_S = 8
+RUN_S = 24  # three cull timeouts: a culler that saw no activity would stop the server mid-run
 
 
 @pytest.fixture(scope="module")
