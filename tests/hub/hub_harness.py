@@ -6,23 +6,28 @@ each user with their own home folder (and so their own codefy data dir) under th
 
 The tests act through the Hub's REST API with a service token that may manage users, servers,
 tokens and shares, and reach single-user servers through the proxy with each user's own API token,
-as a browser or a script would.
+as a script would, or signed in with a session cookie, as a browser (Lab's panels) would.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import requests  # a dependency of jupyterhub: a browser's cookie jar
 
 HERE = Path(__file__).parent
 PROXY = HERE / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -66,6 +71,25 @@ def request(url: str, *, method: str = "GET", token: str | None = None, body: An
         return code, json.loads(raw)
     except ValueError:
         return code, raw.decode(errors="replace")
+
+
+@dataclass
+class Browser:
+    """A signed-in browser on one server: its session cookie, and the XSRF header Lab sends."""
+
+    session: requests.Session
+    server_url: str
+
+    def codefy(self, *path: str, method: str = "GET", body: Any = None, xsrf: bool = True) -> tuple[int, Any]:
+        path_prefix = urllib.parse.urlsplit(self.server_url).path
+        token = next((c.value for c in self.session.cookies if c.name == "_xsrf" and c.path == path_prefix), None)
+        headers = {"X-XSRFToken": token} if xsrf and token else {}
+        response = self.session.request(method, self.server_url + "codefy/" + "/".join(path), json=body,
+                                        headers=headers, allow_redirects=False)
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, response.text
 
 
 @dataclass
@@ -128,6 +152,21 @@ class Hub:
         query = "&".join(f"{k}={v}" for k, v in params.items())
         url = f"{self.url}/user/{owner}/codefy/" + "/".join(path) + (f"?{query}" if query else "")
         return request(url, method=method, body=body, token=self.token(user) if token == "" else token)
+
+    def browser(self, user: str, owner: str) -> "Browser":
+        """`user` signs in on the Hub's login page and opens `owner`'s Lab, approving the Hub's
+        OAuth prompt (shown when the server is someone else's), as in a browser."""
+        session = requests.Session()
+        session.get(f"{self.url}/hub/login").raise_for_status()
+        session.post(f"{self.url}/hub/login", data={"username": user, "password": "any",
+                                                    "_xsrf": session.cookies.get("_xsrf", path="/hub/")})
+        page = session.get(f"{self.url}/user/{owner}/lab")
+        if "/oauth2/authorize" in page.url:
+            fields = [(m.group(1), html.unescape(m.group(2)))
+                      for m in re.finditer(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', page.text)]
+            page = session.post(page.url, data=fields)
+        assert page.status_code == 200 and page.url.startswith(f"{self.url}/user/{owner}/"), (page.status_code, page.url)
+        return Browser(session, f"{self.url}/user/{owner}/")
 
     def data_dir(self, user: str) -> Path:
         """The user's codefy data dir: the default one, in the home folder the spawner gave them."""

@@ -114,6 +114,23 @@ def test_each_hub_user_is_themselves_and_owns_what_they_submit(hub):
     assert code == 200 and not {r["id"] for r in listing["runs"]} & set(runs.values())
 
 
+def test_bobs_browser_session_on_alices_server_is_bob(hub):
+    """Signed in on the Hub's page and through its OAuth prompt, as Lab's panels talk to the server:
+    the session cookie and the XSRF header."""
+    browser = hub.browser(BOB, ALICE)
+    code, run = browser.codefy("api", "runs", method="POST", body={"graph": sleepy(60)})
+    assert code == 201 and run["owner"] == BOB, run
+    code, body = browser.codefy("api", "runs", method="POST", body={"graph": sleepy(0)}, xsrf=False)
+    assert code == 403, body  # a cookie alone, as a cross-site form would send it
+    code, mine = hub.codefy(ALICE, ALICE, "api", "runs", method="POST", body={"graph": sleepy(60)})
+    assert code == 201, mine
+    code, body = browser.codefy("api", "runs", mine["id"], "cancel", method="POST")
+    assert code == 403 and body["error"]["params"]["owner"] == ALICE, body
+    for run_id in (run["id"], mine["id"]):
+        code, body = hub.codefy(ALICE, ALICE, "api", "runs", run_id, "cancel", method="POST")
+        assert code == 200, body
+
+
 def enroll(hub: Hub, user: str, name: str) -> None:
     """`user` asks alice's server for a one-time token; an agent (no Hub token) exchanges it."""
     code, issued = hub.codefy(user, ALICE, "api", "workers", "enrollments", method="POST", body={})
