@@ -83,10 +83,11 @@ def test_each_hub_user_is_themselves_and_owns_what_they_submit(hub):
         for run_id in runs.values():
             code, run = hub.codefy(user, ALICE, "api", "runs", run_id)
             assert code == 200 and run["id"] == run_id, (user, run)
-    code, _ = hub.codefy(ERIN, ALICE, "api", "runs")
-    assert code == 403
-    code, _ = hub.codefy(BOB, ALICE, "api", "runs", token=None)  # no token: no way in either
-    assert code == 403
+    code, body = hub.codefy(ERIN, ALICE, "api", "runs")
+    assert code == 403 and body["error"]["code"] == "unauthenticated", body
+    assert "JupyterHub login with access to this server" in body["error"]["message"], body
+    code, body = hub.codefy(BOB, ALICE, "api", "runs", token=None)  # no token: no way in either
+    assert code == 403 and body["error"]["code"] == "unauthenticated", body
 
     # bob may not stop or delete alice's run...
     code, body = hub.codefy(BOB, ALICE, "api", "runs", runs[ALICE], "cancel", method="POST")
