@@ -113,6 +113,8 @@ def test_each_hub_user_is_themselves_and_owns_what_they_submit(hub):
     assert code == 204, body
     code, listing = hub.codefy(ALICE, ALICE, "api", "runs")
     assert code == 200 and not {r["id"] for r in listing["runs"]} & set(runs.values())
+    # The server found itself on a Hub, and said so (once, on the first owner check).
+    assert "codefy: shared server (JupyterHub single-user server of 'alice')" in hub.log_tail(10**6)
 
 
 def test_bobs_browser_session_on_alices_server_is_bob(hub):
