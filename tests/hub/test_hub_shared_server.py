@@ -243,7 +243,7 @@ def test_a_real_agent_enrolled_through_the_hub_runs_bobs_run_that_bob_cannot_cut
         agent.cleanup()
 
 
-def test_codefy_in_alices_terminal_finds_her_server_and_runs_as_her(hub, tmp_path):
+def test_codefy_in_alices_terminal_runs_as_her_and_with_bobs_hub_token_as_him(hub, tmp_path):
     """What a terminal or kernel on alice's server sees: her HOME, no codefy settings. `codefy run`
     finds the server from its runtime file (the token in it is the one the Hub gave the server)."""
     graph = tmp_path / "small.json"
@@ -258,6 +258,15 @@ def test_codefy_in_alices_terminal_finds_her_server_and_runs_as_her(hub, tmp_pat
     run_id = result["id"]
     code, run = hub.codefy(BOB, ALICE, "api", "runs", run_id)
     assert code == 200 and run["owner"] == ALICE and run["status"] == "succeeded", run
+
+    # bob, anywhere, with his own Hub token and the server's address through the Hub: his run.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER"))}
+    env["HOME"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", "run", str(graph), "--json",
+                           "--url", f"{hub.url}/user/{ALICE}/", "--token", hub.token(BOB)], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["owner"] == BOB
 
 
 def test_a_restart_under_the_hub_keeps_runs_and_their_owners(hub):
