@@ -19,10 +19,13 @@ $(VENV)/bin/python:
 # The editable install builds the lab extension (hatch-jupyter-builder: npm install from
 # labextension/package-lock.json, tsc, `jupyter labextension build`) into codefy_jupyter/labextension
 # and installs it where Lab finds it; the check after it fails the setup if Lab does not list it.
-$(STAMP): $(VENV)/bin/python pyproject.toml $(LAB_SOURCES)
+# tests/hub starts a real JupyterHub, whose proxy (configurable-http-proxy) is a Node program:
+# installed from tests/hub/package-lock.json into tests/hub/node_modules, never globally.
+$(STAMP): $(VENV)/bin/python pyproject.toml $(LAB_SOURCES) tests/hub/package.json tests/hub/package-lock.json
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[test]"
 	$(VENV)/bin/jupyter labextension list 2>&1 | grep -E "codefy-jupyter .*enabled.*OK"
+	npm ci --prefix tests/hub --no-audit --no-fund --loglevel=error
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -51,4 +54,4 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache codefy_jupyter/labextension labextension/lib labextension/node_modules \
-		labextension/tsconfig.tsbuildinfo
+		labextension/tsconfig.tsbuildinfo tests/hub/node_modules

@@ -29,6 +29,8 @@ from .routes import route_table
 from .sharing import Sharing, decide_sharing
 
 ACTIVITY_INTERVAL_S = 30
+# A tornado setting (ServerApp.tornado_settings) that shortens ACTIVITY_INTERVAL_S, for tests.
+ACTIVITY_INTERVAL_SETTING = "codefy_activity_interval_s"
 # The Retry-After of a 503 `recovering` (how long a request waits first: the ready_wait_s setting).
 RETRY_AFTER_S = 2
 _DEFAULT_WAIT = object()
@@ -54,9 +56,12 @@ class CodefyApp(ExtensionApp):
                          "delete only their own runs, and drain, undrain, remove or re-issue a token only "
                          "for the workers they enrolled, unless listed in admin_users; everyone may read. "
                          "Unset (the default): detected, true on a JupyterHub single-user server (whose "
-                         "owner is then an admin) or with a multi-user identity provider.").tag(config=True)
+                         "owner, the Hub admins and admin_groups members are then admins) or with a "
+                         "multi-user identity provider.").tag(config=True)
     admin_users = List(Unicode(), help="Usernames who may stop or delete anyone's runs and manage every "
                        "worker on a shared server.").tag(config=True)
+    admin_groups = List(Unicode(), help="JupyterHub groups whose members are admins like admin_users on a "
+                        "shared JupyterHub server (Hub admins always are).").tag(config=True)
 
     service: RunService | None = None
     experiments: Experiments | None = None
@@ -72,7 +77,7 @@ class CodefyApp(ExtensionApp):
         if getattr(self, "_sharing", None) is None:
             provider = type(self.serverapp.identity_provider)
             self._sharing = decide_sharing(self.shared_server, self.admin_users, os.environ,
-                                           f"{provider.__module__}.{provider.__qualname__}")
+                                           f"{provider.__module__}.{provider.__qualname__}", self.admin_groups)
             self.log.info("codefy: %s server (%s)", "shared" if self._sharing.shared else "single-user",
                           self._sharing.reason)
         return self._sharing
@@ -110,7 +115,9 @@ class CodefyApp(ExtensionApp):
             lock.release()
             raise
         self._database_lock, self.store, self.service, self.experiments = lock, store, service, experiments
-        self._activity = PeriodicCallback(self._report_activity, ACTIVITY_INTERVAL_S * 1000)
+        interval = float(self.serverapp.web_app.settings.get(ACTIVITY_INTERVAL_SETTING, ACTIVITY_INTERVAL_S))
+        self._was_active = False
+        self._activity = PeriodicCallback(self._report_activity, interval * 1000)
         self._activity.start()
         self.log.info("codefy: run queue ready (database %s, devices: %s)", database,
                       ", ".join(["cpu", *devices]))
@@ -162,9 +169,14 @@ class CodefyApp(ExtensionApp):
 
     def _report_activity(self) -> None:
         """While runs are queued or executing, the server is busy: tell idle culling so (JupyterHub's
-        culler reads the server's last activity), or it would stop the server under a long run."""
-        if self.service is not None and self.service.active_count:
+        single-user server reports the server's last activity to the Hub, where the culler reads
+        it), or it would stop the server under a long run. Once more on the tick the queue empties,
+        so the idle time counts from about the last run's end; then nothing, and the server may be
+        culled."""
+        active = self.service is not None and self.service.active_count > 0
+        if active or self._was_active:
             self.serverapp.web_app.settings["api_last_activity"] = utcnow()
+        self._was_active = active
 
     async def stop_extension(self) -> None:
         if self._starting is not None and not self._starting.done():

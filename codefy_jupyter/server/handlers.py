@@ -98,8 +98,9 @@ class CodefyAPIHandler(CappedBody, ExtensionHandlerMixin, APIHandler):
 
     @property
     def is_admin(self) -> bool:
-        sharing = self.extensionapp.sharing
-        return not sharing.shared or self.username in sharing.admins
+        # Under JupyterHub the user carries the Hub's model of them (admin flag, groups).
+        hub_user = getattr(self.current_user, "hub_user", None)
+        return self.extensionapp.sharing.is_admin(self.username, hub_user if isinstance(hub_user, dict) else None)
 
     def send(self, status: int, payload: Any) -> None:
         self.set_status(status)

@@ -61,13 +61,21 @@ def error_shape(handler: web.RequestHandler, status_code: int, kwargs: dict[str,
     params: dict[str, Any] = {}
     code = _CODES.get(status_code, "internal_error" if status_code >= 500 else "bad_request")
     if status_code == 403 and not getattr(handler, "_jupyter_current_user", None):
-        code, message = "unauthenticated", ("this route needs a login: send the server's token "
-                                            "(Authorization: token <T>) or a session cookie")
+        code, message = "unauthenticated", _login_hint(handler)
     elif status_code == 405:
         params["allowed"] = allowed_methods(handler)
     elif status_code >= 500:
         message = "internal error"  # never the exception text of a bug
     return ServiceError(message, code=code, params=params, status=status_code).to_dict()
+
+
+def _login_hint(handler: web.RequestHandler) -> str:
+    provider = getattr(handler, "identity_provider", None)
+    if type(provider).__module__.startswith("jupyterhub."):
+        # JupyterHub turns away a Hub user without access to this server the same way as no login.
+        return ("this route needs a JupyterHub login with access to this server: a Hub API token "
+                "(Authorization: token <T>) or the Hub's session cookie; its owner can share it")
+    return "this route needs a login: send the server's token (Authorization: token <T>) or a session cookie"
 
 
 def allowed_methods(handler: web.RequestHandler) -> list[str]:

@@ -121,7 +121,11 @@ class TestLanesAndRetention:
         during = settings["api_last_activity"]
         assert during is not None and (before is None or during > before)
         await wait_status(jp_fetch, run["id"], {"succeeded"})
-        idle = settings["api_last_activity"]  # (our own polling counts as API activity too)
+        polled = settings["api_last_activity"]  # (our own polling counts as API activity too)
+        await asyncio.sleep(0.01)
+        app._report_activity()  # the tick the queue emptied on: idle time counts from about now
+        idle = settings["api_last_activity"]
+        assert idle > polled
         await asyncio.sleep(0.01)
         app._report_activity()
         assert settings["api_last_activity"] == idle  # no active runs: nothing reported
