@@ -30,7 +30,7 @@ import time
 import traceback
 from typing import Any, NoReturn
 
-from . import pipe
+from . import memory_cap, pipe
 
 ORPHAN_EXIT_S = 5.0
 EXIT_OK = 0
@@ -126,6 +126,8 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
     facts = _start_facts(link, spec) if spec.get("facts") else None
     started = time.monotonic()
     threads = spec.get("cpu_threads")
+    if spec.get("memory_budgets"):  # before any node can allocate on a shared card
+        memory_cap.apply(spec["memory_budgets"], spec.get("aliases") or {})
     try:
         result = asyncio.run(execute_graph(
             spec["graph"], seed=spec.get("seed"), device=spec.get("device") or "cpu",
@@ -197,12 +199,15 @@ def _start_facts(link: Link, spec: dict[str, Any]) -> threading.Thread:
 
 
 def _peak_memory(aliases: dict[str, str]) -> dict[str, Any] | None:
-    """Peak CUDA memory per card this run used, under the agent's card names. Exact: the process
-    holds this one run only."""
+    """Peak memory per device this run used, under the agent's card names, and the process's peak
+    resident set as `cpu`. Exact: the process holds this one run only."""
+    out: dict[str, Any] = {}
+    rss = memory_cap.cpu_peak_bytes()
+    if rss is not None:
+        out["cpu"] = {"bytes": rss, "exact": True}
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
-        return None
-    out = {}
+        return out or None
     for index in range(torch.cuda.device_count()):
         name = f"cuda:{index}"
         out[aliases.get(name, name)] = {"bytes": int(torch.cuda.max_memory_allocated(index)), "exact": True}
