@@ -30,7 +30,7 @@ import time
 import traceback
 from typing import Any, NoReturn
 
-from . import memory_cap, pipe
+from . import ddp, memory_cap, pipe
 
 ORPHAN_EXIT_S = 5.0
 EXIT_OK = 0
@@ -126,6 +126,17 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
     facts = _start_facts(link, spec) if spec.get("facts") else None
     started = time.monotonic()
     threads = spec.get("cpu_threads")
+    ddp_node = ddp.plan(spec["graph"])
+    world = ddp.world_size(list(spec.get("devices") or ()))
+    if ddp_node is not None and world >= 2:
+        def warn(code: str, message: str, params: dict[str, Any]) -> None:
+            sink({"event": "warning", "node_id": ddp_node, "code": code, "message": message, "params": params})
+
+        try:
+            return ddp.run_ranks(link.send, spec, token, ddp_node, world, warn)
+        finally:
+            if facts is not None:
+                facts.join(timeout=30)
     if spec.get("memory_budgets"):  # before any node can allocate on a shared card
         memory_cap.apply(spec["memory_budgets"], spec.get("aliases") or {})
     try:
