@@ -158,7 +158,7 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
         "error": result.error.to_dict() if result.error is not None else None,
         "executed": len(result.executed), "cached": len(result.cached),
         "metrics": _jsonable(result.metrics), "duration_s": result.duration_s,
-        "peak_memory": _peak_memory(spec.get("aliases") or {}),
+        "peak_memory": memory_cap.peak_memory(spec.get("aliases") or {}),
     }
 
 
@@ -207,22 +207,6 @@ def _start_facts(link: Link, spec: dict[str, Any]) -> threading.Thread:
     thread = threading.Thread(target=gather, name="codefy-facts", daemon=True)
     thread.start()
     return thread
-
-
-def _peak_memory(aliases: dict[str, str]) -> dict[str, Any] | None:
-    """Peak memory per device this run used, under the agent's card names, and the process's peak
-    resident set as `cpu`. Exact: the process holds this one run only."""
-    out: dict[str, Any] = {}
-    rss = memory_cap.cpu_peak_bytes()
-    if rss is not None:
-        out["cpu"] = {"bytes": rss, "exact": True}
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
-        return out or None
-    for index in range(torch.cuda.device_count()):
-        name = f"cuda:{index}"
-        out[aliases.get(name, name)] = {"bytes": int(torch.cuda.max_memory_allocated(index)), "exact": True}
-    return out
 
 
 def _jsonable(value: Any) -> Any:

@@ -276,12 +276,10 @@ def rank_main(rank: int, world: int, backend: str, device: str, store: str, spec
             max_parallel_nodes=int(spec.get("max_parallel_nodes") or 4), cancel=token,
             callbacks=EngineCallbacks.all_to(sink), data_dir=data_dir, run_id=run_id, inline=True,
             cpu_threads=threads if type(threads) is int and threads >= 1 else None))
-        from .child import _jsonable, _peak_memory
-
         body = {"status": result.status, "error": result.error.to_dict() if result.error is not None else None,
                 "executed": len(result.executed), "cached": len(result.cached),
-                "metrics": _jsonable(result.metrics), "duration_s": time.monotonic() - started,
-                "peak_memory": _peak_memory(spec.get("aliases") or {})}
+                "metrics": ev.jsonable(result.metrics), "duration_s": time.monotonic() - started,
+                "peak_memory": memory_cap.peak_memory(spec.get("aliases") or {})}
     except GraphError as err:
         body = {"status": "failed", "error": {**err.to_dict(), "type": "GraphError"}, "executed": 0, "cached": 0,
                 "metrics": {}}

@@ -10,6 +10,7 @@ touches torch and runs in the run process before the graph.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Mapping
 
 MIB = 1024 * 1024
@@ -53,11 +54,26 @@ def cpu_peak_bytes() -> int | None:
     """This process's peak resident set in bytes (Linux reports KiB, macOS bytes); None elsewhere."""
     try:
         import resource
-        import sys
     except ImportError:  # pragma: no cover - not POSIX
         return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
-__all__ = ["apply", "cpu_peak_bytes", "fractions"]
+def peak_memory(aliases: dict[str, str]) -> dict[str, Any] | None:
+    """Peak memory per device this run used, under the agent's card names, and the process's peak
+    resident set as `cpu`. Exact: the process holds this one run only."""
+    out: dict[str, Any] = {}
+    rss = cpu_peak_bytes()
+    if rss is not None:
+        out["cpu"] = {"bytes": rss, "exact": True}
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return out or None
+    for index in range(torch.cuda.device_count()):
+        name = f"cuda:{index}"
+        out[aliases.get(name, name)] = {"bytes": int(torch.cuda.max_memory_allocated(index)), "exact": True}
+    return out
+
+
+__all__ = ["apply", "cpu_peak_bytes", "fractions", "peak_memory"]
