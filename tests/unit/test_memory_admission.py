@@ -223,3 +223,15 @@ def test_device_set_on_shared_cards_needs_every_card():
     assert q.reason("set").params["device"] == "gpu/cuda:1"
     q.set_card_memory("gpu", {"cuda:1": ml.CardMemory(10 * GiB, 10 * GiB)})
     assert [p.slots for p in q.schedule()] == [("gpu/cuda:0", "gpu/cuda:1")]
+
+
+def test_an_adopted_run_keeps_its_budget_on_the_shared_card():
+    from codefy_jupyter.core.runs.recovery import adopted_run
+
+    row = {"id": "old", "seed": None, "options": {"target": {"worker": "gpu", "memory_gib": 4}}}
+    run, slots = adopted_run(row, {"worker": "gpu", "device": "cuda:0", "devices": ["cuda:0"]}, 1)
+    assert run.memory_mib == 4 * GiB
+    q = _queue()
+    q.adopt(run, "gpu", slots)
+    q.submit(_run("new", 2, 4 * GiB))
+    assert [p.run_id for p in q.schedule()] == ["new"]  # 4.5 + 4.5 GiB fit in 10
