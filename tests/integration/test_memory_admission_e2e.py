@@ -90,3 +90,14 @@ async def test_runs_share_a_card_by_budget_and_wait_with_reasons(jp_fetch, agent
     write_card(inventory, 8192)
     done = await wait_status(jp_fetch, d["id"], {"succeeded", "failed"}, timeout=60)
     assert done["status"] == "succeeded", done
+
+
+@server()
+async def test_a_run_here_reports_its_peak_as_not_exact(jp_fetch):
+    run = await queued(jp_fetch, SMALL)
+    done = await wait_status(jp_fetch, run["id"], {"succeeded", "failed"}, timeout=60)
+    assert done["status"] == "succeeded", done
+    facts = done["execution_facts"]
+    # Runs here share the control plane's process: its peak is an upper bound, not the run's own.
+    assert facts["peak_memory"]["cpu"]["exact"] is False and facts["peak_memory"]["cpu"]["bytes"] > 0
+    assert "cpu_threads" in facts  # the facts written at its start are kept

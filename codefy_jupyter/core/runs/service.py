@@ -28,7 +28,7 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -45,6 +45,7 @@ from .executors import ExecutionOutcome, InProcessExecutor, RunHandle, RunSpec
 from .records import RunBook, RunRecord
 from ...wire.fingerprint import digest, environment_document
 from .requests import SubmitRequest, options_doc, parse_submit, strip_secrets
+from .peak import in_process_peak
 from .retention import remove_run_files
 from ..storage import plan as storage_plan, run_needs
 from .summary import add_final_loss
@@ -400,9 +401,10 @@ class RunService:
         budget = self._cpu_budget(row, None)
         # Not awaited: writes commit in call order, so the final write queued later can never land
         # before this one, and the submit that started the run answers after one commit, not two.
+        record.device, record.facts = placement.device, ({"cpu_threads": budget.to_dict()} if budget else {})
         self.store.update_run(run_id, status=record.status, started_at=now,
                               fingerprint_digest=self.fingerprint_digest,
-                              **({"execution_facts": {"cpu_threads": budget.to_dict()}} if budget else {})
+                              **({"execution_facts": dict(record.facts)} if budget else {})
                               ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} running"))
         # Written with the engine's first events (which follow within a millisecond or so), not on
         # its own: one write and one frame per follower less for every run.
@@ -500,6 +502,9 @@ class RunService:
         else:
             ending = endings.of_result(run_id, result, error, duration=duration, lost=self.events.lost.get(run_id),
                                        shutting_down=self._closing)
+            peak = in_process_peak(active.device or "cpu")
+            if peak:
+                ending = replace(ending, facts={**(active.facts or {}), **(ending.facts or {}), "peak_memory": peak})
         await self._write_final(run_id, ending.status, ending.closing, error=ending.error, facts=ending.facts)
         if isinstance(result, ExecutionOutcome):
             self.workers.run_closed(run_id)
