@@ -103,6 +103,15 @@ behind a head that has a reason waits for that too and says so (`behind_waiting_
   waiting_for_storage      {worker, need, label[, why]}  the run uses files (`Run.files`) that the named
                            worker, or every worker that would take it, cannot reach: no mount
                            label, no transfer, not this machine (placement.storage_backend)
+  memory_wait              {device, need_mib, free_mib}  a card shared by memory has no room for the
+                           run's budget + CUDA context now (memory_ledger.py; free_mib None: no report yet)
+  memory_no_budget         {device, whole, running}  a run without a budget waits for the shared card
+                           to empty (whole), or a budgeted run waits while such a run has it
+Cards shared by memory (memory_ledger.py): a worker's CUDA card its agent shares (`WorkerOffer.
+shared_memory`), where every online provider of the card shares it, admits runs by `Run.memory_mib`
+against the card's ledger (`set_card_memory`, from heartbeats) instead of its count limit. Refusals:
+memory_budget_local (a budget with a local run), memory_over_card (more than the named worker's card
+holds), memory_unavailable (409: `Run.wait` false and the run would not start in this pass).
 
 API for the control plane (RunService, WorkerRegistry):
   RunQueue(limits, interactive_limit=2, slots=(), local=LocalMachine(machine_id, devices))
