@@ -54,6 +54,9 @@ async def test_runs_share_a_card_by_budget_and_wait_with_reasons(jp_fetch, agent
     b = await queued(jp_fetch, sleepy(4), device="cuda:0", target=target)
     await running(jp_fetch, a["id"])
     await running(jp_fetch, b["id"])
+    _, listing = await call(jp_fetch, "api", "workers")
+    box_card = next(d for w in listing["workers"] if w["name"] == "box" for d in w["devices"] if d["device"] == "cuda:0")
+    assert box_card["memory"]["runs"] == 2 and box_card["memory"]["committed_mib"] == 2 * (3 * 1024 + 512)
     c = await queued(jp_fetch, sleepy(2), device="cuda:0", target={**target, "memory_source": "estimate"})
     reason = await until_reason(jp_fetch, c["id"], "memory_wait")
     assert reason["params"]["need_mib"] == 3 * 1024 + 512 and reason["params"]["device"] == "box/cuda:0"

@@ -235,3 +235,13 @@ def test_an_adopted_run_keeps_its_budget_on_the_shared_card():
     q.adopt(run, "gpu", slots)
     q.submit(_run("new", 2, 4 * GiB))
     assert [p.run_id for p in q.schedule()] == ["new"]  # 4.5 + 4.5 GiB fit in 10
+
+
+def test_slot_info_shows_the_ledger_of_a_shared_card_only():
+    q = _queue()
+    q.submit(_run("a", 1, 4 * GiB))
+    q.schedule()
+    info = {s.slot: s for s in q.slot_info("gpu")}
+    assert info["gpu/cuda:0"].memory == {"free_mib": 10 * GiB, "total_mib": 10 * GiB, "committed_mib": 4 * GiB + 500,
+                                         "room_mib": 6 * GiB - 500, "runs": 1}
+    assert info["gpu/cpu"].memory is None

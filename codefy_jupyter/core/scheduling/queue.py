@@ -542,8 +542,19 @@ class RunQueue:
             gl = topo.group_limit(group, holding.get(group, ()))
             uuid = uuids.get(device) if who == LOCAL else self._workers[who].uuid(device)
             rows.append(SlotInfo(slot, who, device, uuid, gl.limit, self._group_used.get(group, 0), gl.limited_by,
-                                 tuple(s for s in topo.members(group) if s != slot), topo.shares_local(slot)))
+                                 tuple(s for s in topo.members(group) if s != slot), topo.shares_local(slot),
+                                 self._ledger(group) if topo.shared_by_memory(group) else None))
         return rows
+
+    def _ledger(self, group: str) -> dict:
+        """A card shared by memory as the scheduler counts it (for GET /api/workers)."""
+        topo = self.topology()
+        holders = [ml.Holder(h.run.run_id, None if h.run.memory_mib is None else h.run.memory_mib + self.cuda_context_mib)
+                   for h in self._running.values() if group in h.groups]
+        card = next((self._memory[m] for m in topo.members(group) if m in self._memory), None)
+        return {"free_mib": card.free_mib if card else None, "total_mib": card.total_mib if card else None,
+                "committed_mib": sum(h.need_mib or 0 for h in holders),
+                "room_mib": ml.room_mib(card, holders) if card else None, "runs": len(holders)}
 
     def _offer(self, used: dict[str, int], group_used: dict[str, int], running: dict[str, Held],
                commit: bool, holding: Mapping[str, Iterable[str]] | None = None) -> PassState:

@@ -119,6 +119,8 @@ class SlotInfo:
     limited_by: str
     same_card: tuple[str, ...]
     shared_with_local: bool
+    # A card shared by memory: its ledger ({free_mib, total_mib, committed_mib, room_mib, runs}).
+    memory: dict | None = None
 
 
 @dataclass(frozen=True)

@@ -294,7 +294,8 @@ class WorkerService:
             by_provider.setdefault(s.provider, []).append({
                 "slot": s.slot, "device": s.device, "uuid": s.uuid,
                 "slots": {"limit": s.limit, "taken": s.taken, "limited_by": s.limited_by},
-                "same_card": list(s.same_card), **({"shared_with": "local"} if s.shared_with_local else {})})
+                "same_card": list(s.same_card), **({"shared_with": "local"} if s.shared_with_local else {}),
+                **({"memory": s.memory} if s.memory is not None else {})})
         workers = []
         for worker in self.registry.workers():
             view = worker.view()
@@ -306,7 +307,7 @@ class WorkerService:
             for device in view["devices"]:
                 row = by_device.get(device.get("device"))
                 if row is not None:
-                    device.update({k: v for k, v in row.items() if k in ("slots", "same_card", "shared_with")})
+                    device.update({k: v for k, v in row.items() if k in ("slots", "same_card", "shared_with", "memory")})
             workers.append(view)
         return {"workers": workers, "local": by_provider.get("local", [])}
 
