@@ -73,6 +73,15 @@ def rank_graph(graph: dict[str, Any], node_id: str) -> dict[str, Any]:
             "edges": [e for e in graph.get("edges") or () if e["source"] in keep and e["target"] in keep]}
 
 
+def rank_threads(budget: Any, world: int, backend: str, cores: int) -> int | None:
+    """CPU threads per rank: CPU ranks (gloo) split the run's budget (or the machine's cores) among
+    themselves so that they do not oversubscribe it; a rank on its own card keeps the run's budget."""
+    given = budget if type(budget) is int and budget >= 1 else None
+    if backend != "gloo":
+        return given
+    return max(1, (given or cores) // world)
+
+
 def loopback_interface() -> str:
     return "lo0" if sys.platform == "darwin" else "lo"
 
@@ -270,12 +279,12 @@ def rank_main(rank: int, world: int, backend: str, device: str, store: str, spec
         distributed.set_rank(distributed.Rank(rank, world, backend))
         graph = spec["graph"] if rank == 0 else rank_graph(spec["graph"], node_id)
         data_dir = spec.get("data_dir") if rank == 0 else str(folder / f"rank-{rank}")
-        threads = spec.get("cpu_threads")
+        threads = rank_threads(spec.get("cpu_threads"), world, backend, os.cpu_count() or 1)
         result = asyncio.run(execute_graph(
             graph, seed=spec.get("seed"), device=device, deterministic=bool(spec.get("deterministic")),
             max_parallel_nodes=int(spec.get("max_parallel_nodes") or 4), cancel=token,
             callbacks=EngineCallbacks.all_to(sink), data_dir=data_dir, run_id=run_id, inline=True,
-            cpu_threads=threads if type(threads) is int and threads >= 1 else None))
+            cpu_threads=threads))
         body = {"status": result.status, "error": result.error.to_dict() if result.error is not None else None,
                 "executed": len(result.executed), "cached": len(result.cached),
                 "metrics": ev.jsonable(result.metrics), "duration_s": time.monotonic() - started,

@@ -177,3 +177,10 @@ def test_ranks_exit_within_5_s_of_losing_the_run_process(tmp_path):
         assert body["status"] == "failed"
 
     run_async(scenario)
+
+
+def test_cpu_ranks_split_the_thread_budget_and_card_ranks_keep_it():
+    assert ddp.rank_threads(8, 2, "gloo", 16) == 4
+    assert ddp.rank_threads(None, 2, "gloo", 16) == 8
+    assert ddp.rank_threads(1, 2, "gloo", 16) == 1
+    assert ddp.rank_threads(8, 2, "nccl", 16) == 8 and ddp.rank_threads(None, 2, "nccl", 16) is None
