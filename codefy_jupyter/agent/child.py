@@ -30,7 +30,7 @@ import time
 import traceback
 from typing import Any, NoReturn
 
-from . import pipe
+from . import ddp, memory_cap, pipe
 
 ORPHAN_EXIT_S = 5.0
 EXIT_OK = 0
@@ -126,6 +126,19 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
     facts = _start_facts(link, spec) if spec.get("facts") else None
     started = time.monotonic()
     threads = spec.get("cpu_threads")
+    ddp_node = ddp.plan(spec["graph"])
+    world = ddp.world_size(list(spec.get("devices") or ()))
+    if ddp_node is not None and world >= 2:
+        def warn(code: str, message: str, params: dict[str, Any]) -> None:
+            sink({"event": "warning", "node_id": ddp_node, "code": code, "message": message, "params": params})
+
+        try:
+            return ddp.run_ranks(link.send, spec, token, ddp_node, world, warn)
+        finally:
+            if facts is not None:
+                facts.join(timeout=30)
+    if spec.get("memory_budgets"):  # before any node can allocate on a shared card
+        memory_cap.apply(spec["memory_budgets"], spec.get("aliases") or {})
     try:
         result = asyncio.run(execute_graph(
             spec["graph"], seed=spec.get("seed"), device=spec.get("device") or "cpu",
@@ -145,7 +158,7 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
         "error": result.error.to_dict() if result.error is not None else None,
         "executed": len(result.executed), "cached": len(result.cached),
         "metrics": _jsonable(result.metrics), "duration_s": result.duration_s,
-        "peak_memory": _peak_memory(spec.get("aliases") or {}),
+        "peak_memory": memory_cap.peak_memory(spec.get("aliases") or {}),
     }
 
 
@@ -194,19 +207,6 @@ def _start_facts(link: Link, spec: dict[str, Any]) -> threading.Thread:
     thread = threading.Thread(target=gather, name="codefy-facts", daemon=True)
     thread.start()
     return thread
-
-
-def _peak_memory(aliases: dict[str, str]) -> dict[str, Any] | None:
-    """Peak CUDA memory per card this run used, under the agent's card names. Exact: the process
-    holds this one run only."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
-        return None
-    out = {}
-    for index in range(torch.cuda.device_count()):
-        name = f"cuda:{index}"
-        out[aliases.get(name, name)] = {"bytes": int(torch.cuda.max_memory_allocated(index)), "exact": True}
-    return out
 
 
 def _jsonable(value: Any) -> Any:

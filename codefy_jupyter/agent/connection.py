@@ -500,7 +500,7 @@ class Agent:
             max_parallel_nodes=parallel if isinstance(parallel, int) and parallel >= 1 else 4,
             payload_cap_bytes=cap if isinstance(cap, int) else 131072,
             facts="run_facts" in (self.welcome.capabilities if self.welcome else ()), grace_s=frame.grace_s,
-            cpu_threads=frame.cpu_threads, storage=frame.storage)
+            cpu_threads=frame.cpu_threads, storage=frame.storage, memory_budgets=frame.memory_budgets)
         self.one_shot_used = True
         self.deliveries.open(run_id)
         log.info("run %s: starting on %s", run_id, ", ".join(frame.devices) or frame.device)

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..wire.devices import InventoryError, inventory_from_file
+from ..wire.devices import DeviceError, InventoryError, canonical_device, inventory_from_file
 from .isolation import CPU, OfferedDevice
 
 log = logging.getLogger("codefy.agent")
@@ -96,6 +96,16 @@ def declared_devices(path: str) -> list[OfferedDevice]:
     return out
 
 
+def declared_free(path: str) -> list[dict[str, Any]]:
+    try:
+        items = inventory_from_file(path)
+    except InventoryError as err:
+        log.warning("%s", err)
+        return []
+    return [{"device": i["key"], "free_memory": int(i["memory_free_mib"]) * MIB} for i in items
+            if isinstance(i.get("memory_free_mib"), (int, float)) and not isinstance(i.get("memory_free_mib"), bool)]
+
+
 def apple_gpu() -> list[OfferedDevice]:
     if sys.platform == "darwin" and platform.machine() == "arm64":
         return [OfferedDevice("mps:0", "", "Apple GPU")]
@@ -108,12 +118,28 @@ class Inventory:
 
     devices: list[OfferedDevice]
     declared: bool
+    path: str = ""  # the declared file, read again for each heartbeat's memory figures
+    shared: frozenset[str] = frozenset()  # cards shared by memory (--share-memory), in hello
+
+    def share_by_memory(self, names: list[str]) -> None:
+        """Mark cards shared by memory; InventoryError for a name that is not one of its CUDA cards."""
+        shared = set()
+        for name in names:
+            try:
+                device = canonical_device(name)
+            except DeviceError as err:
+                raise InventoryError(f"--share-memory: {err}") from None
+            if not device.startswith("cuda:") or device not in self.by_name:
+                offered = ", ".join(d.device for d in self.devices if d.device.startswith("cuda:")) or "none"
+                raise InventoryError(f"--share-memory {name}: not a CUDA card of this machine (cards: {offered})")
+            shared.add(device)
+        self.shared = frozenset(shared)
 
     @classmethod
     def probe(cls, env: Mapping[str, str]) -> Inventory:
         declared = env.get("CODEFY_DEVICE_INVENTORY", "")
         if declared:
-            return cls([CPU] + declared_devices(declared), True)
+            return cls([CPU] + declared_devices(declared), True, declared)
         cards = restrict_to_visible(nvml_cards(), env.get("CUDA_VISIBLE_DEVICES"))
         return cls([CPU] + cards + apple_gpu(), False)
 
@@ -122,12 +148,15 @@ class Inventory:
         return {d.device: d for d in self.devices}
 
     def hello(self) -> list[dict[str, Any]]:
-        return [d.hello() for d in self.devices]
+        memory = {d["device"]: d for d in self.heartbeat()} if self.shared else {}
+        return [{**d.hello(), **memory.get(d.device, {}), **({"share": "memory"} if d.device in self.shared else {})}
+                for d in self.devices]
 
     def heartbeat(self) -> list[dict[str, Any]]:
-        """Free memory now, for the cards NVML can ask (by UUID, whatever their number here)."""
+        """Free memory now, for the cards NVML can ask (by UUID, whatever their number here). A
+        declared inventory reports each card's `memory_free_mib` as the file says now (tests change it)."""
         if self.declared:
-            return []
+            return declared_free(self.path)
         free = {c["uuid"]: c["free_memory"] for c in nvml_cards()}
         return [{"device": d.device, "free_memory": free[d.uuid]} for d in self.devices if d.uuid in free]
 

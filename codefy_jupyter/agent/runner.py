@@ -74,6 +74,7 @@ class RunRequest:
     grace_s: float | None = None  # the assign's cancel grace, for a cancel that names none
     cpu_threads: int | None = None  # the run's CPU thread budget; None: the libraries' defaults
     storage: dict[str, Any] | None = None  # the assign's storage (core/storage/plan.py); None: no files
+    memory_budgets: dict[str, int] | None = None  # MiB per card shared by memory (agent/memory_cap.py)
 
 
 OnStarted = Callable[[str, int, Visibility], None]
@@ -202,7 +203,8 @@ class RunProcess:
             "aliases": view.aliases,
             "env": {"CUDA_DEVICE_ORDER": env["CUDA_DEVICE_ORDER"], "CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"],
                     **(threads or {})},
-            "cpu_threads": r.cpu_threads,
+            "cpu_threads": r.cpu_threads, "memory_budgets": r.memory_budgets or {},
+            "devices": list(view.aliases) or [view.engine_device],
         }
         reader, writer = await asyncio.open_connection(sock=launched.sock, limit=pipe.MAX_LINE_BYTES)
         self._writer = writer

@@ -85,6 +85,10 @@ def add_parser(sub: Any) -> None:
                     help="a folder this machine shares with the control plane, under the label the control plane "
                     "gives its data folder (CODEFY_MOUNT_LABEL, default 'data'), e.g. --mount data=/nas/codefy: runs "
                     "that use files of the data folder may then run here (repeatable)")
+    st.add_argument("--share-memory", action="append", default=[], metavar="DEVICE",
+                    help="share this CUDA card among runs by memory budget instead of one run at a time, e.g. "
+                    "--share-memory cuda:0: runs with options.target.memory_gib are admitted while their budgets fit "
+                    "the card's free memory, and each run's allocator is capped to its budget (repeatable)")
     st.add_argument("--keep-runs", type=keep_runs, metavar="N",
                     help="how many finished runs keep their folder (agent-runs/<run>/: output.log, data/), the "
                     f"newest; older ones are removed (default: $CODEFY_AGENT_KEEP_RUNS, else {DEFAULT_KEEP_RUNS}; "
@@ -170,6 +174,7 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if control.startswith("https://"):
             ssl_context = tls.context(args.ca_file) if pin is None else None
         inventory = Inventory.probe(os.environ)
+        inventory.share_by_memory(args.share_memory)
     except (tls.TLSSetupError, InventoryError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE

@@ -74,6 +74,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Largest total size of a worker run's uploaded inputs that the transfer backend serves to a worker "
             "without the mount label (the agent downloads them; its outputs are uploaded back). A run over it, "
             "or reading files of the data folder that are not uploads, waits for a worker with the mount label."),
+    Setting("execution_cuda_context_mib", int, 500,
+            "MiB added to a run's memory budget when admitting it to a worker card shared by memory: the CUDA "
+            "context, which the run's allocator cap does not govern."),
     Setting("device_inventory", str, "",
             "A JSON file declaring this machine's devices, used instead of probing NVML/MPS (machines whose "
             "devices are declared, and tests)."),
@@ -127,6 +130,7 @@ class Settings:
     run_events_response_cap_bytes: int = 4194304
     mount_label: str = "data"
     transfer_max_input_bytes: int = 2147483648
+    execution_cuda_context_mib: int = 500
     device_inventory: str = ""
     request_max_body_bytes: int = 16777216
     max_sweep_runs: int = 32

@@ -30,7 +30,7 @@ KNOWN_CAPABILITIES: frozenset[str] = frozenset({
 # What this version of the code implements (S3, recorded outputs, memory sharing and ddp come
 # later and add themselves here).
 SUPPORTED_CAPABILITIES: frozenset[str] = frozenset({"ack", "one_shot", "instances", "run_facts", "batch", "mounts",
-                                                    "transfer"})
+                                                    "transfer", "memory_budget"})
 
 
 def negotiate(offered: Iterable[str], supported: Iterable[str] = SUPPORTED_CAPABILITIES) -> list[str]:
@@ -250,6 +250,9 @@ class Assign(Frame):
     `device`: the run's device as the run names it. The graph has its SECRET values restored.
     `cpu_threads`: the run's CPU thread budget (OMP_NUM_THREADS, MKL_NUM_THREADS and torch's
     threads in its process); absent: no budget. Older agents ignore it, as every unknown field.
+    `memory_budgets`: on cards shared by memory, the run's budget in MiB per card (the run's device
+    names, e.g. `{"cuda:0": 4096}`); the child caps its allocator to it before run_started. Sent to
+    agents listing the `memory_budget` capability.
     `storage`: how the run reaches its files (core/storage/plan.py), absent for a run without files:
     `{"backend": "local"|"mount", "run_dir", "label"?}` (the run's folder, the graph already points
     into the mount), or `{"backend": "transfer", "inputs": [{"node_id", "param", "sha256", "size",
@@ -266,6 +269,7 @@ class Assign(Frame):
     grace_s: float | None = None
     cpu_threads: int | None = None
     storage: dict[str, Any] | None = None
+    memory_budgets: dict[str, int] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

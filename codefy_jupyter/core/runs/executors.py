@@ -46,6 +46,9 @@ class RunSpec:
     # A worker run that uses files: what it needs (core/storage/run_needs.py `RunFiles` and `Need`);
     # the worker side turns it into a StoragePlan for the worker it was placed on.
     files: Any = None
+    # A worker run on cards shared by memory: its budget in MiB per card (the run's own device
+    # names); the child caps its allocator to it (assign.memory_budgets).
+    memory_budgets: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

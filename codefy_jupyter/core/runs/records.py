@@ -37,6 +37,8 @@ class RunRecord:
     started: float | None = None
     handle: RunHandle | None = None
     worker: str | None = None
+    device: str | None = None  # an in-process run's device, for its peak memory
+    facts: dict[str, Any] | None = None  # an in-process run's execution_facts written at its start
     # Its final write is under way: `status` is still the one before, which followers see until the
     # write commits.
     finishing: bool = False

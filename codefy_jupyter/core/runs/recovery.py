@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...wire import run_events as ev
+from ..scheduling.memory_ledger import budget_mib
 from ..scheduling.queue import Run
 from . import state as rs
 
@@ -51,8 +52,11 @@ def adopted_run(row: dict[str, Any], resume: dict[str, Any], order: int) -> tupl
     """The adopted run as the queue holds it, and the slots it keeps."""
     name = resume["worker"]
     devices = tuple(resume.get("devices") or ())
+    # Its budget keeps counting on a card shared by memory (without it the run would hold the card whole).
+    gib = ((row.get("options") or {}).get("target") or {}).get("memory_gib")
     run = Run(run_id=row["id"], order=order, device=resume["device"], devices=devices if len(devices) > 1 else (),
-              seeded=row.get("seed") is not None, worker=name)
+              seeded=row.get("seed") is not None, worker=name,
+              memory_mib=budget_mib(gib) if isinstance(gib, (int, float)) and not isinstance(gib, bool) else None)
     return run, list(resume.get("slots") or [f"{name}/{d}" for d in devices or (resume["device"],)])
 
 

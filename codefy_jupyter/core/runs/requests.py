@@ -12,6 +12,7 @@ from typing import Any
 
 from ...wire.cpu_threads import MAX_CPU_THREADS
 from ...wire.run_options import SEED_MAX
+from ..scheduling.memory_ledger import MAX_MEMORY_GIB
 from ..errors import SchemaError  # noqa: F401  (re-exported: the schema's refusal)
 
 
@@ -20,6 +21,11 @@ class Target:
     worker: str | None = None
     devices: tuple[str, ...] = ()
     pool: str | None = None  # "one-shot": a one-shot worker, and nowhere else
+    # A worker card shared by memory (core/scheduling/memory_ledger.py): the budget per card, where
+    # it came from ("declared" or "estimate"), and whether to wait for it (False: refuse, 409).
+    memory_gib: float | None = None
+    memory_source: str = "declared"
+    wait: bool = True
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,7 @@ def parse_submit(body: Any) -> SubmitRequest:
 
 def _parse_target(raw: Any) -> Target:
     _type(raw, (dict,), "options.target", "an object")
-    _keys(raw, {"worker", "devices", "pool"}, "options.target")
+    _keys(raw, {"worker", "devices", "pool", "memory_gib", "memory_source", "wait"}, "options.target")
     worker = raw.get("worker")
     if worker is not None:
         _type(worker, (str,), "options.target.worker", "a worker name")
@@ -129,7 +135,24 @@ def _parse_target(raw: Any) -> Target:
     _type(devices, (list,), "options.target.devices", "a list of device names")
     for i, dev in enumerate(devices):
         _type(dev, (str,), f"options.target.devices[{i}]", "a device name")
-    return Target(worker=worker, devices=tuple(devices), pool=pool)
+    memory: dict[str, Any] = {}
+    gib = raw.get("memory_gib")
+    if gib is not None:
+        _type(gib, (int, float), "options.target.memory_gib", "a number of GiB")
+        if not 0 < gib <= MAX_MEMORY_GIB:
+            raise SchemaError("options.target.memory_gib", f"must be above 0 and at most {MAX_MEMORY_GIB}")
+        memory["memory_gib"] = float(gib)
+    source = raw.get("memory_source")
+    if source is not None:
+        if source not in ("declared", "estimate"):
+            raise SchemaError("options.target.memory_source", "must be 'declared' or 'estimate'")
+        if gib is None:
+            raise SchemaError("options.target.memory_source", "applies to options.target.memory_gib, which is missing")
+        memory["memory_source"] = source
+    if "wait" in raw and raw["wait"] is not None:
+        _type(raw["wait"], (bool,), "options.target.wait", "true or false")
+        memory["wait"] = raw["wait"]
+    return Target(worker=worker, devices=tuple(devices), pool=pool, **memory)
 
 
 def options_doc(req: SubmitRequest, resolved: Any) -> dict[str, Any]:
@@ -141,6 +164,12 @@ def options_doc(req: SubmitRequest, resolved: Any) -> dict[str, Any]:
         doc["target"] = {"worker": o.target.worker or "local", "devices": list(o.target.devices)}
         if o.target.pool is not None:
             doc["target"].update(worker=o.target.worker or "any", pool=o.target.pool)
+        if o.target.memory_gib is not None:
+            doc["target"]["memory_gib"] = o.target.memory_gib
+            if o.target.memory_source == "estimate":  # "declared", the default, is not stored
+                doc["target"]["memory_source"] = "estimate"
+        if not o.target.wait:
+            doc["target"]["wait"] = False
     return doc
 
 

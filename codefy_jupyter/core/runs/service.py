@@ -28,7 +28,7 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -45,11 +45,13 @@ from .executors import ExecutionOutcome, InProcessExecutor, RunHandle, RunSpec
 from .records import RunBook, RunRecord
 from ...wire.fingerprint import digest, environment_document
 from .requests import SubmitRequest, options_doc, parse_submit, strip_secrets
+from .peak import in_process_peak
 from .retention import remove_run_files
 from ..storage import plan as storage_plan, run_needs
 from .summary import add_final_loss
 from ..scheduling.device_sets import SubmitError, resolve_run_device
 from ..scheduling.limits import build_limits
+from ..scheduling.memory_ledger import budget_mib
 from ..scheduling.queue import RunQueue
 from ..scheduling.records import Placement, Run
 from ..scheduling.slot_groups import LOCAL, LocalMachine
@@ -112,6 +114,7 @@ class RunService:
             log.warning("%s", notice.message)
         self.queue = RunQueue(self.limits, interactive_limit=max(1, settings.run_interactive_max_concurrent),
                               slots=self.devices, local=local_machine)
+        self.queue.cuda_context_mib = settings.execution_cuda_context_mib
         self.events = EventLog(store, payload_cap_bytes=settings.run_event_payload_cap_bytes, clock=clock)
         self.events.on_write_failed = self._log_write_failed
         self._runs = RunBook()  # one record per run held here, and the recently finished ones
@@ -267,14 +270,22 @@ class RunService:
                    seeded=prepared.seed is not None, lane=req.options.lane, session=req.options.session,
                    **({} if worker is None and pool is None else {"worker": worker or "any", "pool": pool}),
                    files=prepared.files[1].level if prepared.files is not None else "none",
-                   files_why=_why(prepared.files))
+                   files_why=_why(prepared.files), **_memory(req.options.target))
+
+    def _memory_budgets(self, row: dict[str, Any], worker: str, devices: list[str]) -> dict[str, int]:
+        """The run's budget on each of its cards that its worker shares by memory."""
+        gib = ((row.get("options") or {}).get("target") or {}).get("memory_gib")
+        offer = self.queue.worker(worker)
+        if gib is None or offer is None:
+            return {}
+        return {d: budget_mib(gib) for d in devices if d in offer.shared_memory}
 
     async def preflight(self, body: Any) -> None:
         """Refuse, as `submit` would, a run that could never be queued as asked; queue nothing.
         A sweep or a study checks its children's shared options this way before writing a row."""
         prepared = await self._prepare(body)
         run = self._queue_run(prepared, "preflight", 0)
-        if not run.is_local:
+        if not run.is_local or run.memory_mib is not None:
             self.queue.check_placeable(run, prepared.node_types, device_field=prepared.device_field)
 
     def add_observer(self, observer: RunObserver) -> None:
@@ -390,9 +401,10 @@ class RunService:
         budget = self._cpu_budget(row, None)
         # Not awaited: writes commit in call order, so the final write queued later can never land
         # before this one, and the submit that started the run answers after one commit, not two.
+        record.device, record.facts = placement.device, ({"cpu_threads": budget.to_dict()} if budget else {})
         self.store.update_run(run_id, status=record.status, started_at=now,
                               fingerprint_digest=self.fingerprint_digest,
-                              **({"execution_facts": {"cpu_threads": budget.to_dict()}} if budget else {})
+                              **({"execution_facts": dict(record.facts)} if budget else {})
                               ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} running"))
         # Written with the engine's first events (which follow within a millisecond or so), not on
         # its own: one write and one frame per follower less for every run.
@@ -423,7 +435,8 @@ class RunService:
                        deterministic=bool(row.get("deterministic")),
                        max_parallel_nodes=self.settings.max_parallel_nodes, worker=name, devices=tuple(devices),
                        queue_key=queue_key, slots=placement.slots, name=row.get("name"),
-                       cpu=self._cpu_budget(row, name), files=record.files)
+                       cpu=self._cpu_budget(row, name), files=record.files,
+                       memory_budgets=self._memory_budgets(row, name, devices))
         record.files = None
         started = self.workers.start_run(spec)
         self.store.update_run(run_id, status=record.status, started_at=now, worker_id=name,
@@ -489,6 +502,9 @@ class RunService:
         else:
             ending = endings.of_result(run_id, result, error, duration=duration, lost=self.events.lost.get(run_id),
                                        shutting_down=self._closing)
+            peak = in_process_peak(active.device or "cpu")
+            if peak:
+                ending = replace(ending, facts={**(active.facts or {}), **(ending.facts or {}), "peak_memory": peak})
         await self._write_final(run_id, ending.status, ending.closing, error=ending.error, facts=ending.facts)
         if isinstance(result, ExecutionOutcome):
             self.workers.run_closed(run_id)
@@ -725,3 +741,10 @@ def _sizes(paths: list[str]) -> dict[str, int | None]:
         except OSError:
             out[path] = None
     return out
+
+
+def _memory(target: Any) -> dict[str, Any]:
+    """The scheduler's view of a run's memory budget (`Run.memory_mib`, `Run.wait`)."""
+    if target is None or target.memory_gib is None:
+        return {}
+    return {"memory_mib": budget_mib(target.memory_gib), "wait": target.wait}

@@ -9,6 +9,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, NamedTuple
 
+from codefy_jupyter.core.scheduling import memory_ledger as ml
 from codefy_jupyter.core.scheduling import placement as wp
 from codefy_jupyter.core.scheduling.device_sets import KIND_REQUESTS, Notice
 from codefy_jupyter.core.scheduling.placement import ANY
@@ -45,6 +46,8 @@ class PassState:
     reasons: dict[str, Notice | None] = field(default_factory=dict)
     limits: dict[str, int] = field(default_factory=dict)  # group -> limit, computed once a pass
     heads: dict[str, str] = field(default_factory=dict)  # queue key -> the last head offered there
+    # group shared by memory -> what earlier waiting heads reserve there (memory_ledger.py)
+    mem_reserved: dict[str, list[ml.Holder]] = field(default_factory=dict)
 
 
 def holding_of(running: dict[str, Held]) -> dict[str, set[str]]:
@@ -70,7 +73,8 @@ class OfferPass:
 
     def __init__(self, *, queues: dict[str, deque[Run]], interactive_waiting: dict[str, Run],
                  waiting: dict[str, Run], workers: dict[str, WorkerOffer], one_shot_taken: set[str],
-                 topology: Topology, mount_label: str = "data") -> None:
+                 topology: Topology, mount_label: str = "data",
+                 memory: Mapping[str, ml.CardMemory] | None = None, context_mib: int = 0) -> None:
         self._queues = queues
         self._interactive_waiting = interactive_waiting
         self._waiting = waiting
@@ -78,6 +82,8 @@ class OfferPass:
         self._one_shot_taken = one_shot_taken
         self._topology = topology
         self._mount_label = mount_label
+        self._memory = memory or {}
+        self._context_mib = context_mib
 
     def workers(self) -> list[WorkerOffer]:
         return [self._workers[k] for k in sorted(self._workers)]
@@ -267,10 +273,16 @@ class OfferPass:
                           f"waiting for seeded run {state.gate_claim}, which must execute alone, to start",
                           {"run_id": state.gate_claim}), False
         topo = self.topology()
+        counted = slots
+        if not here and any(topo.shared_by_memory(topo.group(s)) for s in slots):
+            why = self._check_memory(run, slots, state, fixed=fixed)
+            if why is not None:
+                return why, False
+            counted = tuple(s for s in slots if not topo.shared_by_memory(topo.group(s)))
         reserved_by: tuple[str, str] | None = None
         busy_set: list[str] = []
         own_full = False
-        for slot in slots:
+        for slot in counted:
             group = topo.group(slot)
             room = self._limit(group, state) - state.group_used.get(group, 0)
             holders = state.reserved.get(group, ())
@@ -307,6 +319,27 @@ class OfferPass:
                           f"a seeded run executes alone: waiting for {n} run{'s' if n != 1 else ''} to finish",
                           {"running": n}), False
         return None, not (own_full or alone_blocked)
+
+    def _need(self, run: Run) -> int | None:
+        return None if run.memory_mib is None else run.memory_mib + self._context_mib
+
+    def _check_memory(self, run: Run, slots: tuple[str, ...], state: PassState, *, fixed: bool) -> Notice | None:
+        """The ledger of every card of the choice shared by memory (memory_ledger.py), instead of
+        its count limit. A blocked run whose slots are fixed reserves its need there."""
+        topo = self.topology()
+        groups = [(s, topo.group(s)) for s in slots if topo.shared_by_memory(topo.group(s))]
+        first: Notice | None = None
+        for slot, group in groups:
+            holders = [ml.Holder(h.run.run_id, self._need(h.run)) for h in state.running.values() if group in h.groups]
+            holders += state.mem_reserved.get(group, ())
+            card = next((self._memory[m] for m in topo.members(group) if m in self._memory), None)
+            why = ml.admit(run.memory_mib, self._context_mib, card, holders, slot=slot)
+            if why is not None and first is None:
+                first = why
+        if first is not None and fixed:
+            for _, group in groups:
+                state.mem_reserved.setdefault(group, []).append(ml.Holder(run.run_id, self._need(run)))
+        return first
 
     def _start(self, run: Run, choice: tuple[str, tuple[str, ...]], state: PassState) -> None:
         worker, slots = choice

@@ -103,6 +103,15 @@ behind a head that has a reason waits for that too and says so (`behind_waiting_
   waiting_for_storage      {worker, need, label[, why]}  the run uses files (`Run.files`) that the named
                            worker, or every worker that would take it, cannot reach: no mount
                            label, no transfer, not this machine (placement.storage_backend)
+  memory_wait              {device, need_mib, free_mib}  a card shared by memory has no room for the
+                           run's budget + CUDA context now (memory_ledger.py; free_mib None: no report yet)
+  memory_no_budget         {device, whole, running}  a run without a budget waits for the shared card
+                           to empty (whole), or a budgeted run waits while such a run has it
+Cards shared by memory (memory_ledger.py): a worker's CUDA card its agent shares (`WorkerOffer.
+shared_memory`), where every online provider of the card shares it, admits runs by `Run.memory_mib`
+against the card's ledger (`set_card_memory`, from heartbeats) instead of its count limit. Refusals:
+memory_budget_local (a budget with a local run), memory_over_card (more than the named worker's card
+holds), memory_unavailable (409: `Run.wait` false and the run would not start in this pass).
 
 API for the control plane (RunService, WorkerRegistry):
   RunQueue(limits, interactive_limit=2, slots=(), local=LocalMachine(machine_id, devices))
@@ -119,6 +128,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Iterable, Mapping
 
+from codefy_jupyter.core.scheduling import memory_ledger as ml
 from codefy_jupyter.core.scheduling import placement as wp
 from codefy_jupyter.core.scheduling.device_sets import (  # noqa: F401  (re-exported: one import point for callers)
     KIND_REQUESTS, Notice, ResolvedDevice, SubmitError, device_kind, parse_device_set, resolve_run_device,
@@ -163,6 +173,8 @@ class RunQueue:
         self._one_shot_taken: set[str] = set()
         self._topo: Topology | None = None
         self.mount_label = "data"  # CODEFY_MOUNT_LABEL, for wait reasons of runs that use files
+        self.cuda_context_mib = ml.DEFAULT_CUDA_CONTEXT_MIB  # CODEFY_EXECUTION_CUDA_CONTEXT_MIB
+        self._memory: dict[str, ml.CardMemory] = {}  # worker slot -> its latest memory report
 
     # -- workers --
 
@@ -183,12 +195,23 @@ class RunQueue:
         until `finish`. Unknown names return []."""
         if self._workers.pop(name, None) is None:
             return []
+        self._memory = {k: v for k, v in self._memory.items() if split_slot(k)[0] != name}
         self._topo = None
         self._one_shot_taken.discard(name)
         gone = [r for r in self.waiting() if r.worker == name]
         for run in gone:
             self.cancel(run.run_id)
         return gone
+
+    def set_card_memory(self, name: str, cards: Mapping[str, ml.CardMemory | None]) -> None:
+        """A worker's latest memory report per device (heartbeat or hello), for the ledgers of its
+        cards shared by memory. A device mapped to None forgets its report."""
+        for device, card in cards.items():
+            slot = slot_name(name, device)
+            if card is None:
+                self._memory.pop(slot, None)
+            else:
+                self._memory[slot] = card
 
     def worker(self, name: str) -> WorkerOffer | None:
         return self._workers.get(name)
@@ -240,6 +263,8 @@ class RunQueue:
         `device_field` names where a single device came from (a set is `options.target.devices`).
         Local runs pass (their checks are `resolve_run_device`'s)."""
         if run.is_local:
+            if run.memory_mib is not None:
+                raise ml.refuse_local(run.memory_mib / ml.GIB_MIB)
             return
         if run.lane == INTERACTIVE:
             raise wp.refuse_interactive(run.worker, run.pool)
@@ -271,6 +296,19 @@ class RunQueue:
         # the transfer capability may change with the agent's next start).
         if run.files == "same_machine" and offer.machine_id is not None and not self.topology().same_machine(offer):
             raise wp.refuse_storage(offer.name, run.files, self.mount_label)
+        self._check_fits_card(run, offer)
+
+    def _check_fits_card(self, run: Run, offer: WorkerOffer) -> None:
+        """A budget larger than a named worker's shared card can ever hold is refused (400)."""
+        if run.memory_mib is None or offer.devices is None:
+            return
+        need = run.memory_mib + self.cuda_context_mib
+        for devs in wp.device_choices(run.device, run.devices, offer.device_names())[:1]:
+            for dev in devs:
+                card = self._memory.get(slot_name(offer.name, dev))
+                if dev in offer.shared_memory and card is not None and card.total_mib is not None \
+                        and need > card.total_mib:
+                    raise ml.refuse_over_card(slot_name(offer.name, dev), need, card.total_mib)
 
     # -- changes --
 
@@ -290,6 +328,18 @@ class RunQueue:
             self._queues.setdefault(run.queue_key, deque()).append(run)
         self._waiting[run.run_id] = run
         self._last_order = run.order
+        if run.memory_mib is not None and not run.wait:
+            self._refuse_unless_starts(run)
+
+    def _refuse_unless_starts(self, run: Run) -> None:
+        """`wait: false`: a run that the next pass would not start leaves the queue, refused (409)."""
+        state = self._dry_pass()
+        if any(h.run.run_id == run.run_id for h in state.started):
+            return
+        why = state.reasons.get(run.run_id) or self._behind(run, state) or Notice(
+            "waiting_for_turn", "runs ahead of it hold the device", {})
+        self.cancel(run.run_id)
+        raise ml.refuse_no_wait(why)
 
     def _admit_interactive(self, run: Run) -> None:
         admitted = [r for r in (*(h.run for h in self._running.values()), *self._interactive_waiting.values())
@@ -492,11 +542,23 @@ class RunQueue:
             gl = topo.group_limit(group, holding.get(group, ()))
             uuid = uuids.get(device) if who == LOCAL else self._workers[who].uuid(device)
             rows.append(SlotInfo(slot, who, device, uuid, gl.limit, self._group_used.get(group, 0), gl.limited_by,
-                                 tuple(s for s in topo.members(group) if s != slot), topo.shares_local(slot)))
+                                 tuple(s for s in topo.members(group) if s != slot), topo.shares_local(slot),
+                                 self._ledger(group) if topo.shared_by_memory(group) else None))
         return rows
+
+    def _ledger(self, group: str) -> dict:
+        """A card shared by memory as the scheduler counts it (for GET /api/workers)."""
+        topo = self.topology()
+        holders = [ml.Holder(h.run.run_id, None if h.run.memory_mib is None else h.run.memory_mib + self.cuda_context_mib)
+                   for h in self._running.values() if group in h.groups]
+        card = next((self._memory[m] for m in topo.members(group) if m in self._memory), None)
+        return {"free_mib": card.free_mib if card else None, "total_mib": card.total_mib if card else None,
+                "committed_mib": sum(h.need_mib or 0 for h in holders),
+                "room_mib": ml.room_mib(card, holders) if card else None, "runs": len(holders)}
 
     def _offer(self, used: dict[str, int], group_used: dict[str, int], running: dict[str, Held],
                commit: bool, holding: Mapping[str, Iterable[str]] | None = None) -> PassState:
         return OfferPass(queues=self._queues, interactive_waiting=self._interactive_waiting, waiting=self._waiting,
                          workers=self._workers, one_shot_taken=self._one_shot_taken,
-                         topology=self.topology(), mount_label=self.mount_label).run(used, group_used, running, commit, holding)
+                         topology=self.topology(), mount_label=self.mount_label, memory=self._memory,
+                         context_mib=self.cuda_context_mib).run(used, group_used, running, commit, holding)

@@ -36,6 +36,10 @@ class Run:
     files: str = "none"
     # Why transfer cannot serve it, for the wait reason: (code, text), e.g. ("inputs_too_big", ...).
     files_why: tuple[str, str] | None = None
+    # On a worker card shared by memory (memory_ledger.py): the budget in MiB (None: the run takes
+    # the card whole) and whether it may wait for the budget to fit (False: refused at submit).
+    memory_mib: int | None = None
+    wait: bool = True
 
     def __post_init__(self) -> None:
         if self.lane not in LANES:
@@ -115,6 +119,8 @@ class SlotInfo:
     limited_by: str
     same_card: tuple[str, ...]
     shared_with_local: bool
+    # A card shared by memory: its ledger ({free_mib, total_mib, committed_mib, room_mib, runs}).
+    memory: dict | None = None
 
 
 @dataclass(frozen=True)

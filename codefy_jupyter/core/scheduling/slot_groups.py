@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from codefy_jupyter.core.scheduling.device_sets import device_kind
+from codefy_jupyter.core.scheduling.memory_ledger import shared_group
 from codefy_jupyter.wire.devices import DeviceError, canonical_device
 from codefy_jupyter.wire.names import RESERVED_WORKER_NAMES, WORKER_NAME
 
@@ -123,6 +124,7 @@ class WorkerOffer:
     run_id: str | None = None
     has_label: bool = False
     transfer: bool = False
+    shared_memory: frozenset[str] = frozenset()  # its CUDA cards shared by memory (--share-memory)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not WORKER_NAME.match(self.name) or self.name in RESERVED:
@@ -142,6 +144,10 @@ class WorkerOffer:
             except DeviceError as exc:
                 raise ValueError(str(exc)) from None
         object.__setattr__(self, "limits", limits)
+        shared = frozenset(canonical_device(d) for d in self.shared_memory)
+        if any(device_kind(d) != "cuda" for d in shared):
+            raise ValueError(f"only CUDA cards are shared by memory, got {sorted(shared)!r}")
+        object.__setattr__(self, "shared_memory", shared)
 
     @property
     def online(self) -> bool:
@@ -200,6 +206,7 @@ class Topology:
         self._groups: dict[str, str] = {}
         self._members: dict[str, list[str]] = {}
         self._single: dict[str, GroupLimit] = {}
+        self._shared: dict[str, bool] = {}
         for slot in self.local_slots:
             self._add(slot, slot)
         for offer in self.workers.values():
@@ -230,6 +237,18 @@ class Topology:
     def group(self, slot: str) -> str:
         """The group a slot counts against (a slot nobody offers now is its own group)."""
         return self._groups.get(slot, slot)
+
+    def shared_by_memory(self, group: str) -> bool:
+        """Every online provider of the card shares it by memory (memory_ledger.shared_group)."""
+        if group not in self._shared:
+            rows = []
+            for slot in self.members(group):
+                provider, device = split_slot(slot)
+                offer = self.workers.get(provider)
+                rows.append((provider, offer is not None and offer.online,
+                             offer is not None and device in offer.shared_memory))
+            self._shared[group] = shared_group(rows)
+        return self._shared[group]
 
     def members(self, group: str) -> tuple[str, ...]:
         return tuple(self._members.get(group, (group,)))

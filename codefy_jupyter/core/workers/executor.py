@@ -235,6 +235,8 @@ class WorkerExecutor:
         worker.link.send(Assign(
             run_id=run.run_id, graph=graph, device=spec.device, devices=list(spec.devices or (spec.device,)),
             grace_s=float(self.cancel_grace_s), cpu_threads=spec.cpu.threads if spec.cpu else None, storage=storage,
+            memory_budgets=(dict(spec.memory_budgets) if spec.memory_budgets and "memory_budget" in worker.capabilities
+                            else None),
             options={"seed": spec.seed, "deterministic": spec.deterministic,
                      "max_parallel_nodes": spec.max_parallel_nodes, "name": spec.name,
                      "queue_key": spec.queue_key, **spec.options}))

@@ -22,6 +22,7 @@ from typing import Any, Awaitable
 from ..._version import __version__
 from ..errors import BadRequest, NotFound
 from ...wire.fingerprint import digest
+from ..scheduling.memory_ledger import card_memory
 from ..scheduling.placement import storage_backend
 from ..scheduling.slot_groups import OfferedDevice, WorkerOffer
 from ..storage.plan import StoragePlan, plan_for
@@ -183,8 +184,21 @@ class WorkerService:
             one_shot=bool(hello.one_shot) if hello else False,
             run_id=hello.one_shot_run_id if hello else None,
             has_label=self.host.settings.mount_label in self._mounts(worker),
-            transfer="transfer" in worker.capabilities)
+            transfer="transfer" in worker.capabilities,
+            shared_memory=_shared_memory(worker.devices))
         self.queue.set_worker(offer)
+        self._card_memory(worker, ())
+
+    def _card_memory(self, worker: Worker, running: Any) -> bool:
+        """Pass the worker's memory figures of its cards shared by memory to the run queue's
+        ledgers; whether it has any such card."""
+        shared = _shared_memory(worker.devices)
+        if not shared:
+            return False
+        self.queue.set_card_memory(worker.name, {
+            d["device"]: card_memory(d, running) for d in worker.devices
+            if isinstance(d, dict) and d.get("device") in shared})
+        return True
 
     # -- a connection -----------------------------------------------------------------------------
     def link_number(self, link: WorkerLink) -> int:
@@ -240,6 +254,8 @@ class WorkerService:
             return None  # a replaced connection's last frames: the new one replays them
         if isinstance(frame, Heartbeat):
             self.registry.heartbeat(worker.name, frame, now)
+            if self._card_memory(worker, frame.running):
+                self._reschedule()  # a card shared by memory may have room now
             return None
         self.registry.alive(worker.name, now)
         if isinstance(frame, RunAlive):
@@ -278,7 +294,8 @@ class WorkerService:
             by_provider.setdefault(s.provider, []).append({
                 "slot": s.slot, "device": s.device, "uuid": s.uuid,
                 "slots": {"limit": s.limit, "taken": s.taken, "limited_by": s.limited_by},
-                "same_card": list(s.same_card), **({"shared_with": "local"} if s.shared_with_local else {})})
+                "same_card": list(s.same_card), **({"shared_with": "local"} if s.shared_with_local else {}),
+                **({"memory": s.memory} if s.memory is not None else {})})
         workers = []
         for worker in self.registry.workers():
             view = worker.view()
@@ -290,7 +307,7 @@ class WorkerService:
             for device in view["devices"]:
                 row = by_device.get(device.get("device"))
                 if row is not None:
-                    device.update({k: v for k, v in row.items() if k in ("slots", "same_card", "shared_with")})
+                    device.update({k: v for k, v in row.items() if k in ("slots", "same_card", "shared_with", "memory")})
             workers.append(view)
         return {"workers": workers, "local": by_provider.get("local", [])}
 
@@ -383,3 +400,9 @@ def _valid_device(item: Any) -> bool:
 
 __all__ = ["WorkerService", "StartedRun", "CLOSE_CREDENTIALS", "CLOSE_HOST_ORIGIN", "CLOSE_HELLO_TIMEOUT", "CLOSE_REJECTED",
            "CLOSE_REPLACED", "CLOSE_REMOVED", "Reject"]
+
+
+def _shared_memory(devices: Any) -> frozenset[str]:
+    """The CUDA cards a worker's hello marks `"share": "memory"` (codefy agent start --share-memory)."""
+    return frozenset(d["device"] for d in devices or () if isinstance(d, dict) and d.get("share") == "memory"
+                     and isinstance(d.get("device"), str) and d["device"].startswith("cuda:"))

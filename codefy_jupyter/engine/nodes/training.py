@@ -10,6 +10,7 @@ import copy
 from pathlib import Path
 from typing import Any, Iterator
 
+from .. import distributed
 from ..errors import RunCancelled
 from ..registry import node, optional, param
 from .evaluation import dataset_batches, score
@@ -24,11 +25,22 @@ from .models import LossSpec, autograd_enabled, module_device
               "checkpoint_every": param.int(0, min=0, max=1_000_000,
                                             description="Save a checkpoint every N epochs; 0 is off", file="writes"),
               "resume_from": param.string("", description="A checkpoint to continue from; empty starts fresh",
-                                         file="input")},
+                                         file="input"),
+              "strategy": param.select("single", ["single", "ddp"],
+                                       description="ddp: on a worker run with a device set of 2 or more cards, one "
+                                       "process per card (DistributedDataParallel); elsewhere one process, with a "
+                                       "warning")},
       description="Trains the model for `epochs`, logging train_loss (and val_loss, val_accuracy) per epoch.")
 def training_loop(ctx: Any, model: Any, optimizer: Any, loss: Any, train: Any, epochs: int,
-                  checkpoint_every: int, resume_from: str, val: Any = None, val_loader: Any = None) -> dict[str, Any]:
+                  checkpoint_every: int, resume_from: str, strategy: str = "single", val: Any = None,
+                  val_loader: Any = None) -> dict[str, Any]:
     import torch
+
+    rank = distributed.current() if strategy == "ddp" else None
+    if strategy == "ddp" and rank is None:
+        ctx.warn("strategy ddp trains in one process here: DDP needs a worker run with a device set of 2 or more "
+                 "cards (options.target.devices)", code="ddp_single_process")
+    lead = rank is None or rank.rank == 0  # the rank that validates, saves checkpoints and reports
 
     if val is not None and val_loader is not None:
         raise ValueError("inputs 'val' and 'val_loader' are both connected: connect one of them")
@@ -42,6 +54,9 @@ def training_loop(ctx: Any, model: Any, optimizer: Any, loss: Any, train: Any, e
     with autograd_enabled():
         trained = copy.deepcopy(model)
         opt = rebind_optimizer(optimizer, model, trained)
+        if rank is not None:
+            distributed.broadcast_parameters(trained)
+        params = [p for p in trained.parameters() if p.requires_grad]
         start_epoch, series = 0, {}
         if resume_from:
             start_epoch, series = _load_checkpoint(ctx, resume_from, trained, opt, device)
@@ -56,25 +71,36 @@ def training_loop(ctx: Any, model: Any, optimizer: Any, loss: Any, train: Any, e
                 total = torch.zeros((), dtype=torch.float64, device=device)
                 seen = 0
                 for batch_no, (features, targets) in enumerate(_epoch_batches(train, epoch, device), start=1):
-                    ctx.check_cancelled()
+                    if rank is None:
+                        ctx.check_cancelled()
+                    elif distributed.agree_stop(ctx.cancelled, device):
+                        ctx.check_cancelled()
+                        raise RunCancelled("another rank of this run stopped")
                     opt.zero_grad(set_to_none=True)
-                    batch_loss = criterion(trained(features), targets)
-                    batch_loss.backward()
+                    n_global = int(features.shape[0])
+                    if rank is not None:
+                        features, targets = distributed.shard(rank, features, targets)
+                    batch_loss = criterion(trained(features), targets) if features.shape[0] else None
+                    if batch_loss is not None:
+                        batch_loss.backward()
+                        total += batch_loss.detach().double() * features.shape[0]
+                    if rank is not None:
+                        distributed.reduce_gradients(params, features.shape[0] / n_global)
                     opt.step()
-                    total += batch_loss.detach().double() * features.shape[0]
                     seen += int(features.shape[0])
                     ctx.progress((epoch - 1) * n_batches + batch_no, epochs * n_batches, f"epoch {epoch}/{epochs}")
-                _record(ctx, series, "train_loss", float(total) / max(seen, 1), epoch)
+                epoch_total, epoch_seen = (float(total), seen) if rank is None else distributed.sum_all(total, seen)
+                _record(ctx, series, "train_loss", epoch_total / max(epoch_seen, 1), epoch)
                 trained.eval()
-                if val is not None or val_loader is not None:
+                if lead and (val is not None or val_loader is not None):
                     _validate(ctx, trained, criterion, task, val, val_loader, series, epoch)
-                if checkpoint_every and epoch % checkpoint_every == 0:
+                if lead and checkpoint_every and epoch % checkpoint_every == 0:
                     _save_checkpoint(ctx, trained, opt, epoch, series)
                     last_saved = epoch
         except RunCancelled:
             # Keep what finished: a cancelled run with checkpointing on leaves a resume point.
             completed = epoch - 1
-            if checkpoint_every and completed > last_saved:
+            if lead and checkpoint_every and completed > last_saved:
                 _save_checkpoint(ctx, trained, opt, completed, series, interrupted=True)
             raise
     history = {name: values[-1] for name, values in series.items() if values}

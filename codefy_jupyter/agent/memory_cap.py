@@ -1,0 +1,79 @@
+"""Capping a run's CUDA allocator to its memory budget on cards shared by memory (seed #788).
+
+The control plane admits a run onto a shared card by its budget (core/scheduling/memory_ledger.py);
+the run's own process then holds itself to it with `torch.cuda.set_per_process_memory_fraction`, so
+an allocation past the budget fails in this run (an out-of-memory error) instead of starving the
+other runs on the card. The CUDA context is not governed by the cap (hence
+CODEFY_EXECUTION_CUDA_CONTEXT_MIB on the control plane). `fractions` is the pure decision; `apply`
+touches torch and runs in the run process before the graph.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Mapping
+
+MIB = 1024 * 1024
+
+
+def fractions(budgets_mib: Mapping[str, int], aliases: Mapping[str, str],
+              totals: Mapping[int, int]) -> dict[int, float]:
+    """{the run's CUDA index: fraction of that card} for each budgeted card the run sees.
+    `budgets_mib` are keyed by the agent's card names, `aliases` map the run's names to the agent's,
+    `totals` are each visible card's total memory in bytes (by the run's index)."""
+    by_agent = {agent: run for run, agent in aliases.items()}
+    out: dict[int, float] = {}
+    for agent_name, mib in budgets_mib.items():
+        run_name = by_agent.get(agent_name, agent_name)
+        if not run_name.startswith("cuda:"):
+            continue
+        index = int(run_name.split(":", 1)[1])
+        total = totals.get(index)
+        if not total or mib <= 0:
+            continue
+        out[index] = min(1.0, mib * MIB / total)
+    return out
+
+
+def apply(budgets_mib: Mapping[str, int], aliases: Mapping[str, str]) -> dict[int, float]:
+    """Cap this process's allocator on each budgeted card (nothing without CUDA); what was set."""
+    if not budgets_mib:
+        return {}
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    totals = {i: int(torch.cuda.get_device_properties(i).total_memory) for i in range(torch.cuda.device_count())}
+    caps = fractions(budgets_mib, aliases, totals)
+    for index, fraction in caps.items():
+        torch.cuda.set_per_process_memory_fraction(fraction, index)
+    return caps
+
+
+def cpu_peak_bytes() -> int | None:
+    """This process's peak resident set in bytes (Linux reports KiB, macOS bytes); None elsewhere."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def peak_memory(aliases: dict[str, str]) -> dict[str, Any] | None:
+    """Peak memory per device this run used, under the agent's card names, and the process's peak
+    resident set as `cpu`. Exact: the process holds this one run only."""
+    out: dict[str, Any] = {}
+    rss = cpu_peak_bytes()
+    if rss is not None:
+        out["cpu"] = {"bytes": rss, "exact": True}
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return out or None
+    for index in range(torch.cuda.device_count()):
+        name = f"cuda:{index}"
+        out[aliases.get(name, name)] = {"bytes": int(torch.cuda.max_memory_allocated(index)), "exact": True}
+    return out
+
+
+__all__ = ["apply", "cpu_peak_bytes", "fractions", "peak_memory"]

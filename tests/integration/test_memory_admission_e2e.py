@@ -1,0 +1,106 @@
+"""Memory admission on a real agent (`codefy agent start --share-memory cuda:0`) with a declared
+inventory: one fake 8 GiB card whose free memory the test sets in the inventory file, which the
+agent reads again for every heartbeat (the card is the edge; everything else is real)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test_server_runs import SMALL, call, sleepy, wait_status
+from test_worker_placement_e2e import (  # noqa: F401  (fixtures)
+    agents, control, jp_server_config, post_run, queued, server, server_token, until_reason,
+)
+from test_workers_e2e import until_connected
+
+pytestmark = pytest.mark.slow
+
+CARD = {"key": "cuda:0", "name": "Shared", "uuid": "GPU-shared-0", "memory_total_mib": 8192, "memory_free_mib": 8192}
+
+
+def write_card(path: Path, free_mib: int) -> None:
+    path.write_text(json.dumps({"devices": [{**CARD, "memory_free_mib": free_mib}]}))
+
+
+async def running(jp_fetch, run_id: str) -> dict[str, Any]:
+    return await wait_status(jp_fetch, run_id, {"running"}, timeout=60)
+
+
+@server(worker_heartbeat_s=1, execution_cuda_context_mib=512)
+async def test_runs_share_a_card_by_budget_and_wait_with_reasons(jp_fetch, agents, tmp_path):
+    # A budget applies to a worker's card only.
+    code, body = await post_run(jp_fetch, SMALL, target={"memory_gib": 2})
+    assert code == 400 and body["error"]["code"] == "memory_budget_local", body
+    assert body["error"]["params"]["field"] == "options.target.memory_gib"
+
+    inventory = tmp_path / "shared-card.json"
+    write_card(inventory, 8192)
+    box = agents("--share-memory", "cuda:0", name="box", env={"CODEFY_DEVICE_INVENTORY": str(inventory)})
+    worker = await until_connected(jp_fetch, box)
+    card = next(d for d in worker["devices"] if d["device"] == "cuda:0")
+    assert card.get("share") == "memory", worker["devices"]
+
+    # Larger than the card can ever hold (budget + CUDA context): refused at once.
+    code, body = await post_run(jp_fetch, SMALL, device="cuda:0", target={"worker": "box", "memory_gib": 8})
+    assert code == 400 and body["error"]["code"] == "memory_over_card", body
+
+    # Two 3 GiB runs share the card (3.5 GiB each with the context); a third waits for memory.
+    target = {"worker": "box", "memory_gib": 3}
+    a = await queued(jp_fetch, sleepy(4), device="cuda:0", target=target)
+    b = await queued(jp_fetch, sleepy(4), device="cuda:0", target=target)
+    await running(jp_fetch, a["id"])
+    await running(jp_fetch, b["id"])
+    _, listing = await call(jp_fetch, "api", "workers")
+    box_card = next(d for w in listing["workers"] if w["name"] == "box" for d in w["devices"] if d["device"] == "cuda:0")
+    assert box_card["memory"]["runs"] == 2 and box_card["memory"]["committed_mib"] == 2 * (3 * 1024 + 512)
+    c = await queued(jp_fetch, sleepy(2), device="cuda:0", target={**target, "memory_source": "estimate"})
+    reason = await until_reason(jp_fetch, c["id"], "memory_wait")
+    assert reason["params"]["need_mib"] == 3 * 1024 + 512 and reason["params"]["device"] == "box/cuda:0"
+    _, row = await call(jp_fetch, "api", "runs", c["id"])
+    assert row["options"]["target"]["memory_gib"] == 3 and row["options"]["target"]["memory_source"] == "estimate"
+
+    # wait: false refuses instead of waiting.
+    code, body = await post_run(jp_fetch, SMALL, device="cuda:0", target={**target, "wait": False})
+    assert code == 409 and body["error"]["code"] == "memory_unavailable", body
+    why = body["error"]["params"]["reason"]  # behind c, which waits for memory
+    assert why["code"] == "behind_waiting_run" and why["params"] == {"run_id": c["id"], "code": "memory_wait"}
+
+    # A run without a budget on the shared card takes it whole: it waits for the card to empty.
+    whole = await queued(jp_fetch, SMALL, device="cuda:0", target={"worker": "box"})
+    assert (await until_reason(jp_fetch, whole["id"], "behind_waiting_run"))["params"]["code"] == "memory_wait"
+
+    await running(jp_fetch, c["id"])
+    reason = await until_reason(jp_fetch, whole["id"], "memory_no_budget")
+    assert reason["params"]["whole"] is True
+    done = await wait_status(jp_fetch, c["id"], {"succeeded", "failed"}, timeout=60)
+    assert done["status"] == "succeeded", done
+    done = await wait_status(jp_fetch, whole["id"], {"succeeded", "failed"}, timeout=60)
+    assert done["status"] == "succeeded", done
+    # The run's own process reports its peak (the CPU's resident set here), exact.
+    peak = done["execution_facts"]["peak_memory"]
+    assert peak["cpu"]["exact"] is True and peak["cpu"]["bytes"] > 0
+
+    # Something else takes most of the card: the next heartbeat holds budgeted runs back.
+    write_card(inventory, 1024)
+    await asyncio.sleep(2.5)  # two heartbeats
+    d = await queued(jp_fetch, SMALL, device="cuda:0", target={"worker": "box", "memory_gib": 1})
+    reason = await until_reason(jp_fetch, d["id"], "memory_wait")
+    assert reason["params"]["free_mib"] == 1024
+    write_card(inventory, 8192)
+    done = await wait_status(jp_fetch, d["id"], {"succeeded", "failed"}, timeout=60)
+    assert done["status"] == "succeeded", done
+
+
+@server()
+async def test_a_run_here_reports_its_peak_as_not_exact(jp_fetch):
+    run = await queued(jp_fetch, SMALL)
+    done = await wait_status(jp_fetch, run["id"], {"succeeded", "failed"}, timeout=60)
+    assert done["status"] == "succeeded", done
+    facts = done["execution_facts"]
+    # Runs here share the control plane's process: its peak is an upper bound, not the run's own.
+    assert facts["peak_memory"]["cpu"]["exact"] is False and facts["peak_memory"]["cpu"]["bytes"] > 0
+    assert "cpu_threads" in facts  # the facts written at its start are kept
