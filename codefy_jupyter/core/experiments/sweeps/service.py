@@ -153,8 +153,13 @@ class SweepService:
 
         graph = req.base_graph
         size = len(graph.get("nodes") or ()) + len(graph.get("edges") or ())
-        if size <= VALIDATE_INLINE_ITEMS:
-            return list(await asyncio.gather(*(child(i) for i in range(len(run_ids))), return_exceptions=True))
+        if size <= VALIDATE_INLINE_ITEMS and run_ids:
+            # The first child alone, row committed (and started, when a slot is free) before the
+            # rest are queued behind it: otherwise it starts only once the loop has prepared every
+            # other child and their row writes are done (~half a second for 1,000).
+            first = (await asyncio.gather(child(0), return_exceptions=True))[0]
+            rest = await asyncio.gather(*(child(i) for i in range(1, len(run_ids))), return_exceptions=True)
+            return [first, *rest]
         answers: list[Any] = []
         for i in range(len(run_ids)):
             try:
