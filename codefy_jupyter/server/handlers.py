@@ -105,6 +105,11 @@ class CodefyAPIHandler(CappedBody, ExtensionHandlerMixin, APIHandler):
         self.set_status(status)
         self.finish(json.dumps(payload, allow_nan=False, default=str))
 
+    def send_text(self, status: int, text: str) -> None:
+        """A payload its service already encoded as `send` would (a cached or incremental read)."""
+        self.set_status(status)
+        self.finish(text)
+
     def fail(self, err: Exception) -> None:
         status, payload = error_body(err)
         if status == 500:

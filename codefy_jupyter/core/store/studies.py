@@ -147,6 +147,11 @@ def get_study(conn: sqlite3.Connection, study_id: str) -> dict[str, Any] | None:
     return _study(row) if row else None
 
 
+def study_revision(conn: sqlite3.Connection, study_id: str) -> int | None:
+    row = conn.execute("SELECT revision FROM studies WHERE id = ?", (study_id,)).fetchone()
+    return row[0] if row else None
+
+
 def list_studies(conn: sqlite3.Connection, statuses: Sequence[str] | None, offset: int,
                  limit: int) -> list[dict[str, Any]]:
     where, args = "", []

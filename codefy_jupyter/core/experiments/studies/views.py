@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections import Counter
 from typing import Any, Mapping
 
@@ -64,6 +65,32 @@ def study_view(bundle: Mapping[str, Any], results: Mapping[str, Any], now: float
     out["rankings"] = results["rankings"]
     out["best"] = results["best"]
     return out
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, allow_nan=False, default=str)  # as the API handlers encode a payload
+
+
+def study_json(view: Mapping[str, Any], fragments: dict[int, tuple[Any, str]]) -> str:
+    """`view` as JSON text, the same text `json.dumps(view)` gives, with each variant's text taken
+    from `fragments` (variant index -> (its view, its text)) while that variant's view is unchanged,
+    and stored there otherwise (views are kept by reference: never change one once rendered). A
+    running study changes a few variants between two reads, and encoding every attempt of every
+    variant was most of the cost of a read."""
+    parts = []
+    for key, value in view.items():
+        if key == "variants":
+            texts = []
+            for v in value:
+                cached = fragments.get(v["index"])
+                if cached is None or cached[0] != v:
+                    cached = fragments[v["index"]] = (v, _dumps(v))
+                texts.append(cached[1])
+            text = "[" + ", ".join(texts) + "]"
+        else:
+            text = _dumps(value)
+        parts.append(f"{_dumps(key)}: {text}")
+    return "{" + ", ".join(parts) + "}"
 
 
 CSV_COLUMNS = ["variant", "label", "rank", "tie", "eligible", "mean", "std", "average_rank", "repetition", "seed",

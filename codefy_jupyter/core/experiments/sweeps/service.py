@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import uuid
 from functools import partial
@@ -98,7 +99,8 @@ class SweepService:
         # Every refusal a single child would get (graph, device, target) refuses the sweep now.
         await self.runs.preflight({"graph": req.base_graph, "name": req.name, "options": options})
         sweep_id = uuid.uuid4().hex[:16]
-        run_ids = [uuid.uuid4().hex[:16] for _ in plan.combinations]
+        ids = os.urandom(8 * len(plan.combinations)).hex()  # one call, not 1,000 uuid4()s
+        run_ids = [ids[i:i + 16] for i in range(0, len(ids), 16)]
         swept = [p.to_json() for p in plan.params]
         sweep = {"id": sweep_id, "name": req.name, "owner": owner, "state": results.RUNNING, "method": req.method,
                  "objective": req.objective.to_json(), "params": swept, "spec": req.raw_spec, "options": options,
@@ -106,10 +108,19 @@ class SweepService:
                  "error": None, "failure": None, "created_at": self.runs.clock(), "finished_at": None}
         variants = [{"index": i, "run_id": run_ids[i], "params": combo, "seed": plan.seeds[i]}
                     for i, combo in enumerate(plan.combinations)]
-        await self.store.write(partial(sweep_store.insert_sweep, sweep=sweep, variants=variants))
+        # Queued now, awaited by _submit_children: the first child's row is queued right behind
+        # it, and the store commits writes in call order, so the sweep is durable no later than
+        # its first child and that child starts after one commit instead of two.
+        written = asyncio.ensure_future(self.store.write(partial(sweep_store.insert_sweep, sweep=sweep,
+                                                                 variants=variants)))
         for run_id in run_ids:
             self._sweep_of[run_id] = sweep_id
-        answers = await self._submit_children(req, plan, options, sweep_id, run_ids, owner)
+        try:
+            answers = await self._submit_children(req, plan, options, sweep_id, run_ids, owner, written)
+        except BaseException:
+            for run_id in run_ids:
+                self._sweep_of.pop(run_id, None)
+            raise
         failures = [(i, a) for i, a in enumerate(answers) if isinstance(a, BaseException)]
         state, failure = results.RUNNING, None
         if failures:
@@ -134,8 +145,10 @@ class SweepService:
                 "params": swept, "variants": out}
 
     async def _submit_children(self, req: Any, plan: Any, options: dict[str, Any], sweep_id: str,
-                               run_ids: list[str], owner: str | None) -> list[Any]:
+                               run_ids: list[str], owner: str | None, written: asyncio.Future) -> list[Any]:
         """Submit every child; an answer per variant (the run's view, or the exception that broke it).
+        `written`: the sweep's own write, queued already; when it fails, that is raised and no
+        child is left queued.
 
         Submits of small graphs are started together: each takes its place in the queue before its
         first await (in index order), and their row writes share the store's group commit. A big
@@ -157,9 +170,23 @@ class SweepService:
             # The first child alone, row committed (and started, when a slot is free) before the
             # rest are queued behind it: otherwise it starts only once the loop has prepared every
             # other child and their row writes are done (~half a second for 1,000).
-            first = (await asyncio.gather(child(0), return_exceptions=True))[0]
+            submitting = asyncio.gather(child(0), return_exceptions=True)  # its write queues behind `written`
+            try:
+                await written
+            except BaseException:
+                first = (await submitting)[0]
+                if not isinstance(first, BaseException):  # it was queued with no sweep to hold it
+                    log.error("codefy: sweep %s could not be written; cancelling its first child %s",
+                              sweep_id, run_ids[0])
+                    try:
+                        await self.runs.cancel(run_ids[0])
+                    except ServiceError:
+                        pass  # it ended already
+                raise
+            first = (await submitting)[0]
             rest = await asyncio.gather(*(child(i) for i in range(1, len(run_ids))), return_exceptions=True)
             return [first, *rest]
+        await written
         answers: list[Any] = []
         for i in range(len(run_ids)):
             try:
