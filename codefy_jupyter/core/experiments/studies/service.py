@@ -15,7 +15,8 @@ from ...store import studies as db
 from . import state as st
 from .coordinator import Coordinator, new_attempt, new_id
 from .request import check_budget_covers, parse_budget, parse_study, seed_of
-from .views import study_csv, study_json, study_view, summary
+from .rendered import RenderedStudy
+from .views import study_csv, study_view, summary
 
 EVENTS_PAGE = 500
 RENDERED_KEPT = 8  # studies whose rendered reads are kept (the ones being followed)
@@ -27,11 +28,8 @@ INT64_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset or cursor can
 class StudyService(Coordinator):
     def __init__(self, runs: RunService) -> None:
         super().__init__(runs)
-        # study id -> its last rendered GET: ((revision, runs deleted) or None, text, fragments).
-        # The text is served again while the key holds (None: it had children in flight, whose
-        # budget_usage moves with the clock); the variants' fragments are reused by the next
-        # rendering whatever changed (views.study_json). Most recently read last.
-        self._rendered: dict[str, tuple[tuple[int, int] | None, str, dict[int, Any]]] = {}
+        self._rendered: dict[str, RenderedStudy] = {}  # the studies read last, most recent last
+        self._render_locks: dict[str, asyncio.Lock] = {}
 
     async def start(self) -> None:
         """Called once the run service has recovered, before anything is served: reconciles the
@@ -112,27 +110,31 @@ class StudyService(Coordinator):
         return study_view(bundle, results, self.clock())
 
     async def get_json(self, study_id: str) -> str:
-        """GET studies/{id} as JSON text: `get`, encoded. Read by pollers while the study runs, so
-        the work is kept off the event loop (a thread builds and encodes it) and incremental
-        (only the variants that changed are encoded again), and a read at an unchanged revision
-        of a study with nothing in flight is the text served before."""
-        deleted = self.store.runs_deleted
-        kept = self._rendered.pop(study_id, None)
-        if kept is not None:
-            self._rendered[study_id] = kept  # most recently read last
-            if kept[0] is not None and kept[0] == (await self.store.read(db.study_revision, study_id), deleted):
-                return kept[1]
-        bundle = await self._bundle(study_id)
-        labels = [v["label"] for v in bundle["variants"]]
-        results = await self.results(bundle["study"], labels, bundle["attempts"])
-        fragments = kept[2] if kept is not None else {}
-        view, text = await asyncio.to_thread(_render, bundle, results, self.clock(), fragments)
-        idle = not any(a["status"] in st.IN_FLIGHT for a in bundle["attempts"])
-        self._rendered.pop(study_id, None)
-        self._rendered[study_id] = ((bundle["study"]["revision"], deleted) if idle else None, text, fragments)
-        while len(self._rendered) > RENDERED_KEPT:
-            self._rendered.pop(next(iter(self._rendered)))
-        return text
+        """GET studies/{id} as JSON text: what `get` gives, encoded. Pollers read it while the
+        study runs, so a read brings the study's RenderedStudy up to date with what changed since
+        the previous read (one reader hop) and encodes again only the variants that moved, in a
+        thread; a study with nothing in flight at an unchanged revision is the text served before."""
+        async with self._render_locks.setdefault(study_id, asyncio.Lock()):
+            deleted = self.store.runs_deleted
+            rendered = self._rendered.pop(study_id, None)
+            if rendered is None or rendered.runs_deleted != deleted:
+                bundle = await self.store.read(db.study_snapshot, study_id)
+                if bundle is None:
+                    raise NotFound(f"no study {study_id}", code="study_not_found", params={"study_id": study_id})
+                rendered = RenderedStudy(bundle, deleted)
+            else:
+                delta = await self.store.read(db.study_delta, study_id, rendered.cursor)
+                if delta is None:
+                    raise NotFound(f"no study {study_id}", code="study_not_found", params={"study_id": study_id})
+                rendered.apply(delta)
+            self._rendered[study_id] = rendered  # most recently read last
+            while len(self._rendered) > RENDERED_KEPT:
+                self._rendered.pop(next(iter(self._rendered)))
+            text = rendered.reusable()
+            if text is not None:
+                return text
+            results = await self.results(rendered.study, rendered.labels, rendered.attempt_list())
+            return await asyncio.to_thread(rendered.render, results, self.clock())
 
     async def csv(self, study_id: str) -> str:
         return study_csv(await self.get(study_id))
@@ -236,12 +238,6 @@ class StudyService(Coordinator):
             if await self.resume_locked(study_id, budget, expected_revision=expected) is None:
                 raise Conflict(f"study {study_id} moved", code="revision_moved", params={"field": "expected_revision"})
         return await self.get(study_id)
-
-
-def _render(bundle: dict[str, Any], results: dict[str, Any], now: float,
-            fragments: dict[int, Any]) -> tuple[dict[str, Any], str]:
-    view = study_view(bundle, results, now)
-    return view, study_json(view, fragments)
 
 
 def _command_body(body: Any, extra: tuple[str, ...]) -> int | None:
