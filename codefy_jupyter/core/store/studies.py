@@ -253,6 +253,13 @@ def events_after(conn: sqlite3.Connection, study_id: str, cursor: int, limit: in
         " ORDER BY cursor LIMIT ?", (study_id, cursor, limit))]
 
 
+def study_events_page(conn: sqlite3.Connection, study_id: str, cursor: int,
+                      limit: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The study row and `events_after` together: one reader hop for each poll of a follower."""
+    study = get_study(conn, study_id)
+    return study, (events_after(conn, study_id, cursor, limit) if study is not None else [])
+
+
 def run_by_stamp(conn: sqlite3.Connection, attempt_id: str) -> dict[str, Any] | None:
     """The child run carrying this attempt's id (the partial index on study_attempt_id)."""
     row = conn.execute("SELECT id, status FROM runs WHERE study_attempt_id = ?", (attempt_id,)).fetchone()

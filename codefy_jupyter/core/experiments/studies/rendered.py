@@ -6,6 +6,7 @@ slowed the study itself (one event loop, one interpreter lock)."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Mapping
 
 from . import state as st
@@ -28,8 +29,8 @@ class RenderedStudy:
         self.heads = {v["variant"]: encode({"index": v["variant"], "label": v["label"], "ops": v["ops"]})[:-1]
                       for v in self.variants}
         self.dirty = set(self.attempts)  # attempt ids
-        self.text: str | None = None  # the last rendering; served again while nothing moves
-        self.text_revision: int | None = None
+        self.body: tuple[bytes, str] | None = None  # the last rendering and its ETag, see reusable()
+        self.body_revision: int | None = None
 
     @property
     def cursor(self) -> int:
@@ -45,18 +46,19 @@ class RenderedStudy:
     def attempt_list(self) -> list[dict[str, Any]]:
         return list(self.attempts.values())
 
-    def reusable(self) -> str | None:
-        """The last text, when it is this revision's and time cannot move it (nothing in flight:
-        budget_usage counts running children's seconds up to now)."""
-        if self.text is None or self.text_revision != self.study["revision"]:
+    def reusable(self) -> tuple[bytes, str] | None:
+        """The last rendering, when it is this revision's and time cannot move it (nothing in
+        flight: budget_usage counts running children's seconds up to now)."""
+        if self.body is None or self.body_revision != self.study["revision"]:
             return None
         if any(a["status"] in st.IN_FLIGHT for a in self.attempts.values()):
             return None
-        return self.text
+        return self.body
 
-    def render(self, results: Mapping[str, Any], now: float) -> str:
-        """Call with no `apply` under way (the caller serialises them). The text is the one
-        `encode(study_view(...))` gives, put together from the pieces kept."""
+    def render(self, results: Mapping[str, Any], now: float) -> tuple[bytes, str]:
+        """The body and its ETag (as tornado computes it: the SHA-1 of the body), made off the
+        event loop. Call with no `apply` under way (the caller serialises them). The text is the
+        one `encode(study_view(...))` gives, put together from the pieces kept."""
         attempts = self.attempt_list()
         if self.dirty:
             moved = {self.attempts[i]["variant"] for i in self.dirty}
@@ -71,8 +73,9 @@ class RenderedStudy:
                 self.parts[index] = self._part(index, by_variant.get(index, []))
         text = study_text(study_head(self.study, attempts, now), [self.parts[v["variant"]] for v in self.variants],
                           results, self.labels)
-        self.text, self.text_revision = text, self.study["revision"]
-        return text
+        body = text.encode()
+        self.body, self.body_revision = (body, f'"{hashlib.sha1(body).hexdigest()}"'), self.study["revision"]
+        return self.body
 
     def _part(self, index: int, mine: list[dict[str, Any]]) -> str:
         """encode(variant_part(...)) from the attempts' texts."""

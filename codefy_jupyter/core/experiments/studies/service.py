@@ -109,8 +109,8 @@ class StudyService(Coordinator):
         results = await self.results(bundle["study"], labels, bundle["attempts"])
         return study_view(bundle, results, self.clock())
 
-    async def get_json(self, study_id: str) -> str:
-        """GET studies/{id} as JSON text: what `get` gives, encoded. Pollers read it while the
+    async def get_json(self, study_id: str) -> tuple[bytes, str]:
+        """GET studies/{id} as a JSON body and its ETag: what `get` gives, encoded. Pollers read it while the
         study runs, so a read brings the study's RenderedStudy up to date with what changed since
         the previous read (one reader hop) and encodes again only the variants that moved, in a
         thread; a study with nothing in flight at an unchanged revision is the text served before."""
@@ -130,9 +130,9 @@ class StudyService(Coordinator):
             self._rendered[study_id] = rendered  # most recently read last
             while len(self._rendered) > RENDERED_KEPT:
                 self._rendered.pop(next(iter(self._rendered)))
-            text = rendered.reusable()
-            if text is not None:
-                return text
+            body = rendered.reusable()
+            if body is not None:
+                return body
             results = await self.results(rendered.study, rendered.labels, rendered.attempt_list())
             return await asyncio.to_thread(rendered.render, results, self.clock())
 
@@ -160,11 +160,11 @@ class StudyService(Coordinator):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while True:
-            study = await self.store.read(db.get_study, study_id)
+            changed = self.changed(study_id)  # before the read: a change committed after it sets this
+            study, page = await self.store.read(db.study_events_page, study_id, cursor, EVENTS_PAGE)
             if study is None:
+                self._changed.pop(study_id, None)
                 raise NotFound(f"no study {study_id}", code="study_not_found", params={"study_id": study_id})
-            changed = self.changed(study_id)
-            page = await self.store.read(db.events_after, study_id, cursor, EVENTS_PAGE)
             left = deadline - loop.time()
             if page or left <= 0 or study["status"] not in st.ACTIVE:
                 return {"study_id": study_id, "status": study["status"], "revision": study["revision"],
