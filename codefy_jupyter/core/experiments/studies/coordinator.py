@@ -64,6 +64,11 @@ def _where(a: Mapping[str, Any]) -> dict[str, Any]:
             "attempt": a["attempt"]}
 
 
+def _log_failed_change(study_id: str, task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("study %s: a record could not be written", study_id, exc_info=task.exception())
+
+
 class Coordinator:
     def __init__(self, runs: RunService) -> None:
         self.runs = runs
@@ -145,6 +150,12 @@ class Coordinator:
 
     async def _attempts(self, study_id: str) -> list[dict[str, Any]]:
         return await self.store.read(db.get_attempts, study_id)
+
+    async def _attempts_now(self, study_id: str) -> list[dict[str, Any]]:
+        """The attempts as the tally holds them (with a record still being written, see
+        _change_soon), else as stored. Lock held."""
+        tally = self._tallies.get(study_id)
+        return [dict(a) for a in tally.attempts.values()] if tally is not None else await self._attempts(study_id)
 
     async def results(self, study: Mapping[str, Any], labels: list[str],
                       attempts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -265,11 +276,24 @@ class Coordinator:
             # one write instead of two; _started, which waits for this lock, then finds it running.
             record.attempts[a["id"]].update(status=st.A_RUNNING, started_at=started)
             record.events.append(("attempt_started", _where(a)))
-        await self._change(study_id, record)
+        self._change_soon(study_id, record)
         if started is not None:
             self._arm_run_timer(study, a, max(0.0, self.clock() - started))
             await self._arm_active_timer(study)
         return True
+
+    def _change_soon(self, study_id: str, c: db.Change) -> None:
+        """`_change` without waiting for the commit: for a record nothing waits on (a child's
+        submit and start, once the child exists; a crash before it commits relinks the child by
+        its stamp). The tally takes it at once, as if committed (what the next decision reads);
+        the store commits it ahead of any later change (writes commit in call order), often in
+        the same transaction, so the next decision does not wait on a commit of its own for it."""
+        tally = self._tallies.get(study_id)
+        if tally is not None:
+            tally.apply(c.attempts)  # _change applies it again once written (idempotent)
+        task = asyncio.get_running_loop().create_task(self._change(study_id, c))
+        task.add_done_callback(partial(_log_failed_change, study_id))
+        self.runs.keep(task)
 
     # -- following children (RunObserver) -----------------------------------------------------------
     def run_started(self, run_id: str) -> None:
@@ -318,7 +342,7 @@ class Coordinator:
         old = self._active_timers.pop(study_id, None)
         if old is not None:
             old.cancel()
-        attempts = await self._attempts(study_id)
+        attempts = await self._attempts_now(study_id)
         running = [a for a in current_attempts(attempts).values() if a["status"] == st.A_RUNNING]
         if not running:
             return
@@ -334,7 +358,7 @@ class Coordinator:
             limit = study["budget"].get("max_active_seconds")
             if study["status"] != st.RUNNING or limit is None:
                 return
-            attempts = await self._attempts(study_id)
+            attempts = await self._attempts_now(study_id)
             if active_seconds(attempts, self.clock()) < limit:
                 await self._arm_active_timer(study)
                 return
