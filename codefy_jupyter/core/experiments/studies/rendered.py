@@ -25,6 +25,7 @@ class RenderedStudy:
         # Encoded once and again only when they move: each attempt's view (a running study
         # changes a few attempts of many variants between two reads), each variant's entry.
         self.attempt_texts: dict[str, str] = {}
+        self.current_texts: dict[str, str] = {}  # the end of a repetition's entry it is current in
         self.parts: dict[int, str] = {}  # variant index -> its variant_part, encoded
         self.heads = {v["variant"]: encode({"index": v["variant"], "label": v["label"], "ops": v["ops"]})[:-1]
                       for v in self.variants}
@@ -63,7 +64,9 @@ class RenderedStudy:
         if self.dirty:
             moved = {self.attempts[i]["variant"] for i in self.dirty}
             for attempt_id in self.dirty:
-                self.attempt_texts[attempt_id] = encode(attempt_view(self.attempts[attempt_id], self.runs))
+                a = self.attempts[attempt_id]
+                text = self.attempt_texts[attempt_id] = encode(attempt_view(a, self.runs))
+                self.current_texts[attempt_id] = f'"seed": {encode(a["seed"])}, "current": {text}}}'
             self.dirty.clear()
             by_variant: dict[int, list[dict[str, Any]]] = {}
             for a in attempts:
@@ -84,7 +87,6 @@ class RenderedStudy:
         reps = []
         for r in range(self.study["repetitions"]):
             a = current.get((index, r))
-            reps.append(f'{{"repetition": {r}, "seed": {encode(a["seed"]) if a else "null"}, '
-                        f'"current": {self.attempt_texts[a["id"]] if a else "null"}}}')
+            reps.append(f'{{"repetition": {r}, ' + (self.current_texts[a["id"]] if a else '"seed": null, "current": null}'))
         return (self.heads[index] + ', "repetitions": [' + ", ".join(reps) + '], "attempts": ['
                 + ", ".join(self.attempt_texts[a["id"]] for a in mine) + "]}")
