@@ -19,6 +19,7 @@ from .rendered import RenderedStudy
 from .views import study_csv, study_view, summary
 
 EVENTS_PAGE = 500
+EVENTS_BATCH_S = 0.025  # how long a long-poll that found events waits for more (see events)
 RENDERED_KEPT = 8  # studies whose rendered reads are kept (the ones being followed)
 WAIT_MAX_S = 60.0
 LIST_LIMIT = 50
@@ -159,6 +160,7 @@ class StudyService(Coordinator):
                              params={"field": "wait"})
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
+        lingered = False
         while True:
             changed = self.changed(study_id)  # before the read: a change committed after it sets this
             study, page = await self.store.read(db.study_events_page, study_id, cursor, EVENTS_PAGE)
@@ -166,6 +168,13 @@ class StudyService(Coordinator):
                 self._changed.pop(study_id, None)
                 raise NotFound(f"no study {study_id}", code="study_not_found", params={"study_id": study_id})
             left = deadline - loop.time()
+            if page and not lingered and left > 0 and study["status"] in st.ACTIVE and len(page) < EVENTS_PAGE:
+                # A running study appends events every few ms: a follower answered at once would
+                # come back for each one or two, and those requests (~2 ms of the server each)
+                # slowed the study itself. Wait a moment for the ones that follow, once.
+                lingered = True
+                await asyncio.sleep(min(EVENTS_BATCH_S, left))
+                continue
             if page or left <= 0 or study["status"] not in st.ACTIVE:
                 return {"study_id": study_id, "status": study["status"], "revision": study["revision"],
                         "events": page, "cursor": page[-1]["cursor"] if page else cursor,
