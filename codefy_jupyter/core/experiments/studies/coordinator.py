@@ -276,21 +276,23 @@ class Coordinator:
             # one write instead of two; _started, which waits for this lock, then finds it running.
             record.attempts[a["id"]].update(status=st.A_RUNNING, started_at=started)
             record.events.append(("attempt_started", _where(a)))
-        self._change_soon(study_id, record)
+        if study_id in self._tallies:
+            self._change_soon(study_id, record)
+        else:  # nothing in memory to take it ahead of the commit: _started would read it stored
+            await self._change(study_id, record)
         if started is not None:
             self._arm_run_timer(study, a, max(0.0, self.clock() - started))
             await self._arm_active_timer(study)
         return True
 
     def _change_soon(self, study_id: str, c: db.Change) -> None:
-        """`_change` without waiting for the commit: for a record nothing waits on (a child's
-        submit and start, once the child exists; a crash before it commits relinks the child by
-        its stamp). The tally takes it at once, as if committed (what the next decision reads);
-        the store commits it ahead of any later change (writes commit in call order), often in
-        the same transaction, so the next decision does not wait on a commit of its own for it."""
-        tally = self._tallies.get(study_id)
-        if tally is not None:
-            tally.apply(c.attempts)  # _change applies it again once written (idempotent)
+        """`_change` without waiting for the commit (the study's tally held): for a record nothing
+        waits on (a child's submit and start, once the child exists; a crash before it commits
+        relinks the child by its stamp). The tally takes it at once, as if committed (what the
+        next decision reads); the store commits it ahead of any later change (writes commit in
+        call order), often in the same transaction, so the next decision does not wait on a
+        commit of its own for it."""
+        self._tallies[study_id].apply(c.attempts)  # _change applies it again once written (idempotent)
         task = asyncio.get_running_loop().create_task(self._change(study_id, c))
         task.add_done_callback(partial(_log_failed_change, study_id))
         self.runs.keep(task)
