@@ -6,9 +6,12 @@ temporary data dir, cpu limit raised (`--cpu-limit`), retention off, and the swe
 variants and a sweep 1,000), and always `codefy stop`s it. Every child is a no-op graph (List ->
 Mean, the Mean logs `mean`, the objective): what is measured is control-plane overhead.
 
-  1. plain runs (the baseline): as many runs as the study has attempts, the same graphs, POSTed to
-     /codefy/api/runs from `--concurrency` clients; the server process's CPU seconds (all threads,
-     psutil: utime + stime) from the first submit to the last run's end.
+  1. plain runs (the baseline): as many runs as the study has attempts, the same graphs with a
+     seed as a study's children have, POSTed to /codefy/api/runs from `--concurrency` clients;
+     the server process's CPU seconds (all threads, psutil: utime + stime) from the first submit
+     to the last run's end. A seeded run seeds torch before each node, which costs more than the
+     no-op graph itself; the same runs without a seed are measured too (`plain_unseeded`), to show
+     how much.
   2. study bookkeeping: a study of `--variants` x `--repetitions` attempts, max_parallel_runs 32
      (the cap), POSTed once; the server's CPU from the POST to the study's end (the client
      watches `GET studies?status=...&limit=1`, a summary row, every 0.25 s). Per attempt: raw
@@ -104,7 +107,7 @@ class Bench:
         return page["total"] == 0
 
     # -- 1. plain runs ----------------------------------------------------------------------------
-    async def plain(self, n: int) -> dict[str, Any]:
+    async def plain(self, n: int, seeded: bool = True) -> dict[str, Any]:
         left = iter(range(n))
         ids: list[str] = []
 
@@ -112,7 +115,8 @@ class Bench:
             conn = Http(self.state)
             try:
                 for i in left:
-                    ids.append((await self.ok("POST", "runs", {"graph": mean_graph(i % self.args.variants)}, conn))["id"])
+                    body = {"graph": mean_graph(i % self.args.variants), **({"options": {"seed": i}} if seeded else {})}
+                    ids.append((await self.ok("POST", "runs", body, conn))["id"])
             finally:
                 conn.close()
 
@@ -233,11 +237,12 @@ async def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, An
         floor = await b.request_floor(warm["id"])
         rounds: list[dict[str, Any]] = []
         for _ in range(args.repeat):
+            unseeded = await b.plain(args.variants * args.repetitions, seeded=False)
             plain = await b.plain(args.variants * args.repetitions)
             alone = await b.study("alone", readers=False)
             read = await b.study("read", readers=True)
             net = alone["cpu_ms_per_attempt"] - plain["cpu_ms_per_run"]
-            rounds.append({"plain": plain, "study": alone, "study_with_readers": read,
+            rounds.append({"plain": plain, "plain_unseeded": unseeded, "study": alone, "study_with_readers": read,
                            "net_cpu_ms_per_attempt": round(net, 3),
                            "readers_slowdown_pct": round((read["wall_s"] / alone["wall_s"] - 1) * 100, 1)})
         sweeps: list[dict[str, Any]] = []
@@ -262,6 +267,7 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
     out = {
         "study_raw_cpu_ms_per_attempt": span([x["study"]["cpu_ms_per_attempt"] for x in rounds]),
         "plain_cpu_ms_per_run": span([x["plain"]["cpu_ms_per_run"] for x in rounds]),
+        "plain_unseeded_cpu_ms_per_run": span([x["plain_unseeded"]["cpu_ms_per_run"] for x in rounds]),
         "study_net_cpu_ms_per_attempt": span([x["net_cpu_ms_per_attempt"] for x in rounds]),
         "study_wall_s": span([x["study"]["wall_s"] for x in rounds]),
         "plain_wall_s": span([x["plain"]["wall_s"] for x in rounds]),

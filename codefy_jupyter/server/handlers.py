@@ -106,6 +106,13 @@ class CodefyAPIHandler(CappedBody, ExtensionHandlerMixin, APIHandler):
         self.set_status(status)
         self.finish(json.dumps(payload, allow_nan=False, default=str))
 
+    def send_encoded(self, status: int, body: bytes, etag: str) -> None:
+        """A payload its service already encoded as `send` would, with its ETag (tornado would
+        otherwise hash the body on the event loop)."""
+        self.set_status(status)
+        self.set_header("Etag", etag)
+        self.finish(body)
+
     def fail(self, err: Exception) -> None:
         status, payload = error_body(err)
         if status == 500:

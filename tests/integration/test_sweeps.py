@@ -7,6 +7,7 @@ import asyncio
 import csv
 import io
 import json
+import re
 
 import pytest
 
@@ -439,7 +440,10 @@ class TestRetention:
         await self._pruned(jp_fetch, doc)
         monkeypatch.undo()
         done = await wait_sweep(jp_fetch, doc["sweep_id"])
-        assert "retention deleted 2 runs" in done["error"] and "disk on fire" in done["error"]
+        # One note per retention pass: the two runs went in one pass or in two (the first child
+        # starts, and ends, before its siblings are queued).
+        deleted = [int(n) for n in re.findall(r"retention deleted (\d+) runs?", done["error"])]
+        assert sum(deleted) == 2 and "disk on fire" in done["error"], done["error"]
         assert done["state"] == "finished"
         assert sorted(v["status"] for v in done["variants"]) == ["missing", "missing", "succeeded"]
 

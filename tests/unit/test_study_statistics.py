@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from codefy_jupyter.core.experiments import statistics as S
 from codefy_jupyter.core.experiments.statistics import (
     EXACT_MAX_N,
     RankInfo,
@@ -389,3 +390,19 @@ def test_random_module_state_is_left_alone():
     random.seed(123)
     paired_comparison([1.0, 2.0, 0.5] * 5, [0.0] * 15)
     assert random.random() == before
+
+
+@pytest.mark.parametrize("n", [2, 5, 12, 13, 20, 31, 32])
+def test_the_numpy_resampling_gives_exactly_the_plain_python_answers(n):
+    # The comparison's bootstrap and Monte Carlo sign flips run on numpy for speed; they must
+    # draw the same numbers from the same generator state and add them in the same order.
+    rng = random.Random(n)
+    for trial in range(12):
+        d = [rng.choice([rng.gauss(0, 1), float(rng.randint(-3, 3)), 0.1 * rng.randint(-9, 9), 1e6 * rng.random()])
+             for _ in range(n)]
+        seed = rng.randint(0, 2**32 - 1)
+        resamples = [10_000, 997, 1][trial % 3]
+        assert S._bootstrap_ci(d, 0.95, resamples, random.Random(seed)) == \
+            S._bootstrap_ci_reference(d, 0.95, resamples, random.Random(seed))
+        assert S._sign_flip_p(d, resamples, random.Random(seed + 1), S.EXACT_MAX_N) == \
+            S._sign_flip_p_reference(d, resamples, random.Random(seed + 1), S.EXACT_MAX_N)

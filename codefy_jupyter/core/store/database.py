@@ -196,6 +196,9 @@ class Store:
         self._clock = clock
         self._flushed: dict[str, int] = {}
         self._prune_hooks: list[PruneHook] = []
+        # Bumped once runs are deleted (after the commit): a view cached with the runs it read
+        # (a study's `run_exists`) is stale when this has moved.
+        self.runs_deleted = 0
         self._commits = self._writes = self._failed = self._largest = 0
         self._closed = False
         self._shutdown: asyncio.Future | None = None
@@ -381,6 +384,8 @@ class Store:
         self._prune_hooks.append(hook)
 
     def _forget_runs(self, deleted: list[DeletedRun]) -> None:
+        if deleted:
+            self.runs_deleted += 1
         for item in deleted:
             self._flushed.pop(item.run["id"], None)
 

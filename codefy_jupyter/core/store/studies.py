@@ -147,6 +147,11 @@ def get_study(conn: sqlite3.Connection, study_id: str) -> dict[str, Any] | None:
     return _study(row) if row else None
 
 
+def study_revision(conn: sqlite3.Connection, study_id: str) -> int | None:
+    row = conn.execute("SELECT revision FROM studies WHERE id = ?", (study_id,)).fetchone()
+    return row[0] if row else None
+
+
 def list_studies(conn: sqlite3.Connection, statuses: Sequence[str] | None, offset: int,
                  limit: int) -> list[dict[str, Any]]:
     where, args = "", []
@@ -200,10 +205,59 @@ def study_bundle(conn: sqlite3.Connection, study_id: str) -> dict[str, Any] | No
             "runs": runs}
 
 
+def study_snapshot(conn: sqlite3.Connection, study_id: str) -> dict[str, Any] | None:
+    """`study_bundle` read in one transaction (one snapshot), to follow with `study_delta` from
+    its study's `last_cursor`."""
+    conn.execute("BEGIN")
+    try:
+        return study_bundle(conn, study_id)
+    finally:
+        conn.execute("COMMIT")
+
+
+def study_delta(conn: sqlite3.Connection, study_id: str, cursor: int) -> dict[str, Any] | None:
+    """What changed after audit-log `cursor`, in one snapshot: {study, attempts, runs}, the
+    attempts the events after `cursor` name (new ones included) and their children's run columns
+    (as in study_bundle). Every change to an attempt appends an event naming it (`attempt_id`),
+    except start-up reconciliation (before anything is served) and retention's harvest, which
+    deletes runs: a reader that saw runs deleted reads everything again."""
+    conn.execute("BEGIN")
+    try:
+        study = get_study(conn, study_id)
+        if study is None:
+            return None
+        ids = [r[0] for r in conn.execute(
+            "SELECT DISTINCT json_extract(payload, '$.attempt_id') FROM study_events"
+            " WHERE study_id = ? AND cursor > ? AND cursor <= ?", (study_id, cursor, study["last_cursor"]))
+            if r[0] is not None]
+        attempts: list[dict[str, Any]] = []
+        runs: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            marks = ", ".join("?" * len(chunk))
+            mine = [_attempt(r) for r in conn.execute(
+                f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM study_attempts WHERE id IN ({marks})", chunk)]
+            attempts += mine
+            run_ids = [a["run_id"] for a in mine]
+            runs.update({r[0]: {"status": r[1], "worker_id": r[2], "devices": _loads(r[3]), "queue_key": r[4]}
+                         for r in conn.execute("SELECT id, status, worker_id, devices, queue_key FROM runs"
+                                               f" WHERE id IN ({', '.join('?' * len(run_ids))})", run_ids)})
+        return {"study": study, "attempts": attempts, "runs": runs}
+    finally:
+        conn.execute("COMMIT")
+
+
 def events_after(conn: sqlite3.Connection, study_id: str, cursor: int, limit: int) -> list[dict[str, Any]]:
     return [{"cursor": c, "type": t, "payload": _loads(p), "created_at": at} for c, t, p, at in conn.execute(
         "SELECT cursor, type, payload, created_at FROM study_events WHERE study_id = ? AND cursor > ?"
         " ORDER BY cursor LIMIT ?", (study_id, cursor, limit))]
+
+
+def study_events_page(conn: sqlite3.Connection, study_id: str, cursor: int,
+                      limit: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The study row and `events_after` together: one reader hop for each poll of a follower."""
+    study = get_study(conn, study_id)
+    return study, (events_after(conn, study_id, cursor, limit) if study is not None else [])
 
 
 def run_by_stamp(conn: sqlite3.Connection, attempt_id: str) -> dict[str, Any] | None:

@@ -91,15 +91,19 @@ def _variant(values: Sequence[Any]) -> dict[str, Any]:
 
 
 def insert_sweep(conn: sqlite3.Connection, sweep: Mapping[str, Any], variants: Sequence[Mapping[str, Any]]) -> None:
-    """The sweep and all its variant rows in one write, before any child is submitted."""
+    """The sweep with its first variant rows, written before any child's row (the others follow
+    with insert_variants, before their children are submitted)."""
     values = [_dumps(sweep[c]) if c in _SWEEP_JSON else sweep.get(c) for c in _SWEEP_COLUMNS]
     values[_SWEEP_COLUMNS.index("seed_variants")] = int(bool(sweep["seed_variants"]))
     values[_SWEEP_COLUMNS.index("total_combinations")] = str(sweep["total_combinations"])
     conn.execute(f"INSERT INTO sweeps ({', '.join(_SWEEP_COLUMNS)}) VALUES ({', '.join('?' * len(_SWEEP_COLUMNS))})",
                  values)
+    insert_variants(conn, sweep["id"], variants)
+
+
+def insert_variants(conn: sqlite3.Connection, sweep_id: str, variants: Sequence[Mapping[str, Any]]) -> None:
     conn.executemany("INSERT INTO sweep_variants (sweep_id, idx, run_id, params, seed) VALUES (?, ?, ?, ?, ?)",
-                     [(sweep["id"], v["index"], v["run_id"], _dumps(list(v["params"])), v["seed"])
-                      for v in variants])
+                     [(sweep_id, v["index"], v["run_id"], _dumps(list(v["params"])), v["seed"]) for v in variants])
 
 
 def mark_failed(conn: sqlite3.Connection, sweep_id: str, unsubmitted: Sequence[int], failure: str) -> None:

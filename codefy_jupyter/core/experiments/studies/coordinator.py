@@ -64,6 +64,11 @@ def _where(a: Mapping[str, Any]) -> dict[str, Any]:
             "attempt": a["attempt"]}
 
 
+def _log_failed_change(study_id: str, task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("study %s: a record could not be written", study_id, exc_info=task.exception())
+
+
 class Coordinator:
     def __init__(self, runs: RunService) -> None:
         self.runs = runs
@@ -95,8 +100,15 @@ class Coordinator:
         return self._locks.setdefault(study_id, asyncio.Lock())
 
     async def _change(self, study_id: str, c: db.Change, expected_revision: int | None = None) -> int | None:
-        revision = await self.store.write(partial(db.change, study_id=study_id, c=c, now=self.clock(),
-                                                  expected_revision=expected_revision))
+        try:
+            revision = await self.store.write(partial(db.change, study_id=study_id, c=c, now=self.clock(),
+                                                      expected_revision=expected_revision))
+        except BaseException:
+            # advance() may have applied part of this change to the tally ahead of the write
+            # (see `ahead`): read it again rather than decide on what never committed.
+            self._tallies.pop(study_id, None)
+            self._rows.pop(study_id, None)
+            raise
         if revision is not None:
             tally, row = self._tallies.get(study_id), self._rows.get(study_id)
             if c.study.get("status") is not None and c.study["status"] not in st.ACTIVE:
@@ -139,6 +151,12 @@ class Coordinator:
     async def _attempts(self, study_id: str) -> list[dict[str, Any]]:
         return await self.store.read(db.get_attempts, study_id)
 
+    async def _attempts_now(self, study_id: str) -> list[dict[str, Any]]:
+        """The attempts as the tally holds them (with a record still being written, see
+        _change_soon), else as stored. Lock held."""
+        tally = self._tallies.get(study_id)
+        return [dict(a) for a in tally.attempts.values()] if tally is not None else await self._attempts(study_id)
+
     async def results(self, study: Mapping[str, Any], labels: list[str],
                       attempts: list[dict[str, Any]]) -> dict[str, Any]:
         """Cached per revision: the paired comparisons cost ~20 ms a variant."""
@@ -163,10 +181,23 @@ class Coordinator:
                              comparisons=False)["rankings"]
 
     # -- scheduling (call with the study's lock held) -----------------------------------------------
-    async def advance(self, study_id: str) -> None:
+    async def advance(self, study_id: str, ahead: db.Change | None = None) -> None:
+        """`ahead`: a change to attempts (no new ones, no study fields) the caller has not
+        written yet, a child's ending: the decision is taken as if it had committed, and it is
+        written in one transaction with the first stamp of that decision (one write per attempt
+        less), or alone first when the decision submits nothing."""
         study = await self._study_row(study_id)
         if study is None:
+            if ahead is not None:
+                await self._change(study_id, ahead)
             return
+        if ahead is not None:
+            tally = self._tallies.get(study_id)
+            if tally is None or study["status"] != st.RUNNING or self.runs.closing:
+                await self._change(study_id, ahead)
+                ahead = None
+            else:
+                tally.apply(ahead.attempts)  # _change applies it again once written (idempotent)
         if study["status"] == st.QUEUED:
             await self._change(study_id, db.Change(study={"status": st.next_status(st.QUEUED, "start")},
                                                    events=[("study_started", {})]))
@@ -174,6 +205,9 @@ class Coordinator:
         while study["status"] == st.RUNNING and not self.runs.closing:
             tally = await self._tally(study_id)
             decision = decide(Budget(**study["budget"]), tally, self.clock())
+            if ahead is not None and not decision.submit:
+                await self._change(study_id, ahead)  # the ranking below reads it
+                ahead = None
             if decision.done:
                 ranking = await self._ranking(study_id)
                 await self._change(study_id, db.Change(study={"status": st.next_status(st.RUNNING, "finish")},
@@ -188,14 +222,18 @@ class Coordinator:
             if not decision.submit:
                 return
             for key in decision.submit:
-                if not await self._submit(study, tally.current[key]):
+                submitted = await self._submit(study, tally.current[key], ahead)
+                ahead = None
+                if not submitted:
                     return
             return
 
-    async def _submit(self, study: Mapping[str, Any], a: Mapping[str, Any]) -> bool:
+    async def _submit(self, study: Mapping[str, Any], a: Mapping[str, Any], ahead: db.Change | None = None) -> bool:
         study_id = study["id"]
-        await self._change(study_id, db.Change(attempts={a["id"]: {"status": st.SUBMITTING}},
-                                               events=[("attempt_submitting", _where(a))]))
+        stamp = db.Change(attempts={a["id"]: {"status": st.SUBMITTING}}, events=[("attempt_submitting", _where(a))])
+        if ahead is not None:  # written with the stamp: one transaction
+            stamp = db.Change(attempts={**ahead.attempts, **stamp.attempts}, events=ahead.events + stamp.events)
+        await self._change(study_id, stamp)
         self._submitting += 1
         if self._crash_before is not None and self._submitting >= self._crash_before:
             os._exit(17)  # test-only (see the module docstring): the stamp is written, no child exists
@@ -209,8 +247,8 @@ class Coordinator:
                 "options": {**study["options"], "seed": a["seed"]}}
         self._children[a["run_id"]] = study_id  # before the submit: the child may start inside it
         try:
-            await self.runs.submit(body, owner=study["owner"], run_id=a["run_id"],
-                                   links={"study_id": study_id, "study_attempt_id": a["id"]})
+            view = await self.runs.submit(body, owner=study["owner"], run_id=a["run_id"],
+                                          links={"study_id": study_id, "study_attempt_id": a["id"]})
         except Exception as err:
             self._children.pop(a["run_id"], None)
             info = err.to_dict() if isinstance(err, ServiceError) else {
@@ -230,10 +268,34 @@ class Coordinator:
         self._submitted += 1
         if self._crash_after is not None and self._submitted >= self._crash_after:
             os._exit(17)  # test-only (see the module docstring): between the submit and its record
-        await self._change(study_id, db.Change(attempts={a["id"]: {"status": st.A_QUEUED,
-                                                                     "submitted_at": self.clock()}},
-                                               events=[("attempt_submitted", _where(a))]))
+        record = db.Change(attempts={a["id"]: {"status": st.A_QUEUED, "submitted_at": self.clock()}},
+                           events=[("attempt_submitted", _where(a))])
+        started = view.get("started_at") if view.get("status") == "running" else None
+        if started is not None:
+            # It started inside the submit (a free slot): its start is recorded with the submit,
+            # one write instead of two; _started, which waits for this lock, then finds it running.
+            record.attempts[a["id"]].update(status=st.A_RUNNING, started_at=started)
+            record.events.append(("attempt_started", _where(a)))
+        if study_id in self._tallies:
+            self._change_soon(study_id, record)
+        else:  # nothing in memory to take it ahead of the commit: _started would read it stored
+            await self._change(study_id, record)
+        if started is not None:
+            self._arm_run_timer(study, a, max(0.0, self.clock() - started))
+            await self._arm_active_timer(study)
         return True
+
+    def _change_soon(self, study_id: str, c: db.Change) -> None:
+        """`_change` without waiting for the commit (the study's tally held): for a record nothing
+        waits on (a child's submit and start, once the child exists; a crash before it commits
+        relinks the child by its stamp). The tally takes it at once, as if committed (what the
+        next decision reads); the store commits it ahead of any later change (writes commit in
+        call order), often in the same transaction, so the next decision does not wait on a
+        commit of its own for it."""
+        self._tallies[study_id].apply(c.attempts)  # _change applies it again once written (idempotent)
+        task = asyncio.get_running_loop().create_task(self._change(study_id, c))
+        task.add_done_callback(partial(_log_failed_change, study_id))
+        self.runs.keep(task)
 
     # -- following children (RunObserver) -----------------------------------------------------------
     def run_started(self, run_id: str) -> None:
@@ -282,7 +344,7 @@ class Coordinator:
         old = self._active_timers.pop(study_id, None)
         if old is not None:
             old.cancel()
-        attempts = await self._attempts(study_id)
+        attempts = await self._attempts_now(study_id)
         running = [a for a in current_attempts(attempts).values() if a["status"] == st.A_RUNNING]
         if not running:
             return
@@ -298,7 +360,7 @@ class Coordinator:
             limit = study["budget"].get("max_active_seconds")
             if study["status"] != st.RUNNING or limit is None:
                 return
-            attempts = await self._attempts(study_id)
+            attempts = await self._attempts_now(study_id)
             if active_seconds(attempts, self.clock()) < limit:
                 await self._arm_active_timer(study)
                 return
@@ -328,8 +390,9 @@ class Coordinator:
 
     async def _finished(self, study_id: str, run_id: str, run_status: str) -> None:
         # The evidence is read before taking the lock: the run has ended, and the study's other
-        # decisions need not wait on these reads.
-        await self.runs.events.flush()
+        # decisions need not wait on these reads. No flush first: run_finished follows the commit
+        # of the run's final write, and its buffered metric points were handed to the store ahead
+        # of that write (EventLog.take_closing), so they are committed already.
         found = await self.store.read(db.run_and_points, run_id)
         async with self.lock(study_id):
             self._children.pop(run_id, None)
@@ -363,11 +426,12 @@ class Coordinator:
                 reason = "child_cancelled" if status == st.A_CANCELLED else "child_interrupted"
                 change.events.append(("study_interrupted", {"reason": reason, "run_id": run_id}))
                 resume_after = status == st.A_INTERRUPTED and study["resume_policy"] == "auto"
+            if study["status"] == st.RUNNING and not direct and not change.study:
+                await self.advance(study_id, ahead=change)  # written with the next stamp
+                return
             await self._change(study_id, change)
             if resume_after:
                 await self.resume_locked(study_id, None)
-            elif study["status"] == st.RUNNING and not direct:
-                await self.advance(study_id)
 
     async def _evidence(self, study: Mapping[str, Any], a: Mapping[str, Any]) -> dict[str, Any]:
         """The child's evidence, unless retention already copied it (the run is gone then)."""

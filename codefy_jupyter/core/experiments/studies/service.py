@@ -15,9 +15,12 @@ from ...store import studies as db
 from . import state as st
 from .coordinator import Coordinator, new_attempt, new_id
 from .request import check_budget_covers, parse_budget, parse_study, seed_of
+from .rendered import RenderedStudy
 from .views import study_csv, study_view, summary
 
 EVENTS_PAGE = 500
+EVENTS_BATCH_S = 0.025  # how long a long-poll that found events waits for more (see events)
+RENDERED_KEPT = 8  # studies whose rendered reads are kept (the ones being followed)
 WAIT_MAX_S = 60.0
 LIST_LIMIT = 50
 INT64_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset or cursor cannot even be bound
@@ -26,6 +29,8 @@ INT64_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset or cursor can
 class StudyService(Coordinator):
     def __init__(self, runs: RunService) -> None:
         super().__init__(runs)
+        self._rendered: dict[str, RenderedStudy] = {}  # the studies read last, most recent last
+        self._render_locks: dict[str, asyncio.Lock] = {}
 
     async def start(self) -> None:
         """Called once the run service has recovered, before anything is served: reconciles the
@@ -105,6 +110,33 @@ class StudyService(Coordinator):
         results = await self.results(bundle["study"], labels, bundle["attempts"])
         return study_view(bundle, results, self.clock())
 
+    async def get_json(self, study_id: str) -> tuple[bytes, str]:
+        """GET studies/{id} as a JSON body and its ETag: what `get` gives, encoded. Pollers read it while the
+        study runs, so a read brings the study's RenderedStudy up to date with what changed since
+        the previous read (one reader hop) and encodes again only the variants that moved, in a
+        thread; a study with nothing in flight at an unchanged revision is the text served before."""
+        async with self._render_locks.setdefault(study_id, asyncio.Lock()):
+            deleted = self.store.runs_deleted
+            rendered = self._rendered.pop(study_id, None)
+            if rendered is None or rendered.runs_deleted != deleted:
+                bundle = await self.store.read(db.study_snapshot, study_id)
+                if bundle is None:
+                    raise NotFound(f"no study {study_id}", code="study_not_found", params={"study_id": study_id})
+                rendered = RenderedStudy(bundle, deleted)
+            else:
+                delta = await self.store.read(db.study_delta, study_id, rendered.cursor)
+                if delta is None:
+                    raise NotFound(f"no study {study_id}", code="study_not_found", params={"study_id": study_id})
+                rendered.apply(delta)
+            self._rendered[study_id] = rendered  # most recently read last
+            while len(self._rendered) > RENDERED_KEPT:
+                self._rendered.pop(next(iter(self._rendered)))
+            body = rendered.reusable()
+            if body is not None:
+                return body
+            results = await self.results(rendered.study, rendered.labels, rendered.attempt_list())
+            return await asyncio.to_thread(rendered.render, results, self.clock())
+
     async def csv(self, study_id: str) -> str:
         return study_csv(await self.get(study_id))
 
@@ -128,13 +160,21 @@ class StudyService(Coordinator):
                              params={"field": "wait"})
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
+        lingered = False
         while True:
-            study = await self.store.read(db.get_study, study_id)
+            changed = self.changed(study_id)  # before the read: a change committed after it sets this
+            study, page = await self.store.read(db.study_events_page, study_id, cursor, EVENTS_PAGE)
             if study is None:
+                self._changed.pop(study_id, None)
                 raise NotFound(f"no study {study_id}", code="study_not_found", params={"study_id": study_id})
-            changed = self.changed(study_id)
-            page = await self.store.read(db.events_after, study_id, cursor, EVENTS_PAGE)
             left = deadline - loop.time()
+            if page and not lingered and left > 0 and study["status"] in st.ACTIVE and len(page) < EVENTS_PAGE:
+                # A running study appends events every few ms: a follower answered at once would
+                # come back for each one or two, and those requests (~2 ms of the server each)
+                # slowed the study itself. Wait a moment for the ones that follow, once.
+                lingered = True
+                await asyncio.sleep(min(EVENTS_BATCH_S, left))
+                continue
             if page or left <= 0 or study["status"] not in st.ACTIVE:
                 return {"study_id": study_id, "status": study["status"], "revision": study["revision"],
                         "events": page, "cursor": page[-1]["cursor"] if page else cursor,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections import Counter
 from typing import Any, Mapping
 
@@ -37,33 +38,53 @@ def summary(study: Mapping[str, Any]) -> dict[str, Any]:
                                   "created_at", "updated_at")}
 
 
-def study_view(bundle: Mapping[str, Any], results: Mapping[str, Any], now: float) -> dict[str, Any]:
-    study, variants, attempts, runs = bundle["study"], bundle["variants"], bundle["attempts"], bundle["runs"]
-    current = current_attempts(attempts)
+def variant_part(v: Mapping[str, Any], mine: list[Mapping[str, Any]], repetitions: int,
+                 runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """A variant's entry without its results: `mine` are its attempts, by repetition and number."""
+    current = current_attempts(mine)
+    reps = []
+    for r in range(repetitions):
+        a = current.get((v["variant"], r))
+        reps.append({"repetition": r, "seed": a["seed"] if a else None,
+                     "current": attempt_view(a, runs) if a else None})
+    return {"index": v["variant"], "label": v["label"], "ops": v["ops"], "repetitions": reps,
+            "attempts": [attempt_view(a, runs) for a in mine]}
+
+
+def study_head(study: Mapping[str, Any], attempts: list[Mapping[str, Any]], now: float) -> dict[str, Any]:
     out = summary(study)
     out["counts"] = counts(attempts)
     out["budget_usage"] = budget_usage(Budget(**study["budget"]), attempts, now)
-    out["variants"] = []
+    return out
+
+
+def study_view(bundle: Mapping[str, Any], results: Mapping[str, Any], now: float) -> dict[str, Any]:
+    study, variants, attempts, runs = bundle["study"], bundle["variants"], bundle["attempts"], bundle["runs"]
+    out = study_head(study, attempts, now)
     by_variant: dict[int, list[Mapping[str, Any]]] = {}
     for a in attempts:
         by_variant.setdefault(a["variant"], []).append(a)
-    for v in variants:
-        mine = by_variant.get(v["variant"], [])
-        repetitions = []
-        for r in range(study["repetitions"]):
-            a = current.get((v["variant"], r))
-            repetitions.append({"repetition": r, "seed": a["seed"] if a else None,
-                                "current": attempt_view(a, runs) if a else None})
-        result = results["variants"][v["label"]]
-        out["variants"].append({
-            "index": v["variant"], "label": v["label"], "ops": v["ops"],
-            "repetitions": repetitions,
-            "attempts": [{**attempt_view(a, runs)} for a in mine],
-            **result,
-        })
+    out["variants"] = [{**variant_part(v, by_variant.get(v["variant"], []), study["repetitions"], runs),
+                        **results["variants"][v["label"]]} for v in variants]
     out["rankings"] = results["rankings"]
     out["best"] = results["best"]
     return out
+
+
+def encode(value: Any) -> str:
+    return json.dumps(value, allow_nan=False, default=str)  # as the API handlers encode a payload
+
+
+def study_text(head: Mapping[str, Any], parts: list[str], results: Mapping[str, Any],
+               labels: list[str]) -> str:
+    """The text `json.dumps(study_view(...))` gives, from its head, each variant's part already
+    encoded (variant_part) and the results: a variant's results are encoded again (they move
+    when any variant moves), its part only when it changed."""
+    texts = [part[:-1] + ", " + encode(results["variants"][label])[1:] for part, label in zip(parts, labels)]
+    out = [f"{encode(key)}: {encode(value)}" for key, value in head.items()]
+    out.append('"variants": [' + ", ".join(texts) + "]")
+    out += [f'"rankings": {encode(results["rankings"])}', f'"best": {encode(results["best"])}']
+    return "{" + ", ".join(out) + "}"
 
 
 CSV_COLUMNS = ["variant", "label", "rank", "tie", "eligible", "mean", "std", "average_rank", "repetition", "seed",
