@@ -87,8 +87,20 @@ def write_error_shape(handler: web.RequestHandler, status_code: int, **kwargs: A
     error = error_shape(handler, status_code, kwargs)
     if status_code == 405:
         handler.set_header("Allow", ", ".join(error["params"]["allowed"]))
+    if body_unread(handler):
+        # Refused before its streamed body was read (no login, over the cap): tornado closes the
+        # connection after this answer, as the rest of the body is still on it. Saying so lets a
+        # keep-alive client (JupyterHub's proxy) open a new one for the next request instead of
+        # sending it into a closed socket (the proxy answers that request 503 "server down").
+        handler.set_header("Connection", "close")
     handler.set_header("Content-Type", "application/json; charset=UTF-8")
     handler.finish(json.dumps({"error": error}))
+
+
+def body_unread(handler: web.RequestHandler) -> bool:
+    """A streamed request body that has not been read to its end (tornado sets the future once it is)."""
+    body = getattr(handler.request, "_body_future", None)
+    return bool(getattr(handler, "_stream_request_body", False)) and body is not None and not body.done()
 
 
 class CappedBody:

@@ -86,6 +86,25 @@ async def test_a_body_over_the_cap_is_refused_with_413_before_it_is_read(jp_serv
     assert "request_max_body_bytes" in error["message"]
 
 
+async def test_a_refusal_before_the_body_is_read_says_the_connection_closes(jp_serverapp, jp_http_port,
+                                                                          jp_base_url, http_server_client):
+    # No login and a body still to come: tornado closes this connection after the 403. Without
+    # "Connection: close" a keep-alive proxy (JupyterHub's) sent the next request into the closed
+    # socket and answered it 503 "your server appears to be down".
+    head = (f"POST {jp_base_url}codefy/api/runs HTTP/1.1\r\nHost: 127.0.0.1:{jp_http_port}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+    status, headers, body = await raw_request(jp_http_port, head)
+    assert status == 403 and headers.get("Connection") == "close", headers
+    assert_shape(json.loads(body), "unauthenticated")
+    # A refusal after the whole body arrived keeps the connection open as usual.
+    payload = b'{"graph": 1}'
+    head = (f"POST {jp_base_url}codefy/api/runs HTTP/1.1\r\nHost: 127.0.0.1:{jp_http_port}\r\n"
+            f"Authorization: token {token_of(jp_serverapp)}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n")
+    status, headers, _ = await raw_request(jp_http_port, head, payload)
+    assert status == 422 and "Connection" not in headers, headers
+
+
 @small_cap
 async def test_a_chunked_body_is_refused_once_it_passes_the_cap(jp_serverapp, jp_http_port, jp_base_url,
                                                                 http_server_client):
