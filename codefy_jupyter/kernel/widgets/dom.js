@@ -1,4 +1,4 @@
-// Shared DOM helper for the widgets' ES modules. Not a module of its own: anywidget loads each
+// Shared DOM helpers for the widgets' ES modules. Not a module of its own: anywidget loads each
 // widget's `_esm` as one module text (relative imports do not resolve), so _base.esm() ships this
 // text in front of every widget's module. Declare here only what every widget may use; a widget
 // must not declare these names again.
@@ -20,4 +20,14 @@ function h(tag, props = {}, ...children) {
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
   return node;
+}
+
+// download("runs.csv", text): the browser saves `text` (a CSV the Python side sent) as a file.
+function download(filename, text) {
+  const url = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
+  const a = h("a", { href: url, download: filename });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
 }

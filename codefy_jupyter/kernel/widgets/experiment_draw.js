@@ -2,15 +2,6 @@
 // run_view_draw.js (whose chart() and renderRunView() it uses) and before the view's own module.
 // Every action is a message to Python: {action: "sort", key} | {action: "open", run_id} | {action}.
 
-function expDownload(filename, text) {
-  const url = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
-  const a = h("a", { href: url, download: filename });
-  document.body.append(a);
-  a.click();
-  a.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 1000);
-}
-
 // A table whose sortable headers (keys in `sorts`) send {action: "sort", key}; the current sort
 // key carries an arrow. columns: [[key, label], ...]; cell(row, key) draws one cell.
 function expTable(model, columns, sorts, cell, rowProps) {
@@ -77,7 +68,7 @@ function expMount(model, el, cls, keys, draw) {
   el.append(root, area);
   const redraw = () => root.replaceChildren(...draw().flat().filter(Boolean));
   for (const key of keys) model.on(`change:${key}`, redraw);
-  const onMessage = (msg) => { if (msg && msg.type === "csv") expDownload(msg.filename, msg.text); };
+  const onMessage = (msg) => { if (msg && msg.type === "csv") download(msg.filename, msg.text); };
   model.on("msg:custom", onMessage);
   const unwatch = expWatched(model, area);
   redraw();

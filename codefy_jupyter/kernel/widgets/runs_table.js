@@ -15,15 +15,6 @@ function progressText(p) {
   return `${p.value}${total} ${p.label || ""}`.trim();
 }
 
-function download(filename, text) {
-  const url = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
-  const a = h("a", { href: url, download: filename });
-  document.body.append(a);
-  a.click();
-  a.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 1000);
-}
-
 function render({ model, el }) {
   el.classList.add("cdf", "cdf-runs");
   const root = h("div");
