@@ -33,25 +33,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import psutil
 
-from codefy_jupyter.server.headless import read_state
 from common import publish
-from run_queue import Http, free_port, spread, wait_until
+from run_queue import Http, codefy_server, spread, wait_until
 
 TARGETS = {"study_net_cpu_ms_per_attempt": 2.0, "sweep_32_post_ms": 50.0, "sweep_1000_post_ms": 1000.0,
            "sweep_first_start_vs_plain_ms": 5.0, "readers_slowdown_pct": 10.0}
 CAPS = 1000
+CAP_ENV = {"CODEFY_MAX_SWEEP_RUNS": str(CAPS), "CODEFY_MAX_SWEEP_DOMAIN": str(CAPS)}
 PARALLEL = 32  # the study's max_parallel_runs cap
 
 
@@ -66,23 +62,6 @@ def mean_graph(i: int) -> dict[str, Any]:
 
 
 FLOAT = {"nodes": [{"id": "f", "type": "Float", "params": {"value": 1.0}}], "edges": [], "settings": {"device": "cpu"}}
-
-
-@contextlib.contextmanager
-def codefy_server(data_dir: Path, cpu_limit: int) -> Iterator[dict[str, Any]]:
-    env = {**os.environ, "CODEFY_DATA_DIR": str(data_dir), "CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU": str(cpu_limit),
-           "CODEFY_RUN_RETENTION_KEEP_LAST": "-1", "CODEFY_MAX_SWEEP_RUNS": str(CAPS),
-           "CODEFY_MAX_SWEEP_DOMAIN": str(CAPS)}
-    codefy = [sys.executable, "-m", "codefy_jupyter.cli"]
-    try:
-        done = subprocess.run([*codefy, "start", "--data-dir", str(data_dir), "--port", str(free_port())],
-                              env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"codefy start failed ({done.returncode}):\n{done.stderr or done.stdout}")
-        yield read_state(data_dir) or {}
-    finally:
-        if read_state(data_dir) is not None:
-            subprocess.run([*codefy, "stop", "--data-dir", str(data_dir)], env=env, capture_output=True)
 
 
 def cpu_s(p: psutil.Process) -> float:
@@ -312,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             or args.repetitions > 32:
         ap.error("every count must be >= 1, --variants <= 1000 and --repetitions <= 32")
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="codefy-bench-") as tmp, codefy_server(Path(tmp), args.cpu_limit) as state:
+    with tempfile.TemporaryDirectory(prefix="codefy-bench-") as tmp, codefy_server(Path(tmp), args.cpu_limit, CAP_ENV) as state:
         results = asyncio.run(bench(args, state))
     summary = summarize(results)
     publish(args.out, started,

@@ -76,9 +76,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def codefy_server(data_dir: Path, cpu_limit: int) -> Iterator[dict[str, Any]]:
+def codefy_server(data_dir: Path, cpu_limit: int, extra_env: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
+    """A `codefy start` on `data_dir` (retention off) for the duration; its server.json state."""
     env = {**os.environ, "CODEFY_DATA_DIR": str(data_dir), "CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU": str(cpu_limit),
-           "CODEFY_RUN_RETENTION_KEEP_LAST": "-1"}
+           "CODEFY_RUN_RETENTION_KEEP_LAST": "-1", **(extra_env or {})}
     codefy = [sys.executable, "-m", "codefy_jupyter.cli"]
     try:
         done = subprocess.run([*codefy, "start", "--data-dir", str(data_dir), "--port", str(free_port())],

@@ -46,6 +46,8 @@ CRASH_BEFORE_SUBMIT_ENV = "CODEFY_TEST_CRASH_BEFORE_SUBMIT"
 def _crash_hook(name: str) -> int | None:
     value = os.environ.get(name)
     return int(value) if value and value.isdigit() else None
+
+
 RUN_NAME_MAX = 200  # the run API's limit on a name
 ACTIVE_RUN_STATUSES = frozenset({"queued", "running", "disconnected"})
 
