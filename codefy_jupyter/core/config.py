@@ -44,6 +44,14 @@ SETTINGS: tuple[Setting, ...] = (
             "'<worker>/<device>' is that worker's. Beats the two defaults above. Malformed entries are "
             "ignored with a warning; limits below 1 count as 1."),
     Setting("run_interactive_max_concurrent", int, 2, "Concurrent interactive runs (at most one per session)."),
+    Setting("run_quota_max_running", int, 0,
+            "Queued-lane runs one owner may have executing at once, on this server and its workers together. "
+            "Their next run waits (reason owner_quota) without holding up other owners' runs. 0: unlimited."),
+    Setting("run_quota_max_queued", int, 0,
+            "Queued-lane runs one owner may have waiting at once. A submit past it is refused with 429 "
+            "owner_queue_full; a sweep or study whose children would pass it is refused whole. 0: unlimited."),
+    Setting("run_quota_exempt_users", str, "",
+            "Comma-separated owners neither quota applies to (e.g. the team's admins)."),
     Setting("worker_resume_grace_s", int, 300,
             "Seconds a disconnected worker's runs wait for it before they end interrupted. 0 ends them at once."),
     Setting("worker_output_fetch_timeout_s", int, 60,
@@ -118,6 +126,9 @@ class Settings:
     run_queue_max_concurrent_cpu: int = 2
     run_queue_max_concurrent: str = ""
     run_interactive_max_concurrent: int = 2
+    run_quota_max_running: int = 0
+    run_quota_max_queued: int = 0
+    run_quota_exempt_users: str = ""
     worker_resume_grace_s: int = 300
     worker_output_fetch_timeout_s: int = 60
     worker_one_shot_queue_timeout_s: int = 86400

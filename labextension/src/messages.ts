@@ -59,6 +59,24 @@ export const CATALOG: Record<string, Render> = {
   },
   behind_waiting_run: (t, p) => has(p, 'run_id')
     ? t.__('behind run %1, which waits for more than its turn', p.run_id) : null,
+  // per-owner quotas (core/scheduling/quotas.py); owner null: the runs nobody is identified for
+  owner_quota: (t, p) => {
+    if (!has(p, 'running', 'limit')) {
+      return null;
+    }
+    return p.owner
+      ? t.__("waiting for %1's run quota (%2 running of %3)", p.owner, p.running, p.limit)
+      : t.__('waiting for the shared run quota (%1 running of %2)', p.running, p.limit);
+  },
+  // a refusal of the requester's own submit, so it speaks to them
+  owner_queue_full: (t, p) => {
+    if (!has(p, 'queued', 'limit', 'adding')) {
+      return null;
+    }
+    return Number(p.adding) === 1
+      ? t.__('runs you have waiting: %1, at most %2 per user; submit again once one has started', p.queued, p.limit)
+      : t.__('runs you have waiting: %1, at most %2 per user; %3 more would exceed it', p.queued, p.limit, p.adding);
+  },
   // refusals the panels' actions can meet (server/handlers.py, core/workers/access.py)
   not_worker_owner: (t, p) => has(p, 'worker', 'action')
     ? t.__('only an admin or %1 may %2 worker %3', p.enrolled_by ?? t.__('an admin'), p.action, p.worker) : null,

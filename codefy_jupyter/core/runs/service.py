@@ -53,6 +53,7 @@ from ..scheduling.device_sets import SubmitError, resolve_run_device
 from ..scheduling.limits import build_limits
 from ..scheduling.memory_ledger import budget_mib
 from ..scheduling.queue import RunQueue
+from ..scheduling.quotas import build_quotas
 from ..scheduling.records import Placement, Run
 from ..scheduling.slot_groups import LOCAL, LocalMachine
 from ..store.database import Store
@@ -115,6 +116,10 @@ class RunService:
         self.queue = RunQueue(self.limits, interactive_limit=max(1, settings.run_interactive_max_concurrent),
                               slots=self.devices, local=local_machine)
         self.queue.cuda_context_mib = settings.execution_cuda_context_mib
+        self.queue.quotas, quota_warnings = build_quotas(settings.run_quota_max_running, settings.run_quota_max_queued,
+                                                         settings.run_quota_exempt_users)
+        for notice in quota_warnings:
+            log.warning("%s", notice.message)
         self.events = EventLog(store, payload_cap_bytes=settings.run_event_payload_cap_bytes, clock=clock)
         self.events.on_write_failed = self._log_write_failed
         self._runs = RunBook()  # one record per run held here, and the recently finished ones
@@ -263,9 +268,9 @@ class RunService:
         data = str(self.data_dir.resolve())
         return found, run_needs.classify(found, data, sizes, self.settings.transfer_max_input_bytes)
 
-    def _queue_run(self, prepared: _Prepared, run_id: str, order: int) -> Run:
+    def _queue_run(self, prepared: _Prepared, run_id: str, order: int, owner: str | None = None) -> Run:
         req, resolved, worker, pool = prepared.req, prepared.resolved, prepared.worker, prepared.pool
-        return Run(run_id=run_id, order=order, device=resolved.device,
+        return Run(run_id=run_id, order=order, device=resolved.device, owner=owner,
                    devices=resolved.devices if (worker is None and pool is None) or len(resolved.devices) > 1 else (),
                    seeded=prepared.seed is not None, lane=req.options.lane, session=req.options.session,
                    **({} if worker is None and pool is None else {"worker": worker or "any", "pool": pool}),
@@ -287,6 +292,11 @@ class RunService:
         run = self._queue_run(prepared, "preflight", 0)
         if not run.is_local or run.memory_mib is not None:
             self.queue.check_placeable(run, prepared.node_types, device_field=prepared.device_field)
+
+    def check_quota(self, owner: str | None, runs: int) -> None:
+        """Refuse (429 owner_queue_full) a sweep or study whose `runs` children queued at once would
+        put `owner` over the queued cap; its children are then submitted as admitted."""
+        self.queue.check_owner_room(owner, runs)
 
     def add_observer(self, observer: RunObserver) -> None:
         """Tell `observer` when runs start and when their final status has committed (sweeps and
@@ -315,12 +325,13 @@ class RunService:
         run_id = run_id or uuid.uuid4().hex[:16]
         stored_graph = strip_secrets(graph, self.registry)
         self._order += 1
-        run = self._queue_run(prepared, run_id, self._order)
-        # The lane's refusals (503) and a worker target's (400) happen before anything is written.
+        run = self._queue_run(prepared, run_id, self._order, owner)
+        # The lane's refusals (503), a worker target's (400) and the owner's queued cap (429) happen
+        # before anything is written. A sweep's or study's child (`links`) was admitted with its parent.
         if run.is_local:
-            self.queue.submit(run)
+            self.queue.submit(run, admitted=bool(links))
         else:
-            self.queue.submit(run, prepared.node_types, device_field=prepared.device_field)
+            self.queue.submit(run, prepared.node_types, device_field=prepared.device_field, admitted=bool(links))
         # Placed before its row exists? It starts once the row is written.
         record = self._runs.add(run_id, written=False)
         try:

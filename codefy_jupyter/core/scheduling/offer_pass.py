@@ -11,6 +11,7 @@ from typing import Iterable, Mapping, NamedTuple
 
 from codefy_jupyter.core.scheduling import memory_ledger as ml
 from codefy_jupyter.core.scheduling import placement as wp
+from codefy_jupyter.core.scheduling import quotas as qt
 from codefy_jupyter.core.scheduling.device_sets import KIND_REQUESTS, Notice
 from codefy_jupyter.core.scheduling.placement import ANY
 from codefy_jupyter.core.scheduling.records import INTERACTIVE, QUEUED, Run
@@ -48,6 +49,8 @@ class PassState:
     heads: dict[str, str] = field(default_factory=dict)  # queue key -> the last head offered there
     # group shared by memory -> what earlier waiting heads reserve there (memory_ledger.py)
     mem_reserved: dict[str, list[ml.Holder]] = field(default_factory=dict)
+    # owner -> queued-lane runs executing, those this pass started included (quotas.py)
+    owner_running: dict[str | None, int] = field(default_factory=dict)
 
 
 def holding_of(running: dict[str, Held]) -> dict[str, set[str]]:
@@ -74,7 +77,8 @@ class OfferPass:
     def __init__(self, *, queues: dict[str, deque[Run]], interactive_waiting: dict[str, Run],
                  waiting: dict[str, Run], workers: dict[str, WorkerOffer], one_shot_taken: set[str],
                  topology: Topology, mount_label: str = "data",
-                 memory: Mapping[str, ml.CardMemory] | None = None, context_mib: int = 0) -> None:
+                 memory: Mapping[str, ml.CardMemory] | None = None, context_mib: int = 0,
+                 quotas: qt.Quotas | None = None, owner_running: Mapping[str | None, int] | None = None) -> None:
         self._queues = queues
         self._interactive_waiting = interactive_waiting
         self._waiting = waiting
@@ -84,6 +88,9 @@ class OfferPass:
         self._mount_label = mount_label
         self._memory = memory or {}
         self._context_mib = context_mib
+        # Without a running cap the pass does no quota work at all (not even a copy of the counts).
+        self._quotas = quotas if quotas is not None and quotas.caps_running else None
+        self._owner_running = owner_running or {}
 
     def workers(self) -> list[WorkerOffer]:
         return [self._workers[k] for k in sorted(self._workers)]
@@ -100,6 +107,8 @@ class OfferPass:
         state = PassState(used=used, group_used=group_used, running=running, commit=commit, holding=holding,
                           seeded_running=next((h.run.run_id for h in running.values()
                                                if h.run.seeded and h.worker == LOCAL), None))
+        if self._quotas is not None:
+            state.owner_running = dict(self._owner_running)
         self._out_of_turn(state)
         # (lane rank, submit order): interactive runs first, then queue heads, oldest first.
         heap: list[tuple[int, int, str]] = [(0, r.order, r.run_id) for r in self._interactive_waiting.values()]
@@ -113,6 +122,14 @@ class OfferPass:
         while heap:
             rank, _, ref = heapq.heappop(heap)
             run = self._interactive_waiting[ref] if rank == 0 else self._queues[ref][at[ref]]
+            if rank == 1 and self._quotas is not None:
+                over = self.over_quota(run, state)
+                if over is not None:
+                    # Its owner is at their cap: it holds nothing, and the run behind it in this FIFO
+                    # is offered in its place (one owner's waiting runs never block another's).
+                    state.reasons[run.run_id] = over
+                    self._offer_next(heap, at, ref, state)
+                    continue
             why, choice = self._evaluate(run, state)
             state.reasons[run.run_id] = why
             if rank == 1:
@@ -121,14 +138,25 @@ class OfferPass:
                 continue
             self._start(run, choice, state)
             if rank == 1:
-                queue = self._queues[ref]
-                i = self._next_waiting(queue, at[ref] + 1, state)
-                if i < len(queue):
-                    at[ref] = i
-                    heapq.heappush(heap, (1, queue[i].order, ref))
+                self._offer_next(heap, at, ref, state)
         if commit:
             self._drop_started(state)
         return state
+
+    def _offer_next(self, heap: list[tuple[int, int, str]], at: dict[str, int], ref: str, state: PassState) -> None:
+        queue = self._queues[ref]
+        i = self._next_waiting(queue, at[ref] + 1, state)
+        if i < len(queue):
+            at[ref] = i
+            heapq.heappush(heap, (1, queue[i].order, ref))
+
+    def over_quota(self, run: Run, state: PassState) -> Notice | None:
+        """`owner_quota` for a queued-lane run whose owner has reached the running cap, else None."""
+        if self._quotas is None or run.lane != QUEUED:
+            return None
+        running = state.owner_running.get(run.owner, 0)
+        limit = qt.capped(self._quotas, run.owner, running)
+        return None if limit is None else qt.reason_owner_quota(run.owner, running, limit)
 
     @staticmethod
     def _next_waiting(queue: deque[Run], i: int, state: PassState) -> int:
@@ -161,6 +189,10 @@ class OfferPass:
             if not (offer.one_shot and run is not None and run.lane == QUEUED and run.run_id not in state.running):
                 continue
             if run.pool is None and run.worker != offer.name:
+                continue
+            over = self.over_quota(run, state)
+            if over is not None:
+                state.reasons[run.run_id] = over
                 continue
             choices = self._one_shot_choices(run, [offer], state)
             for choice in choices:
@@ -348,6 +380,8 @@ class OfferPass:
                      tuple(topo.group(s) for s in slots) if run.lane == QUEUED else ())
         hold(held, state.used, state.group_used, state.running)
         state.started.append(held)
+        if self._quotas is not None and run.lane == QUEUED:
+            state.owner_running[run.owner] = state.owner_running.get(run.owner, 0) + 1
         if run.seeded and worker == LOCAL:
             state.seeded_running = run.run_id
         # On a dry pass the waiting runs are left alone; on a real one the run moves over.

@@ -40,6 +40,8 @@ class Run:
     # the card whole) and whether it may wait for the budget to fit (False: refused at submit).
     memory_mib: int | None = None
     wait: bool = True
+    # Who submitted it (None: nobody identified): the per-owner quotas (quotas.py) count by it.
+    owner: str | None = None
 
     def __post_init__(self) -> None:
         if self.lane not in LANES:
