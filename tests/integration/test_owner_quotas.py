@@ -92,10 +92,12 @@ async def test_each_owner_is_capped_alone_and_never_blocks_the_other(jp_fetch):
 async def test_a_sweep_or_study_past_the_queued_cap_is_refused_whole(jp_fetch):
     code, running = await submit(jp_fetch, ALICE, sleepy(30))
     assert code == 201 and running["status"] == "running"
-    mean = {"nodes": [{"id": "vals", "type": "List", "params": {"values": [1, 2]}}, {"id": "m", "type": "Mean"}],
-            "edges": [{"source": "vals", "source_port": "values", "target": "m", "target_port": "values"}]}
+    mean = {"nodes": [{"id": "nap", "type": "Sleep", "params": {"seconds": 0}},
+                      {"id": "vals", "type": "List", "params": {"values": [1, 2]}}, {"id": "m", "type": "Mean"}],
+            "edges": [{"source": "vals", "source_port": "values", "target": "nap", "target_port": "value"},
+                      {"source": "nap", "source_port": "value", "target": "m", "target_port": "values"}]}
     sweep = {"base_graph": mean, "name": "three",
-             "sweep_spec": {"params": [{"node_id": "vals", "param": "values", "values": [[1], [2], [3]]}]},
+             "sweep_spec": {"params": [{"node_id": "nap", "param": "seconds", "values": [0, 0.01, 0.02]}]},
              "objective": {"metric": "mean", "direction": "minimize"}}
     before = await listing(jp_fetch)
     code, body = await call(jp_fetch, "api", "sweeps", method="POST", body=sweep, headers=ALICE)
@@ -113,7 +115,7 @@ async def test_a_sweep_or_study_past_the_queued_cap_is_refused_whole(jp_fetch):
 
     # Two variants fit alice's two waiting places; they wait for her quota, and then her room is full.
     two = {**sweep, "name": "two",
-           "sweep_spec": {"params": [{"node_id": "vals", "param": "values", "values": [[1], [2]]}]}}
+           "sweep_spec": {"params": [{"node_id": "nap", "param": "seconds", "values": [0, 0.01]}]}}
     code, created = await call(jp_fetch, "api", "sweeps", method="POST", body=two, headers=ALICE)
     assert code == 201, created
     for variant in created["variants"]:
