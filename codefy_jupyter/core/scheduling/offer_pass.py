@@ -51,6 +51,7 @@ class PassState:
     mem_reserved: dict[str, list[ml.Holder]] = field(default_factory=dict)
     # owner -> queued-lane runs executing, those this pass started included (quotas.py)
     owner_running: dict[str | None, int] = field(default_factory=dict)
+    capped: set[str | None] = field(default_factory=set)  # owners at their running cap
 
 
 def holding_of(running: dict[str, Held]) -> dict[str, set[str]]:
@@ -109,6 +110,7 @@ class OfferPass:
                                                if h.run.seeded and h.worker == LOCAL), None))
         if self._quotas is not None:
             state.owner_running = dict(self._owner_running)
+            state.capped = {o for o, n in state.owner_running.items() if qt.capped(self._quotas, o, n) is not None}
         self._out_of_turn(state)
         # (lane rank, submit order): interactive runs first, then queue heads, oldest first.
         heap: list[tuple[int, int, str]] = [(0, r.order, r.run_id) for r in self._interactive_waiting.values()]
@@ -122,14 +124,9 @@ class OfferPass:
         while heap:
             rank, _, ref = heapq.heappop(heap)
             run = self._interactive_waiting[ref] if rank == 0 else self._queues[ref][at[ref]]
-            if rank == 1 and self._quotas is not None:
-                over = self.over_quota(run, state)
-                if over is not None:
-                    # Its owner is at their cap: it holds nothing, and the run behind it in this FIFO
-                    # is offered in its place (one owner's waiting runs never block another's).
-                    state.reasons[run.run_id] = over
-                    self._offer_next(heap, at, ref, state)
-                    continue
+            if rank == 1 and run.owner in state.capped:  # its owner reached the cap since it was offered
+                self._offer_next(heap, at, ref, state)
+                continue
             why, choice = self._evaluate(run, state)
             state.reasons[run.run_id] = why
             if rank == 1:
@@ -160,7 +157,17 @@ class OfferPass:
 
     @staticmethod
     def _next_waiting(queue: deque[Run], i: int, state: PassState) -> int:
-        while i < len(queue) and queue[i].run_id in state.running:  # started out of turn
+        """The next run of the queue to offer: not started out of turn, and not one whose owner is at
+        their running cap. A capped run holds nothing (no reservation, no gate claim) and gets no
+        reason here (`over_quota` answers that when asked): the run behind it is offered in its
+        place, so one owner's waiting runs never block another's. Its owner's count only rises
+        during a pass, so a run passed over stays passed over."""
+        capped, running = state.capped, state.running
+        if capped:
+            while i < len(queue) and (queue[i].owner in capped or queue[i].run_id in running):
+                i += 1
+            return i
+        while i < len(queue) and queue[i].run_id in running:  # started out of turn
             i += 1
         return i
 
@@ -190,9 +197,7 @@ class OfferPass:
                 continue
             if run.pool is None and run.worker != offer.name:
                 continue
-            over = self.over_quota(run, state)
-            if over is not None:
-                state.reasons[run.run_id] = over
+            if run.owner in state.capped:
                 continue
             choices = self._one_shot_choices(run, [offer], state)
             for choice in choices:
@@ -381,7 +386,9 @@ class OfferPass:
         hold(held, state.used, state.group_used, state.running)
         state.started.append(held)
         if self._quotas is not None and run.lane == QUEUED:
-            state.owner_running[run.owner] = state.owner_running.get(run.owner, 0) + 1
+            count = state.owner_running[run.owner] = state.owner_running.get(run.owner, 0) + 1
+            if qt.capped(self._quotas, run.owner, count) is not None:
+                state.capped.add(run.owner)
         if run.seeded and worker == LOCAL:
             state.seeded_running = run.run_id
         # On a dry pass the waiting runs are left alone; on a real one the run moves over.

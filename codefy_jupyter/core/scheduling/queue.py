@@ -507,22 +507,19 @@ class RunQueue:
         """`reason` of every waiting run that has one, from one dry pass."""
         state = self._dry_pass()
         out = {rid: why for rid, why in state.reasons.items() if why is not None}
-        offer = self._offer_pass()
+        if state.capped:  # the pass offered none of these runs: their owners are at the cap
+            offer = self._offer_pass()
+            for run in self._waiting.values():
+                if run.owner in state.capped and run.lane == QUEUED and run.run_id not in state.running \
+                        and run.run_id not in out:
+                    out[run.run_id] = offer.over_quota(run, state)
         for key, head_id in state.heads.items():
             head_why = state.reasons.get(head_id)
-            quota_only = head_why is None
-            if quota_only and not self.quotas.caps_running:
+            if head_why is None:
                 continue
             head = self._waiting[head_id]
             for run in self._queues[key]:
-                if run.order <= head.order or run.run_id in state.running:
-                    continue
-                # Behind its head, a run whose owner is at their cap says so: that holds it even
-                # once the head has started.
-                over = offer.over_quota(run, state)
-                if over is not None:
-                    out[run.run_id] = over
-                elif not quota_only:
+                if run.order > head.order and run.run_id not in state.running and run.run_id not in out:
                     out[run.run_id] = behind(head, head_why)
         return out
 
