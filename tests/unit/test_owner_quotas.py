@@ -179,6 +179,18 @@ class TestRunningCap:
         assert q.why("a2")[0] == OWNER_QUOTA  # alice's cap holds it even after the set run starts
         assert q.reasons()["a2"].code == OWNER_QUOTA
 
+    def test_a_head_passed_while_its_owner_reaches_the_cap_later_in_the_pass(self):
+        """a1 waits its turn on a full cuda:0; a2, submitted later to the free cpu, starts in the same
+        pass and brings alice to her cap: a1 now waits for her quota, and both views say so."""
+        q = Q(quotas=Quotas(max_running=1), slots=["cpu", "cuda:0"])
+        q.add("b0", "bob", "cuda:0")
+        assert q.go() == ["b0"]
+        q.add("a1", "alice", "cuda:0"), q.add("a2", "alice", "cpu")
+        assert q.go() == ["a2"]
+        assert q.why("a1")[0] == OWNER_QUOTA and q.reasons()["a1"].code == OWNER_QUOTA
+        assert q.done("b0") == []  # cuda:0 is free, but alice is at her cap
+        assert q.done("a2") == ["a1"]
+
     def test_exempt_and_ownerless(self):
         q = Q(Limits(cpu=8), Quotas(max_running=1, exempt=frozenset({"boss"})))
         for rid, owner in (("x1", "boss"), ("x2", "boss"), ("n1", None), ("n2", None), ("a1", "alice")):
@@ -372,3 +384,66 @@ def test_random_sequences_match_the_greedy_model(gpu, cpu, max_running, max_queu
         schedule()
     assert q.waiting() == [] and q.running() == []
     assert all(q.owner_counts(o) == (0, 0) for o in OWNERS)
+
+
+CARDS = ["cuda:0", "cuda:1", "cuda:2"]
+full_op_st = st.one_of(
+    st.tuples(st.just("submit"), st.sampled_from(OWNERS),
+              st.one_of(st.sampled_from(["cpu", *CARDS]).map(lambda d: (d, ())),
+                        st.lists(st.sampled_from(CARDS), min_size=2, max_size=3, unique=True).map(
+                            lambda s: (s[0], tuple(s)))),
+              st.sampled_from([False] * 5 + [True]), st.sampled_from(["queued"] * 5 + [INTERACTIVE])),
+    st.tuples(st.just("finish"), st.integers(0, 40), st.none(), st.none(), st.none()),
+    st.tuples(st.just("cancel"), st.integers(0, 40), st.none(), st.none(), st.none()),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(gpu=st.integers(1, 2), max_running=st.integers(1, 2), ops=st.lists(full_op_st, max_size=40))
+def test_with_sets_seeds_and_lanes_the_cap_holds_views_agree_and_everything_drains(gpu, max_running, ops):
+    """Reservations, the seeded gate and the interactive lane together with a running cap: no owner
+    ever has more queued-lane runs executing than the cap, reason() and reasons() agree, a waiting
+    run whose owner is at the cap and that the pass never offered says owner_quota, and finishing
+    runs drains every queue (a capped run never deadlocks the gate or a reservation)."""
+    quotas = Quotas(max_running=max_running)
+    q = RunQueue(Limits(gpu=gpu, cpu=2), interactive_limit=2, slots=["cpu", *CARDS])
+    q.quotas = quotas
+    n, ids = 0, []
+
+    def check() -> None:
+        running = Counter(r.owner for r in q.running() if r.lane == "queued")
+        assert all(count <= max_running for count in running.values()), running
+        reasons = q.reasons()
+        for run in q.waiting():
+            assert q.reason(run.run_id) == reasons.get(run.run_id), run
+            if run.lane == "queued" and running[run.owner] >= max_running:
+                assert run.run_id in reasons, run  # owner_quota, or what held it before its owner's cap
+
+    for kind, a, target, seeded, lane in ops:
+        if kind == "submit":
+            n += 1
+            device, devices = target
+            run = Run(f"r{n}", n, device, devices, seeded, lane, f"s{n}" if lane == INTERACTIVE else None, owner=a)
+            try:
+                q.submit(run)
+            except SubmitError as err:
+                assert err.status == 503  # the interactive lane's limit; there is no queued cap here
+                continue
+            ids.append(run.run_id)
+        elif kind == "finish":
+            running = q.running()
+            if running:
+                q.finish(running[a % len(running)].run_id)
+        elif ids:
+            q.cancel(ids[a % len(ids)])
+        q.schedule()
+        assert q.schedule() == []  # one pass starts everything the rules allow
+        check()
+    for _ in range(len(ids) + 2):
+        running = q.running()
+        if not running:
+            break
+        q.finish(running[0].run_id)
+        q.schedule()
+        check()
+    assert q.waiting() == [] and q.running() == []
