@@ -73,9 +73,10 @@ class TestDecisions:
         assert (err.value.status, err.value.code) == (429, OWNER_QUEUE_FULL)
         assert err.value.params == {"setting": "run_quota_max_queued", "owner": "a", "limit": 3, "queued": 2,
                                     "adding": 2}
-        assert str(err.value) == "a has 2 runs waiting, at most 3 per user (run_quota_max_queued): 2 more would exceed it"
-        assert str(check_room_error(q, "a", 3)) == (
-            "a already has 3 runs waiting, at most 3 per user (run_quota_max_queued): submit again once one has started")
+        assert str(err.value) == ("a has 2 runs waiting, at most 3 per user (run_quota_max_queued): "
+                                  "2 more would exceed it")
+        assert str(check_room_error(q, "a", 3)) == ("a already has 3 runs waiting, at most 3 per user "
+                                                     "(run_quota_max_queued): submit again once one has started")
 
     @pytest.mark.parametrize("kw", [{"max_running": -1}, {"max_queued": -2}, {"max_running": 1.5},
                                     {"max_queued": True}])

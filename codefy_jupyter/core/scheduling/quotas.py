@@ -68,7 +68,8 @@ def build_quotas(max_running: int, max_queued: int, exempt: str | None) -> tuple
                                    {"setting": setting, "value": value}))
             value = 0
         values[setting] = value
-    return Quotas(values["run_quota_max_running"], values["run_quota_max_queued"], parse_exempt(exempt)), tuple(warnings)
+    quotas = Quotas(values["run_quota_max_running"], values["run_quota_max_queued"], parse_exempt(exempt))
+    return quotas, tuple(warnings)
 
 
 def whose(owner: str | None) -> str:
