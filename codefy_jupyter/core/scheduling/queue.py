@@ -530,9 +530,8 @@ class RunQueue:
     def _behind(self, run: Run, state: PassState) -> Notice | None:
         """A run the pass did not offer: its owner's quota, else the reason of the head it waits
         behind, if that has one."""
-        over = self._offer_pass().over_quota(run, state)
-        if over is not None:
-            return over
+        if run.owner in state.capped:
+            return self._offer_pass().over_quota(run, state)
         head_id = state.heads.get(run.queue_key)
         head_why = state.reasons.get(head_id) if head_id is not None else None
         if head_why is None or run.run_id in state.running:
