@@ -5,7 +5,9 @@ it. postBuild is checked for syntax only (it installs packages)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +25,9 @@ def test_binder_start_runs_lab_with_a_connected_local_agent(tmp_path: Path) -> N
     log = tmp_path / "binder-agent.log"
     family: list[psutil.Process] = []
     try:
-        with running_lab(tmp_path, env={"HOME": str(home), "CODEFY_BINDER_AGENT_LOG": str(log)},
+        # As in the Binder image, `python` on PATH is the environment's.
+        path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+        with running_lab(tmp_path, env={"HOME": str(home), "CODEFY_BINDER_AGENT_LOG": str(log), "PATH": path},
                          wrap=("bash", str(BINDER / "start"))) as lab:
             deadline = time.monotonic() + 120
             while True:
