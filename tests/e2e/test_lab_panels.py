@@ -112,7 +112,7 @@ def test_runs_and_workers_panels_live(lab: Lab) -> None:
             train = lab.submit(tiny_training(), "tiny training")
             expect(row(train)).to_have_attribute("data-status", "succeeded", timeout=120_000)
             row(train).locator(".cdf-run-link").click()
-            detail = page.locator(f"#codefy-run-{train}")
+            detail = page.locator(f".cdf-run-detail#codefy-run-{train}")
             expect(detail.locator('.cdf-run-metrics g.cdf-series[data-label="train_loss"] polyline')).to_be_visible(
                 timeout=30_000)
             saved = lab.api("GET", f"runs/{train}/artifacts")["artifacts"]
