@@ -167,6 +167,8 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             wait_for(lambda: lab.api("GET", f"studies/{study['id']}"), lambda s: s["status"] == "succeeded")
             runs.locator("button.cdf-studies").click()
             listing = page.locator("#codefy-studies")
+            expect(listing.locator(f'tr[data-study-id="{study["id"]}"]')).to_be_visible(timeout=30_000)
+            page.locator(".cdf-studies-panel").screenshot(path=str(ARTIFACTS / "6a-studies-panel.png"))
             listing.locator(f'tr[data-study-id="{study["id"]}"] .cdf-study-link').click()
             view = page.locator(f"#codefy-study-{study['id']}")
             expect(view.locator(".cdf-study-table tbody tr")).to_have_count(3, timeout=30_000)
@@ -176,7 +178,6 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             expect(view.locator('tr[data-label="high"] .cdf-col-comparison')).to_contain_text("p=")
             expect(view.locator('tr[data-label="base"] .cdf-col-mean')).to_have_text("3 ± 0")
             page.screenshot(path=str(ARTIFACTS / "6-study-view.png"))
-            listing.screenshot(path=str(ARTIFACTS / "6a-studies-panel.png"))
 
             # A stopped study: Resume continues it; the button goes with the status it answers.
             naps = lab.api("POST", "studies", {
@@ -186,6 +187,7 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
                 "repetitions": 2, "seed": 3})
             lab.api("POST", f"studies/{naps['id']}/cancel", {})
             stopped = wait_for(lambda: lab.api("GET", f"studies/{naps['id']}"), lambda s: s["status"] == "cancelled")
+            runs.locator("button.cdf-studies").click()
             listing.locator("button.cdf-refresh").click()
             listing.locator(f'tr[data-study-id="{naps["id"]}"] .cdf-study-link').click()
             view = page.locator(f"#codefy-study-{naps['id']}")
