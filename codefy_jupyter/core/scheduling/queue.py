@@ -107,6 +107,8 @@ behind a head that has a reason waits for that too and says so (`behind_waiting_
                            run's budget + CUDA context now (memory_ledger.py; free_mib None: no report yet)
   memory_no_budget         {device, whole, running}  a run without a budget waits for the shared card
                            to empty (whole), or a budgeted run waits while such a run has it
+  budget_raised            {device, estimate_gib, memory_gib, need_mib, free_mib}  memory_wait of a run
+                           whose accepted estimate was raised at submit (memory_estimate.py)
 Cards shared by memory (memory_ledger.py): a worker's CUDA card its agent shares (`WorkerOffer.
 shared_memory`), where every online provider of the card shares it, admits runs by `Run.memory_mib`
 against the card's ledger (`set_card_memory`, from heartbeats) instead of its count limit. Refusals:
