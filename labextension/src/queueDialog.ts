@@ -74,7 +74,7 @@ class QueueBody extends Widget implements Dialog.IBodyWidget<QueueForm> {
   constructor(choices: TargetChoice[], form: QueueForm, trans: Trans, refusal: Refusal | null,
     estimate: MemoryEstimate | null) {
     super();
-    this.estimateGib = form.estimateGib;
+    this.estimateGib = form.estimateGib ?? null;
     this.addClass('cdf-dialog');
     this.addClass('cdf-queue-dialog');
     const t = trans;
@@ -96,7 +96,7 @@ class QueueBody extends Widget implements Dialog.IBodyWidget<QueueForm> {
       h('label', { class: 'cdf-check' }, input('recordOutputs', { type: 'checkbox', checked: form.recordOutputs }),
         t.__('Record outputs')),
       h('div', { class: 'cdf-field' }, h('span', {}, t.__('Memory budget (GiB)')),
-        input('memoryGib', { type: 'text', value: form.memoryGib, placeholder: t.__('none') }),
+        input('memoryGib', { type: 'text', value: form.memoryGib ?? '', placeholder: t.__('none') }),
         estimate ? h('button', {
           type: 'button', class: 'cdf-use-estimate jp-mod-styled',
           onclick: () => {

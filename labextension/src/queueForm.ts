@@ -28,9 +28,9 @@ export interface QueueForm {
   deterministic: boolean;
   recordOutputs: boolean;
   /** the memory budget per card in GiB, for a worker's card shared by memory; blank: none */
-  memoryGib: string;
+  memoryGib?: string;
   /** the estimate the dialog offered (GiB), when the budget field holds it unchanged */
-  estimateGib: number | null;
+  estimateGib?: number | null;
 }
 
 export const MEMORY_GIB_MAX = 4096;
@@ -157,13 +157,13 @@ export function submitBody(graph: Graph, form: QueueForm, t: Trans): SubmitReque
   if (form.recordOutputs) {
     options.record_outputs = true;
   }
-  const gib = parseMemoryGib(form.memoryGib);
+  const gib = parseMemoryGib(form.memoryGib ?? '');
   if (gib === undefined) {
     return { field: 'options.target.memory_gib', message: t.__('a memory budget is a number of GiB above 0 and at most %1', MEMORY_GIB_MAX) };
   }
   if (gib !== null) {
     // An estimate the user left as offered is marked as one (est. in the Runs panel); an edited one is declared.
-    const estimate = form.estimateGib !== null && gib === form.estimateGib;
+    const estimate = form.estimateGib != null && gib === form.estimateGib;
     options.target = { ...(options.target ?? { worker: LOCAL }), memory_gib: gib, ...(estimate ? { memory_source: 'estimate' as const } : {}) };
   }
   const body: SubmitRequest = { graph, options };
