@@ -114,6 +114,12 @@ def test_what_it_cannot_size_is_listed_not_guessed():
     assert est.memory_gib == me.STEP_GIB
 
 
+def test_blocks_that_expand_at_run_time_are_listed_as_unknown():
+    graph = {"nodes": [{"id": "block", "type": "Subgraph", "params": {}}], "edges": []}
+    est = me.estimate(graph, DEFS)
+    assert est.unknown == [{"node_id": "block", "why": "block (Subgraph): its inner graph is not estimated"}]
+
+
 def test_the_suggestion_adds_a_margin_and_rounds_up():
     assert me.suggested_gib(0) == 0.25
     assert me.suggested_gib(int(0.9 * me.GIB)) == 1.25  # 0.9 × 1.25 + 64 MiB = 1.19 GiB

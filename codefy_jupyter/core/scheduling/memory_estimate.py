@@ -31,6 +31,7 @@ MARGIN = 1.25
 WORKSPACE_BYTES = 64 * 1024 * 1024
 STEP_GIB = 0.25
 GIB = 1024 ** 3
+EXPANDING = ("Subgraph", "Preset", "Map")  # their nodes exist only once the run expands them
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,8 @@ def estimate(graph: Mapping[str, Any], definitions: Mapping[str, Mapping[str, An
                 model_params(*found)
         elif kind in ("ClassificationMetrics", "RegressionMetrics"):
             data(node_id, g.source(node_id, "dataset"))
+        elif kind in EXPANDING:
+            out.unknown.append({"node_id": node_id, "why": f"{node_id} ({kind}): its inner graph is not estimated"})
 
     for node_id in g.nodes:
         if g.type(node_id) != "TrainingLoop":
