@@ -8,8 +8,8 @@ from typing import Any
 
 from .execution_socket import ExecutionSocket
 from .handlers import (
-    ArtifactsHandler, CancelHandler, EventsHandler, MetricsHandler, NodesHandler, OpenAPIHandler, RunHandler,
-    RunsHandler,
+    ArtifactsHandler, CancelHandler, EventsHandler, MemoryEstimateHandler, MetricsHandler, NodesHandler,
+    OpenAPIHandler, RunHandler, RunsHandler,
 )
 from .storage_handlers import storage_routes
 from .study_handlers import study_routes
@@ -28,6 +28,7 @@ def route_table(base: str) -> list[tuple[str, type, dict[str, Any]]]:
         (f"{base}codefy/api/runs/{run}/artifacts", ArtifactsHandler, {}),
         *storage_routes(base),
         (f"{base}codefy/api/nodes", NodesHandler, {}),
+        (f"{base}codefy/api/memory-estimate", MemoryEstimateHandler, {}),
         (f"{base}codefy/api/openapi.yaml", OpenAPIHandler, {}),
         (f"{base}codefy/ws/execution", ExecutionSocket, {}),
         *worker_routes(base),

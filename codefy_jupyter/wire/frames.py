@@ -197,12 +197,15 @@ class RunFinished(RunFrame):
     run's output.log when its process crashed. `exit_code`: the process's exit status when known;
     `signal`: the signal that ended it. `executed`/`cached`: how many nodes ran or came from cache,
     `metrics`: the last value of each metric series, `duration_s`: the run's own duration (the
-    control plane's closing event reports them as for an in-process run)."""
+    control plane's closing event reports them as for an in-process run). `memory_limit`: the
+    allocator caps the run set on cards shared by memory, `{card: {bytes, fraction}}` (one for
+    all of a DDP run's ranks)."""
 
     type: ClassVar[str] = "run_finished"
     status: str
     error: dict[str, Any] | None = None
     peak_memory: dict[str, Any] | None = None
+    memory_limit: dict[str, Any] | None = None
     output_tail: str | None = None
     exit_code: int | None = None
     signal: int | None = None

@@ -8,7 +8,8 @@ import type { Chip } from './format';
 import { runsQuery } from './format';
 import type { Artifact, MetricRow } from './runRecords';
 import type {
-  Enrollment, NodeDefinition, Notice, Run, RunEvent, RunPage, Study, StudySummary, SubmitRequest, Sweep, WorkerList
+  Enrollment, Graph, MemoryEstimate, NodeDefinition, Notice, Run, RunEvent, RunPage, Study, StudySummary, SubmitRequest,
+  Sweep, WorkerList
 } from './types';
 
 export class ApiError extends Error {
@@ -100,6 +101,10 @@ export class CodefyApi {
 
   submitRun(body: SubmitRequest): Promise<Run> {
     return this.json<Run>(this.url('runs'), { method: 'POST', body: JSON.stringify(body) });
+  }
+
+  memoryEstimate(graph: Graph, devices: string[] = []): Promise<MemoryEstimate> {
+    return this.json<MemoryEstimate>(this.url('memory-estimate'), { method: 'POST', body: JSON.stringify({ graph, devices }) });
   }
 
   async nodeDefinitions(): Promise<NodeDefinition[]> {

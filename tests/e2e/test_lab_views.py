@@ -2,8 +2,9 @@
 and headless Chromium (the harness of lab_server.py).
 
 A small graph file (`tiny.codefy.json`) opens in the graph viewer by its file type and shows one
-box per node; Queue on… refuses a seed out of range inline, with the field highlighted, then queues
-the graph on This server, and the nodes turn done live. A sweep created through the REST API opens
+box per node; Queue on… refuses a seed out of range inline, with the field highlighted, offers the
+server's memory estimate as a budget (est.), then queues the graph on This server, and the nodes turn
+done live. A sweep created through the REST API opens
 from a child run's detail (Open parent sweep) with a row per variant; the Studies button lists a
 study created through the API, whose view ranks its variants with the paired statistics; a study
 stopped through the API offers Resume, which continues it (at the revision on screen) to success.
@@ -96,6 +97,12 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             expect(dialog.locator("input[name=seed].cdf-field-error")).to_be_visible()
             expect(dialog.locator("input[name=name]")).to_have_value("tiny from the viewer")
             page.screenshot(path=str(ARTIFACTS / "2-queue-on-refused.png"))
+            # The server's memory estimate is offered as the budget; taking it fills the field.
+            use = dialog.locator(".cdf-use-estimate")
+            expect(use).to_have_text("Use 0.25 GiB est.")
+            use.click()
+            expect(dialog.locator("input[name=memoryGib]")).to_have_value("0.25")
+            dialog.locator("input[name=memoryGib]").fill("")  # a budget is for a worker's shared card
             dialog.locator("input[name=seed]").fill("3")
             dialog.locator('input[name=device][value="cpu"]').check()
             dialog.get_by_role("button", name="Queue").click()

@@ -51,6 +51,7 @@ from ..storage import plan as storage_plan, run_needs
 from .summary import add_final_loss
 from ..scheduling.device_sets import SubmitError, resolve_run_device
 from ..scheduling.limits import build_limits
+from .estimates import MemoryEstimates
 from ..scheduling.memory_ledger import budget_mib
 from ..scheduling.queue import RunQueue
 from ..scheduling.quotas import build_quotas
@@ -104,6 +105,7 @@ class RunService:
         self.cpu_cores = cpu_cores if cpu_cores is not None else cpu_threads.available_cores()
         self.settings = settings
         self.registry = registry or default_registry()
+        self.estimates = MemoryEstimates(self.registry)
         self.clock = clock
         self.devices = ["cpu"] + [d for d in (devices or []) if d != "cpu"]
         self.executor = executor or InProcessExecutor()
@@ -236,6 +238,7 @@ class RunService:
             raise BadRequest(str(err), code="invalid_graph", params=err.to_dict()["params"])
         settings = graph.get("settings") or {}
         seed = req.options.seed if req.options.seed_given else settings.get("seed")
+        req = self.estimates.check(req)
         target = req.options.target
         pool = getattr(target, "pool", None) if target is not None else None
         worker = target.worker if target is not None and target.worker not in (None, LOCAL) else None
@@ -755,7 +758,9 @@ def _sizes(paths: list[str]) -> dict[str, int | None]:
 
 
 def _memory(target: Any) -> dict[str, Any]:
-    """The scheduler's view of a run's memory budget (`Run.memory_mib`, `Run.wait`)."""
+    """The scheduler's view of a run's memory budget (`Run.memory_mib`, `Run.wait`, `Run.raised_from_gib`)."""
     if target is None or target.memory_gib is None:
         return {}
-    return {"memory_mib": budget_mib(target.memory_gib), "wait": target.wait}
+    return {"memory_mib": budget_mib(target.memory_gib), "wait": target.wait,
+            "raised_from_gib": target.raised_from_gib}
+

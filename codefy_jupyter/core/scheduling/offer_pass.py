@@ -371,6 +371,8 @@ class OfferPass:
             holders += state.mem_reserved.get(group, ())
             card = next((self._memory[m] for m in topo.members(group) if m in self._memory), None)
             why = ml.admit(run.memory_mib, self._context_mib, card, holders, slot=slot)
+            if why is not None and run.memory_mib is not None:
+                why = ml.raised(why, run.raised_from_gib, run.memory_mib)
             if why is not None and first is None:
                 first = why
         if first is not None and fixed:

@@ -109,6 +109,8 @@ behind a head that has a reason waits for that too and says so (`behind_waiting_
                            to empty (whole), or a budgeted run waits while such a run has it
   owner_quota              {owner, running, limit}  its owner has `limit` queued-lane runs executing
                            (quotas.py); it holds nothing, and the runs behind it are offered past it
+  budget_raised            {device, estimate_gib, memory_gib, need_mib, free_mib}  memory_wait of a run
+                           whose accepted estimate was raised at submit (memory_estimate.py)
 Cards shared by memory (memory_ledger.py): a worker's CUDA card its agent shares (`WorkerOffer.
 shared_memory`), where every online provider of the card shares it, admits runs by `Run.memory_mib`
 against the card's ledger (`set_card_memory`, from heartbeats) instead of its count limit. Refusals:

@@ -435,6 +435,8 @@ class WorkerExecutor:
         elif isinstance(frame, RunFinished):
             if frame.peak_memory is not None:
                 run.facts["peak_memory"] = frame.peak_memory
+            if frame.memory_limit:
+                run.facts["memory_limit"] = frame.memory_limit
             self._finish(run, outcome_of(frame, run.worker))
         else:
             for event in events_of(run.run_id, frame):
