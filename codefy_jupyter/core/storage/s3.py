@@ -110,7 +110,10 @@ class S3Bucket:
                                         aws_secret_access_key=config.secret_access_key, region_name=config.region)
         retries = Config(retries={"max_attempts": 3, "mode": "standard"}, signature_version="s3v4")
         self.s3 = session.client("s3", endpoint_url=config.endpoint_url, config=retries)
-        self.sts = session.client("sts", endpoint_url=config.endpoint_url, config=retries)
+        # STS judges DurationSeconds itself (AWS: 900 up to the role's maximum); botocore's own
+        # check would also refuse the short lifetimes an S3-compatible server may allow.
+        self.sts = session.client("sts", endpoint_url=config.endpoint_url,
+                                  config=retries.merge(Config(parameter_validation=False)))
         self._own = session.get_credentials()
 
     def _errors(self) -> tuple[type[BaseException], ...]:
@@ -214,15 +217,17 @@ class S3Storage:
         return uploaded
 
     async def assign_doc(self, run_id: str, hashed: Sequence[Mapping[str, Any]],
-                         paths: Sequence[str]) -> dict[str, Any]:
+                         paths: Sequence[str]) -> tuple[dict[str, Any], int]:
         """The assign's `storage` for an S3 run: each input in the bucket (uploaded now if it is
-        not there yet) with its key, and the run's credentials. S3Error when the bucket fails."""
+        not there yet) with its key, and the run's credentials; and how many inputs were
+        uploaded now. S3Error when the bucket fails."""
         inputs = []
+        uploaded = 0
         for item, path in zip(hashed, paths):
-            await self.ensure_input(str(item["sha256"]), path)
+            uploaded += await self.ensure_input(str(item["sha256"]), path)
             inputs.append({**item, "key": s3_keys.input_key(str(item["sha256"]))})
         credentials = await self.credentials(run_id, [i["key"] for i in inputs])
-        return {"backend": "s3", "inputs": inputs, "s3": self.config.agent_doc(run_id, credentials)}
+        return {"backend": "s3", "inputs": inputs, "s3": self.config.agent_doc(run_id, credentials)}, uploaded
 
     async def credentials(self, run_id: str, input_keys: Sequence[str]) -> dict[str, Any]:
         return await self._call(self.bucket.credentials_for, run_id, list(input_keys))

@@ -234,7 +234,8 @@ class WorkerExecutor:
             storage = plan.assign_doc(hashed)
             if plan.backend == S3:
                 try:
-                    storage = await self.s3.assign_doc(run.run_id, hashed, [i.path for i in plan.inputs])
+                    storage, uploaded = await self.s3.assign_doc(run.run_id, hashed, [i.path for i in plan.inputs])
+                    run.facts["s3_inputs_uploaded"] = uploaded
                 except (S3Error, OSError) as err:
                     message = f"the run's inputs could not be put in the S3 bucket for worker {worker.name}: {err}"
                     self._fail_storage(run, "worker_s3_transfer_failed", message, worker.name, err)
