@@ -157,7 +157,7 @@ def storage_routes(base: str) -> list[tuple[str, type, dict[str, Any]]]:
     return [
         (f"{base}codefy/api/runs/{run}/inputs/(?P<sha256>[^/]+)", InputHandler, {}),
         (f"{base}codefy/api/runs/{run}/artifacts/upload", UploadHandler, {}),
-        (f"{base}codefy/api/runs/{run}/artifacts/(?P<artifact_id>[0-9]+)/download", ArtifactDownloadHandler, {}),
+        (f"{base}codefy/api/runs/{run}/artifacts/(?P<artifact_id>[^/]+)/download", ArtifactDownloadHandler, {}),
     ]
 
 

@@ -18,11 +18,11 @@ import asyncio
 import hashlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -327,3 +327,38 @@ async def test_an_upload_the_bucket_refuses_is_a_worker_s3_transfer_failed_warni
     assert "AccessDenied" in warnings[0]["params"]["reason"]
     assert moto.keys(f"runs/{run['id']}/") == {}
     assert done["execution_facts"]["storage"]["backend"] == "s3"
+
+
+@pytest.mark.parametrize("s3_settings", [{"s3_presigned_downloads": 1}])
+async def test_downloads_can_redirect_to_a_presigned_url(jp_fetch, agents, moto, tmp_path):
+    csv = upload_csv(tmp_path)
+    agent = await s3_agent(jp_fetch, agents)
+    code, run = await submit(jp_fetch, saving(str(csv)), {"worker": "cloud", "devices": ["cpu"]})
+    await finished(jp_fetch, run["id"], agent)
+    row = next(r for r in await artifacts(jp_fetch, run["id"]) if r["kind"] == "model")
+    response = await jp_fetch("codefy", "api", "runs", run["id"], *row["download"].split("/"),
+                              follow_redirects=False, raise_error=False)
+    assert response.code == 302
+    location = urllib.parse.urlsplit(response.headers["Location"])
+    query = urllib.parse.parse_qs(location.query)
+    assert f"{location.scheme}://{location.netloc}{location.path}" == f"{moto.url}/{BUCKET}/{row['key']}"
+    # Signed with the control plane's own key, valid 300 s. (moto's IAM mode cannot check a
+    # query-string signature: it answers such a GET 500, KeyError 'HTTP_AUTHORIZATION', so the
+    # URL is not fetched here.)
+    assert query["X-Amz-Credential"][0].startswith(moto.key + "/")
+    assert query["X-Amz-Expires"] == ["300"] and query["X-Amz-Signature"][0]
+
+
+@pytest.mark.parametrize("s3_settings", [{"s3_bucket": "no-such-bucket"}])
+async def test_inputs_the_bucket_refuses_fail_the_run_before_it_starts(jp_fetch, agents, moto, tmp_path):
+    csv = upload_csv(tmp_path)
+    agent = await s3_agent(jp_fetch, agents)
+    code, run = await submit(jp_fetch, saving(str(csv)), {"worker": "cloud", "devices": ["cpu"]})
+    assert code == 201, run
+    done = await wait_status(jp_fetch, run["id"], {"succeeded", "failed"}, timeout=60)
+    assert done["status"] == "failed"
+    assert done["error"]["code"] == "worker_s3_transfer_failed", done["error"]
+    assert "NoSuchBucket" in done["error"]["message"]
+    # The agent never got it: no run folder there, nothing in the real bucket.
+    assert not (agent.dir / "agent-runs" / run["id"]).exists()
+    assert moto.keys() == {}

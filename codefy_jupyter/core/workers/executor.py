@@ -191,6 +191,9 @@ class WorkerExecutor:
                          recorded_seq=seq, facts_seq=seq, started_at=row.get("started_at") or self.host.clock())
         run.storage = StoragePlan.from_facts(facts.get("storage"))
         self._track(run)
+        if run.storage is not None and run.storage.backend == S3 and self.credentials is not None:
+            # The credentials its assign carried run out: the next ones go once the worker is back.
+            self.credentials.arm(run.run_id, list((facts.get("storage") or {}).get("input_keys") or ()))
         self.host.events.emit(run.run_id, ev.run_warning(
             run.run_id, "worker_adopted", f"the control plane restarted; this run continues once worker "
             f"{run.worker} reconnects (within {self.resume_grace_s:g} s)",
@@ -252,7 +255,9 @@ class WorkerExecutor:
                      "max_parallel_nodes": spec.max_parallel_nodes, "name": spec.name,
                      "queue_key": spec.queue_key, **spec.options}))
         if plan is not None and plan.backend == S3 and self.credentials is not None and storage is not None:
-            self.credentials.arm(run.run_id, [i["key"] for i in storage["inputs"]])
+            keys = [i["key"] for i in storage["inputs"]]
+            run.facts.setdefault("storage", {})["input_keys"] = keys  # an adopted run refreshes with them
+            self.credentials.arm(run.run_id, keys)
 
     def _fail_storage(self, run: WorkerRun, code: str, message: str, worker: str, err: BaseException) -> None:
         params = {"worker": worker, "reason": str(err)}
