@@ -362,3 +362,24 @@ async def test_inputs_the_bucket_refuses_fail_the_run_before_it_starts(jp_fetch,
     # The agent never got it: no run folder there, nothing in the real bucket.
     assert not (agent.dir / "agent-runs" / run["id"]).exists()
     assert moto.keys() == {}
+
+
+async def test_an_interrupted_runs_checkpoints_outlive_its_delete(jp_fetch, agents, moto, tmp_path):
+    csv = upload_csv(tmp_path)
+    agent = await s3_agent(jp_fetch, agents)
+    code, run = await submit(jp_fetch, saving(str(csv), nap_s=60.0), {"worker": "cloud", "devices": ["cpu"]})
+    assert code == 201, run
+    # Both epochs' checkpoints are written before the nap; then the agent is stopped under it.
+    deadline = time.monotonic() + 60
+    while len(checkpoints(await artifacts(jp_fetch, run["id"]))) < 2:
+        assert time.monotonic() < deadline, agent.output()[-3000:]
+        await asyncio.sleep(0.1)
+    agent.proc.terminate()
+    done = await wait_status(jp_fetch, run["id"], {"interrupted", "failed", "cancelled", "succeeded"}, timeout=60)
+    assert done["status"] == "interrupted", (done, agent.output()[-3000:])
+    prefix = f"runs/{run['id']}/"
+    kept = sorted(moto.keys(prefix))
+    assert len(kept) == 2 and all(k.startswith(prefix + "checkpoint/") for k in kept), kept
+    code, _ = await call(jp_fetch, "api", "runs", run["id"], method="DELETE")
+    assert code == 204
+    assert sorted(moto.keys(prefix)) == kept  # the resume point stays
