@@ -568,6 +568,21 @@ class RunService:
             folder = self.data_dir / "runs" / item.run["id"]
             keep = {"checkpoints"} if item.run["status"] == rs.INTERRUPTED else set()
             await asyncio.to_thread(remove_run_files, folder, keep)
+            await self._remove_s3_objects(item.run)
+
+    async def _remove_s3_objects(self, row: dict[str, Any]) -> None:
+        """An S3 run's objects go with it, but for its output/ (and checkpoint/ when interrupted:
+        wire/s3_keys.py). A bucket that fails is logged; the row is gone either way."""
+        if ((row.get("execution_facts") or {}).get("storage") or {}).get("backend") != storage_plan.S3:
+            return
+        s3 = self.workers.s3
+        if s3 is None:
+            log.warning("codefy: run %s kept objects in S3, but S3 is off now: they stay", row["id"])
+            return
+        try:
+            await s3.remove_run(row["id"], interrupted=row["status"] == rs.INTERRUPTED)
+        except ServiceError as err:
+            log.warning("codefy: run %s: its S3 objects could not be removed: %s", row["id"], err)
 
     # -- commands -------------------------------------------------------------------------------
     async def cancel(self, run_id: str, *, user: str | None = None, admin: bool = True) -> dict[str, Any]:
@@ -602,6 +617,7 @@ class RunService:
         if row.get("worker_id") and ((row.get("execution_facts") or {}).get("storage") or {}).get("backend") == "transfer":
             # What the agent uploaded is a copy made for this run alone (seed: storage, transfer).
             await asyncio.to_thread(remove_run_files, self.data_dir / "runs" / run_id, set())
+        await self._remove_s3_objects(row)
 
     @staticmethod
     def _check_owner(row: dict[str, Any], user: str | None, admin: bool, action: str) -> None:
@@ -711,6 +727,21 @@ class RunService:
         """The run's artifact rows, worker paths mapped back to this server's (core/storage/plan.py)."""
         rows = await self._artifact_rows(run_id)
         return [storage_plan.read_view(row, self.data_dir, self.settings.mount_label) for row in rows]
+
+    async def s3_artifact(self, run_id: str, artifact_id: str) -> tuple[Any, str]:
+        """(the S3 backend, the object's key) of one of the run's S3 artifacts, for its download
+        route; NotFound for another artifact, or when S3 is off now."""
+        rows = await self._artifact_rows(run_id)
+        row = next((r for r in rows if str(r["id"]) == artifact_id), None)
+        if row is None or row.get("backend") != storage_plan.S3:
+            raise NotFound(f"run {run_id} has no S3 artifact {artifact_id}", code="artifact_not_found",
+                           params={"run_id": run_id, "artifact_id": artifact_id})
+        s3 = self.workers.s3
+        if s3 is None or row.get("mount_label") != s3.config.bucket:
+            raise NotFound(f"artifact {artifact_id} is in bucket {row.get('mount_label')}, which this server does "
+                           "not use now (settings s3_enabled, s3_bucket)", code="artifact_bucket_unknown",
+                           params={"run_id": run_id, "artifact_id": artifact_id, "bucket": row.get("mount_label")})
+        return s3, row["path"]
 
     async def _artifact_rows(self, run_id: str) -> list[dict[str, Any]]:
         await self._row(run_id)
