@@ -29,6 +29,9 @@ FORWARD_TIMEOUT_S = 90.0
 # Request headers the service needs to answer as it would directly; cookies, Origin and the
 # caller's own Authorization never go (the credential is set explicitly).
 REQUEST_HEADERS = ("Content-Type", "Accept", "If-None-Match", "Range")
+# Messages either way are relayed whatever their size: the service applies its own cap and
+# answers an over-cap message itself, as it would directly.
+UNCAPPED_BYTES = 1 << 30
 RESPONSE_HEADERS = ("Content-Type", "Etag", "Content-Disposition", "Retry-After", "Cache-Control",
                     "Content-Range", "Accept-Ranges", "Last-Modified", "Location")
 
@@ -144,7 +147,7 @@ class ForwardSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHa
         request = httpclient.HTTPRequest(url, headers={"Authorization": f"token {token}"},
                                          request_timeout=FORWARD_TIMEOUT_S)
         try:
-            self.upstream = await websocket.websocket_connect(request, max_message_size=None)
+            self.upstream = await websocket.websocket_connect(request, max_message_size=UNCAPPED_BYTES)
         except httpclient.HTTPClientError as err:
             # The service refused before the upgrade (403, 503 recovering): its answer, unchanged.
             response = err.response
@@ -166,7 +169,7 @@ class ForwardSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocketHa
 
     @property
     def max_message_size(self) -> int:  # type: ignore[override]
-        return 1 << 30  # the service applies its own cap and answers over-cap messages itself
+        return UNCAPPED_BYTES
 
     def open(self, *args: Any, **kwargs: Any) -> None:
         self._relay = asyncio.ensure_future(self._from_service())

@@ -265,8 +265,9 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
     lock_fd = _acquire_lock(data_dir)
     try:
         _refuse_if_database_held(data_dir)
-        token = (token or os.environ.pop(TOKEN_ENV, None) or os.environ.get("JUPYTER_TOKEN")
-                 or stored_token(data_dir))
+        # As a Hub service people sign in with the Hub: no token of ours lets anyone in.
+        token = None if service is not None else (token or os.environ.pop(TOKEN_ENV, None)
+                                                  or os.environ.get("JUPYTER_TOKEN") or stored_token(data_dir))
     except BaseException:
         os.close(lock_fd)
         raise
@@ -295,8 +296,9 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
         config.ServerApp.port_retries = 0  # the port asked for, or a clear failure
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         config.ServerApp.allow_root = True  # sessions and CI run as root
-    config.IdentityProvider.token = token
-    if service is not None:  # the Hub says where to listen and who may come in
+    if service is None:
+        config.IdentityProvider.token = token
+    else:  # the Hub says where to listen and who may come in
         for key, value in server_config(service).items():
             setattr(config.ServerApp, key, value)
 
@@ -312,6 +314,11 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
         os.close(lock_fd)
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_FAILED
     app.no_browser_open_file = True  # no browser here: no redirect file (not a configurable trait)
+    if service is not None:
+        # Hub OAuth replaces the handlers' XSRF check with its own, which tornado would call before
+        # the request's user is known and so refuse every token-authenticated POST; jupyter-server
+        # checks XSRF itself once the user is known (as JupyterHub's single-user server does).
+        app.web_app.settings["xsrf_cookies"] = False
     _skip_unseen_records(app.log)
     app.log.info("codefy: serving on the %s event loop (%s)", loop_name, LOOP_ENV)
 
@@ -334,9 +341,7 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
         # appears once the port is bound.
         base_url = app.base_url if app.base_url.endswith("/") else app.base_url + "/"
         url = f"http://{_host_for_url(app.ip)}:{app.port}{base_url}"
-        state = {"pid": os.getpid(), "url": url, "port": app.port, "ip": app.ip,
-                 # As a Hub service people sign in with the Hub: no token of ours lets anyone in.
-                 "token": token if service is None else None,
+        state = {"pid": os.getpid(), "url": url, "port": app.port, "ip": app.ip, "token": token,
                  "hub_service": service.name if service is not None else None,
                  "base_url": base_url, "started_at": time.time(), "data_dir": str(data_dir),
                  "mode": "foreground" if foreground else "daemon",
