@@ -29,6 +29,8 @@ FORWARD_TIMEOUT_S = 90.0
 # Request headers the service needs to answer as it would directly; cookies, Origin and the
 # caller's own Authorization never go (the credential is set explicitly).
 REQUEST_HEADERS = ("Content-Type", "Accept", "If-None-Match", "Range")
+# An answer up to this size is passed on whole; a larger one streams.
+STREAM_AFTER_BYTES = 1 << 20
 # Messages either way are relayed whatever their size: the service applies its own cap and
 # answers an over-cap message itself, as it would directly.
 UNCAPPED_BYTES = 1 << 30
@@ -93,7 +95,6 @@ class ForwardHandler(ExtensionHandlerMixin, APIHandler):
         started = False
 
         def on_header(line: str) -> None:
-            nonlocal started
             line = line.rstrip("\r\n")
             if line.startswith("HTTP/"):
                 self.set_status(httputil.parse_response_start_line(line).code)
@@ -103,11 +104,21 @@ class ForwardHandler(ExtensionHandlerMixin, APIHandler):
                 if name.strip().title() in RESPONSE_HEADERS or name.strip() == "ETag":
                     self.set_header(name.strip(), value.strip())
 
+        held: list[bytes] = []
+        held_bytes = 0
+
         def on_chunk(chunk: bytes) -> None:
-            nonlocal started
-            started = True
-            self.write(chunk)
-            self.flush()
+            # A usual answer leaves in one write with its Content-Length, as the service sent it;
+            # a large one streams on (chunked) once it passes STREAM_AFTER_BYTES, so this server
+            # never holds it whole.
+            nonlocal started, held_bytes
+            held.append(chunk)
+            held_bytes += len(chunk)
+            if started or held_bytes > STREAM_AFTER_BYTES:
+                started = True
+                self.write(b"".join(held))
+                held.clear()
+                self.flush()
 
         request = httpclient.HTTPRequest(url, method=method, headers=headers, body=body,
                                          allow_nonstandard_methods=True, follow_redirects=False,
@@ -120,7 +131,7 @@ class ForwardHandler(ExtensionHandlerMixin, APIHandler):
                 raise web.Finish() from None
             self.clear()
             return self.fail(unreachable(service_url, err))
-        self.finish()
+        self.finish(b"".join(held))
 
     get = post = put = patch = delete = forward
 

@@ -13,6 +13,8 @@ import sys
 import pytest
 from test_server_runs import SMALL, call, sleepy, wait_status
 
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
 from codefy_jupyter.server.headless import read_state
 
 TOKEN = "forward-tests-" + "0" * 32
@@ -91,9 +93,32 @@ async def test_a_service_that_does_not_answer_is_a_503_and_nothing_is_written(jp
     code, body = await call(jp_fetch, "api", "runs", method="POST", body={"graph": SMALL})
     assert code == 503 and body["error"]["code"] == "service_unreachable", body
     assert body["error"]["params"]["service_url"].startswith("http://127.0.0.1:")
-    from tornado.httpclient import HTTPClientError
-
     with pytest.raises(HTTPClientError) as refused:
         await jp_ws_fetch("codefy", "ws", "execution")
     assert refused.value.code == 503
     assert not (tmp_path / "local").exists() or not any((tmp_path / "local").iterdir())
+
+
+async def test_a_large_body_goes_on_whole_and_a_large_answer_streams_back(upstream, jp_fetch, monkeypatch):
+    """A 1.5 MB graph (twelve 20,000-value lists) goes on whole; its events page, over the size
+    from which an answer streams (lowered here: this server runs in the test's process), comes back
+    byte for byte as the service answers it directly."""
+    from codefy_jupyter.server import forward
+
+    monkeypatch.setattr(forward, "STREAM_AFTER_BYTES", 1024)
+    lists = [{"id": f"v{i}", "type": "List", "params": {"values": [j + i for j in range(20_000)]}} for i in range(12)]
+    naps = [{"id": f"s{i}", "type": "Sleep", "params": {"seconds": 0}} for i in range(12)]
+    graph = {"nodes": lists + naps,
+             "edges": [{"source": f"v{i}", "source_port": "values", "target": f"s{i}", "target_port": "value"}
+                       for i in range(12)]}
+    assert len(json.dumps(graph)) > 1_000_000
+    code, run = await call(jp_fetch, "api", "runs", method="POST", body={"graph": graph})
+    assert code == 201, run
+    done = await wait_status(jp_fetch, run["id"], {"succeeded"})
+    through = await jp_fetch("codefy", "api", "runs", run["id"], "events", params={"cursor": 0})
+    assert len(through.body) > 4 * 1024, len(through.body)
+    direct = await AsyncHTTPClient().fetch(f"{upstream['url']}codefy/api/runs/{run['id']}/events?cursor=0",
+                                           headers={"Authorization": f"token {TOKEN}"})
+    assert through.body == direct.body
+    assert through.headers["Content-Type"] == direct.headers["Content-Type"]
+    assert json.loads(through.body)["events"][-1]["payload"]["executed"] == 24 and done["status"] == "succeeded"
