@@ -250,8 +250,8 @@ def test_the_authorization_matrix_of_the_team_queue(team):
 
 def test_lab_in_bobs_browser_and_codefy_run_in_alices_terminal_act_as_themselves(team, tmp_path):
     """Lab's panels (session cookie + XSRF header on bob's own server, passed on with the OAuth
-    token that cookie holds) and `codefy run` in a terminal of alice's server (its runtime file
-    and the server's token), unchanged."""
+    token that cookie holds), and `codefy run` and the client in alice's terminal or kernel (her
+    server's runtime file and the token the Hub gave the server), unchanged."""
     hub = team.hub
     browser = hub.browser(BOB, BOB)
     code, run = browser.codefy("api", "runs", method="POST", body={"graph": sleepy(0)})
@@ -271,6 +271,16 @@ def test_lab_in_bobs_browser_and_codefy_run_in_alices_terminal_act_as_themselves
     assert result["server"]["url"].endswith(f"/user/{ALICE}/"), result["server"]
     code, seen = team.call(BOB, "api", "runs", result["id"])
     assert code == 200 and seen["owner"] == ALICE and seen["status"] == "succeeded", seen
+
+    # The Python client in a kernel of her server (what `%codefy` uses): found the same way.
+    script = ("import json, sys\nfrom codefy_jupyter.kernel.client import Client\n"
+              "with Client() as c:\n    run = c.submit(json.load(open(sys.argv[1])))\n"
+              "    print(json.dumps({'url': c.url, **c.wait(run['id'])}))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(graph)], env=env, cwd=env["HOME"],
+                          capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert f"/user/{ALICE}/" in result["url"] and result["owner"] == ALICE and result["status"] == "succeeded", result
 
     # A script anywhere, with bob's Hub token and the service's address through the Hub.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER"))}
