@@ -61,3 +61,19 @@ def test_upstream_urls_keep_path_and_query():
     assert upstream_url("https://hub.example/services/codefy/", "ws", "execution", "session=s1",
                         websocket_=True) == "wss://hub.example/services/codefy/codefy/ws/execution?session=s1"
     assert upstream_url(base, "api", "runs/a b", "").endswith("/codefy/api/runs/a%20b")
+
+
+def test_codefy_start_as_a_service_without_a_url_is_refused_and_writes_nothing(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER"))}
+    env.update(JUPYTERHUB_SERVICE_NAME="codefy", JUPYTERHUB_API_TOKEN="t", JUPYTER_PLATFORM_DIRS="0",
+               JUPYTER_DATA_DIR=str(tmp_path / "jupyter"))
+    data_dir = tmp_path / "codefy"
+    done = subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", "start", "--data-dir", str(data_dir)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "JupyterHub started service 'codefy' without a url" in done.stderr
+    assert not data_dir.exists()
