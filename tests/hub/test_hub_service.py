@@ -293,17 +293,17 @@ def test_lab_in_bobs_browser_and_codefy_run_in_alices_terminal_act_as_themselves
 
 
 def test_the_execution_socket_through_a_single_user_server(team):
-    """Lab's Runs panel follows runs on `codefy/ws/execution`: through bob's server, from the service."""
+    """Lab's Runs panel follows runs on `codefy/ws/execution`: through bob's server, from the
+    service, whether the socket carries bob's Hub token or his browser's session cookie."""
     from tornado import httpclient, websocket
 
     hub = team.hub
     code, run = team.call(BOB, "api", "runs", method="POST", body={"graph": naps(3, 0.2)})
     assert code == 201, run
 
-    async def follow() -> list[str]:
+    async def follow(headers: dict[str, str]) -> list[str]:
         url = f"ws://127.0.0.1:{hub.port}/user/{BOB}/codefy/ws/execution"
-        conn = await websocket.websocket_connect(httpclient.HTTPRequest(
-            url, headers={"Authorization": f"token {hub.token(BOB)}"}))
+        conn = await websocket.websocket_connect(httpclient.HTTPRequest(url, headers=headers))
         try:
             await conn.write_message(json.dumps({"type": "subscribe", "run_id": run["id"], "cursor": 0}))
             types: list[str] = []
@@ -318,7 +318,13 @@ def test_the_execution_socket_through_a_single_user_server(team):
             conn.close()
             await asyncio.sleep(0.2)  # the close handshake, before this loop ends
 
-    types = asyncio.run(follow())
+    # with bob's Hub token, as a script would; with his browser's session cookie, as Lab does
+    types = asyncio.run(follow({"Authorization": f"token {hub.token(BOB)}"}))
+    assert types[-1] == "execution_complete", types
+    browser = hub.browser(BOB, BOB)
+    cookies = "; ".join(f"{c.name}={c.value}" for c in browser.session.cookies
+                        if c.path in ("/", f"/user/{BOB}/"))
+    types = asyncio.run(follow({"Cookie": cookies}))
     assert types[-1] == "execution_complete", types
     # erin, without the service's access scope, is refused the socket before any upgrade
     code, body = request(f"{hub.url}/services/{SERVICE}/codefy/ws/execution", token=hub.token(ERIN))
