@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/lab_graph.py
 	$(PY) benchmarks/lab_runs.py
 	$(PY) benchmarks/storage.py
+	$(PY) benchmarks/hub_forward.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache codefy_jupyter/labextension labextension/lib labextension/node_modules \

@@ -116,6 +116,10 @@ SETTINGS: tuple[Setting, ...] = (
             "refused, never cut short."),
     Setting("max_sweep_params", int, 4, "Entries in a sweep's params."),
     Setting("max_sweep_domain", int, 32, "Distinct values of one swept parameter, after a range is expanded."),
+    Setting("service_url", str, "",
+            "The team control plane's URL (a `codefy start` run as a JupyterHub service, e.g. "
+            "http://127.0.0.1:10101/services/codefy/). Set: this server opens no run database and forwards its "
+            "codefy/api/* and codefy/ws/* requests there, as the Hub user who made each one. Empty: its own queue."),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}
@@ -175,6 +179,7 @@ class Settings:
     max_sweep_runs: int = 32
     max_sweep_params: int = 4
     max_sweep_domain: int = 32
+    service_url: str = ""
     # Where each value came from ("default", "config", "env"), for the startup log.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

@@ -25,6 +25,7 @@ from ..core.errors import Unavailable
 from ..core.store.database import Store
 from ..core.store.lock import DATABASE_FILE, DatabaseLock, DatabaseLocked
 from ..core.store.queries import StoreError
+from .forward import forward_routes
 from .routes import route_table
 from .sharing import Sharing, decide_sharing
 
@@ -82,9 +83,18 @@ class CodefyApp(ExtensionApp):
                           self._sharing.reason)
         return self._sharing
 
+    @property
+    def forwarding(self) -> bool:
+        """A single-user server of a team whose queue is a Hub service: no database of its own."""
+        return bool(self.codefy_settings.service_url)
+
     def initialize_handlers(self) -> None:
         # ExtensionApp prefixes each pattern with the server's base_url itself.
-        self.handlers.extend((pattern, handler) for pattern, handler, _ in route_table("/"))
+        routes = forward_routes("/") if self.forwarding else route_table("/")
+        self.handlers.extend((pattern, handler) for pattern, handler, _ in routes)
+        if self.forwarding:
+            self.log.info("codefy: runs go to the team control plane at %s (service_url); no local queue",
+                          self.codefy_settings.service_url)
 
     async def _start_service(self) -> RunService:
         """Open the store, recover what the previous process left, and only then hand the service
@@ -165,7 +175,8 @@ class CodefyApp(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         # A real server starts the queue with the server, so a restart's recovery does not wait
         # for the first request.
-        await self.ready(wait_s=None)
+        if not self.forwarding:
+            await self.ready(wait_s=None)
 
     def _report_activity(self) -> None:
         """While runs are queued or executing, the server is busy: tell idle culling so (JupyterHub's

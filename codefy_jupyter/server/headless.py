@@ -43,6 +43,7 @@ from ..core.store.lock import DATABASE_FILE, WHERE_ELSE, held_message, holder_of
 from ..wire import local_server
 from ..wire.local_server import STATE_FILE
 from .event_loop import LOOP_ENV, LoopChoiceError, loop_choice, new_server_loop
+from .hub_service import HubService, HubServiceError, hub_service, server_config
 
 try:
     import fcntl
@@ -256,6 +257,7 @@ def _log_tail(path: Path | None, lines: int = 30) -> str:
 def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, token: str | None = None,
           log_path: Path | None = None, foreground: bool = False, out: TextIO | None = None) -> int:
     """Run the headless server in this process until it is stopped. Returns the exit code."""
+    service = _hub_service()
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     # The CLI's choice of data dir beats any CODEFY_DATA_DIR the caller's environment had: the
     # extension reads it from here, and the state file sits next to the database it describes.
@@ -263,8 +265,9 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
     lock_fd = _acquire_lock(data_dir)
     try:
         _refuse_if_database_held(data_dir)
-        token = (token or os.environ.pop(TOKEN_ENV, None) or os.environ.get("JUPYTER_TOKEN")
-                 or stored_token(data_dir))
+        # As a Hub service people sign in with the Hub: no token of ours lets anyone in.
+        token = None if service is not None else (token or os.environ.pop(TOKEN_ENV, None)
+                                                  or os.environ.get("JUPYTER_TOKEN") or stored_token(data_dir))
     except BaseException:
         os.close(lock_fd)
         raise
@@ -293,7 +296,11 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
         config.ServerApp.port_retries = 0  # the port asked for, or a clear failure
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         config.ServerApp.allow_root = True  # sessions and CI run as root
-    config.IdentityProvider.token = token
+    if service is None:
+        config.IdentityProvider.token = token
+    else:  # the Hub says where to listen and who may come in
+        for key, value in server_config(service).items():
+            setattr(config.ServerApp, key, value)
 
     interrupted = False
     loop, loop_name = new_server_loop(_checked_loop_choice())
@@ -307,6 +314,11 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
         os.close(lock_fd)
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_FAILED
     app.no_browser_open_file = True  # no browser here: no redirect file (not a configurable trait)
+    if service is not None:
+        # Hub OAuth replaces the handlers' XSRF check with its own, which tornado would call before
+        # the request's user is known and so refuse every token-authenticated POST; jupyter-server
+        # checks XSRF itself once the user is known (as JupyterHub's single-user server does).
+        app.web_app.settings["xsrf_cookies"] = False
     _skip_unseen_records(app.log)
     app.log.info("codefy: serving on the %s event loop (%s)", loop_name, LOOP_ENV)
 
@@ -330,6 +342,7 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
         base_url = app.base_url if app.base_url.endswith("/") else app.base_url + "/"
         url = f"http://{_host_for_url(app.ip)}:{app.port}{base_url}"
         state = {"pid": os.getpid(), "url": url, "port": app.port, "ip": app.ip, "token": token,
+                 "hub_service": service.name if service is not None else None,
                  "base_url": base_url, "started_at": time.time(), "data_dir": str(data_dir),
                  "mode": "foreground" if foreground else "daemon",
                  "log": str(log_path) if log_path is not None else None}
@@ -338,7 +351,10 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
         state["version"] = __version__
         _freeze_startup_heap()
         _write_state(path, state)
-        if out is not None:
+        if out is not None and service is not None:
+            print(f"codefy server running at {url} as JupyterHub service {service.name!r} (pid {os.getpid()}); "
+                  f"people sign in with the Hub, agents with worker tokens\n  state: {path}", file=out, flush=True)
+        elif out is not None:
             print(f"codefy server running at {url} (pid {os.getpid()}; Ctrl+C stops it)\n"
                   f"  token: {token}\n  state: {path}", file=out, flush=True)
 
@@ -356,6 +372,13 @@ def serve(*, data_dir: Path, port: int | None = None, ip: str = DEFAULT_IP, toke
             pass
         os.close(lock_fd)
     return EXIT_INTERRUPTED if interrupted and code == EXIT_OK else code
+
+
+def _hub_service() -> HubService | None:
+    try:
+        return hub_service(os.environ)
+    except HubServiceError as err:
+        raise HeadlessError(str(err)) from None
 
 
 def _checked_loop_choice() -> str:
@@ -529,7 +552,9 @@ def _wait_gone(pid: int, timeout: float) -> bool:
 def start_command(args: argparse.Namespace) -> int:
     try:
         data_dir = resolve_data_dir(args.data_dir)
-        if args.foreground:
+        # The Hub supervises a managed service's process (and restarts it when it exits): serve in
+        # it, never detached, whatever the flags say.
+        if args.foreground or _hub_service() is not None:
             return serve(data_dir=data_dir, port=args.port, ip=args.ip, token=args.token, foreground=True,
                          out=sys.stdout)
         state = start(data_dir=data_dir, port=args.port, ip=args.ip, token=args.token)

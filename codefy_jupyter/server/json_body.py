@@ -151,9 +151,14 @@ class _Slices:
         for j in cuts:
             if j <= i:
                 break
+            candidate = opener + text[i:j] + close
             try:
-                value, _ = _scan_once(opener + text[i:j] + close, 0)
+                value, stop = _scan_once(candidate, 0)
             except (StopIteration, ValueError, RecursionError):
+                continue
+            if stop != len(candidate):
+                # The container itself closed inside the window (its `]` or `}` and more after
+                # it): what parsed is only its tail, and the rest of the cut is another value's.
                 continue
             self.chunk = min(WINDOW, self.chunk * 2)
             return value, j

@@ -4,7 +4,8 @@ delete whose runs and manage whose workers.
 `c.CodefyApp.shared_server` left unset means "detect": a JupyterHub single-user server
 (JupyterHub sets `JUPYTERHUB_USER`) can be opened by other hub users through sharing or admin
 access, and an identity provider other than jupyter-server's own token/password ones can
-authenticate several people. On a hub server its owner is an admin of the queue implicitly, and so
+authenticate several people; so is `codefy start` run as a JupyterHub service (the team's queue,
+owned by no one). On a hub server its owner is an admin of the queue implicitly, and so
 is every Hub admin and every member of `admin_groups` (read from the Hub's model of the user who
 made the request, which JupyterHub's single-user server keeps on the request's user).
 """
@@ -54,6 +55,10 @@ def decide_sharing(configured: bool | None, admin_users: list[str] | tuple[str, 
         return Sharing(configured, "set by c.CodefyApp.shared_server", frozenset(admins), groups)
     if hub_user:
         return Sharing(True, f"JupyterHub single-user server of {hub_user!r}", frozenset(admins), groups)
+    service = env.get("JUPYTERHUB_SERVICE_NAME") or None
+    if service and identity_provider not in SINGLE_PERSON_PROVIDERS:
+        # The team's queue: every Hub user with access is a person of their own; no one owns it.
+        return Sharing(True, f"JupyterHub service {service!r}", frozenset(admins), groups)
     if identity_provider not in SINGLE_PERSON_PROVIDERS:
         return Sharing(True, f"multi-user identity provider {identity_provider}", frozenset(admins), groups)
     return Sharing(False, "one person's server (token or password login)", frozenset(admins), groups)

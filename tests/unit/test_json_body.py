@@ -98,3 +98,13 @@ def test_parsing_a_large_body_never_holds_the_gil_for_long():
         ticker.join()
     assert len(value["graph"]["nodes"]) == 5_000_000
     assert max(gaps) < 0.1, f"the longest pause was {max(gaps) * 1000:.0f} ms"
+
+
+def test_a_window_past_the_end_of_a_nested_array_loses_nothing():
+    """Twelve nodes of 20,000-value lists (1.5 MB): a chunk window inside one node's list reached
+    past that list's end into the next node's, and the cut parsed as the list's tail alone, so the
+    nodes between were dropped."""
+    nodes = [{"id": f"v{i}", "type": "List", "params": {"values": [j + i for j in range(20_000)]}} for i in range(12)]
+    raw = json.dumps({"graph": {"nodes": nodes, "edges": []}})
+    assert len(raw) > 1_000_000
+    assert loads(raw) == json.loads(raw)
