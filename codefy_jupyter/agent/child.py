@@ -113,7 +113,43 @@ def serve(sock: socket.socket) -> NoReturn:
                                               "traceback": traceback.format_exc()},
                 "executed": 0, "cached": 0, "metrics": {}, "duration_s": None}
     link.send("finished", body)
+    if _RECORDED is not None:  # reported first: the slot is free while the files are written
+        _write_recorded(spec, *_RECORDED)
     _exit(EXIT_OK)
+
+
+# A record_outputs run's captures, copied to the CPU, until they are written after the report.
+_RECORDED: tuple[Any, str] | None = None
+
+
+def _keep_recorded(spec: dict[str, Any], outputs: dict[str, dict[str, Any]]) -> None:
+    """Captures go through the same store as the control plane's, then to CPU memory of our own, and
+    the store (and with it the device memory) is emptied before the run reports its end."""
+    global _RECORDED
+    from ..engine.recorded import RunOutputStore, to_cpu
+
+    run_id = str(spec["run_id"])
+    store = RunOutputStore(max_runs=1)
+    store.put(run_id, outputs)
+    copy = to_cpu(store.get(run_id) or {})
+    store.drop(run_id)
+    outputs.clear()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    _RECORDED = (copy, str(spec["outputs_dir"]))
+
+
+def _write_recorded(spec: dict[str, Any], captures: Any, folder: str) -> None:
+    from pathlib import Path
+
+    from ..engine.recorded import write_outputs
+
+    timeout = float(spec.get("outputs_write_timeout_s") or 300.0)
+    try:
+        write_outputs(Path(folder), captures, deadline=time.monotonic() + timeout)
+    except BaseException:  # the run is reported; its outputs are simply not kept
+        traceback.print_exc()
 
 
 def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +180,8 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
             spec["graph"], seed=spec.get("seed"), device=spec.get("device") or "cpu",
             deterministic=bool(spec.get("deterministic")), max_parallel_nodes=int(spec.get("max_parallel_nodes") or 4),
             cancel=token, callbacks=EngineCallbacks.all_to(sink), data_dir=spec.get("data_dir"), run_id=run_id,
-            inline=True, cpu_threads=threads if type(threads) is int and threads >= 1 else None))
+            inline=True, cpu_threads=threads if type(threads) is int and threads >= 1 else None,
+            keep_outputs="all" if spec.get("outputs_dir") else "outputs"))
     except GraphError as err:
         info = err.to_dict()
         info["type"] = "GraphError"
@@ -153,6 +190,8 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         if facts is not None:
             facts.join(timeout=30)
+    if spec.get("outputs_dir"):
+        _keep_recorded(spec, result.outputs)
     return {
         "status": result.status,
         "error": result.error.to_dict() if result.error is not None else None,

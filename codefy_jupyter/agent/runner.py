@@ -75,6 +75,8 @@ class RunRequest:
     cpu_threads: int | None = None  # the run's CPU thread budget; None: the libraries' defaults
     storage: dict[str, Any] | None = None  # the assign's storage (core/storage/plan.py); None: no files
     memory_budgets: dict[str, int] | None = None  # MiB per card shared by memory (agent/memory_cap.py)
+    record_outputs: bool = False  # keep the run's node outputs in agent-runs/<run>/outputs/ (agent/outputs.py)
+    outputs_write_timeout_s: float = 300.0
 
 
 OnStarted = Callable[[str, int, Visibility], None]
@@ -206,6 +208,8 @@ class RunProcess:
             "cpu_threads": r.cpu_threads, "memory_budgets": r.memory_budgets or {},
             "devices": list(view.aliases) or [view.engine_device],
         }
+        if r.record_outputs:
+            spec.update(outputs_dir=str(self.directory / "outputs"), outputs_write_timeout_s=r.outputs_write_timeout_s)
         reader, writer = await asyncio.open_connection(sock=launched.sock, limit=pipe.MAX_LINE_BYTES)
         self._writer = writer
         writer.write(pipe.encode("assign", spec))
@@ -218,6 +222,8 @@ class RunProcess:
         writer.close()
         await self._upload()
         self.runner.finish(self, self._finished_body(exit_))
+        if r.record_outputs and self.runner.on_outputs is not None:
+            self.runner.on_outputs(self.run_id)
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         while True:
@@ -236,6 +242,13 @@ class RunProcess:
                 continue
             if kind == "finished":
                 self.report = body
+                if self.request.record_outputs and self.transfer_dir is None:
+                    # Its outputs are written after the report (seed: recorded outputs on a
+                    # worker): the run ends now, its process gets the write time to exit.
+                    self._after(self.request.outputs_write_timeout_s + EXIT_AFTER_FINISHED_S, self._kill_lingering)
+                    self.runner.finish(self, {**body, "duration_s": body.get("duration_s")
+                                              or time.monotonic() - self.started_at})
+                    continue
                 self._after(EXIT_AFTER_FINISHED_S, self._kill_lingering)
                 continue
             self.runner.on_message(self.run_id, kind, self._relative_artifact(kind, body))
@@ -336,6 +349,10 @@ class Runner:
         self.on_finished = on_finished
         self.kill_policy = kill_policy or KillPolicy()
         self.transfer = transfer
+        # Called with a record_outputs run's id once its process (which writes them) has exited.
+        self.on_outputs: Callable[[str], None] | None = None
+        # Processes still writing a finished run's outputs: `agent stop` waits for them too.
+        self.writing: dict[str, RunProcess] = {}
         self.runs: dict[str, RunProcess] = {}
         self._idle = asyncio.Event()
         self._idle.set()
@@ -376,6 +393,9 @@ class Runner:
         if self.runs.get(proc.run_id) is not proc:
             return
         del self.runs[proc.run_id]
+        if proc.request.record_outputs and proc.task is not None and not proc.task.done():
+            self.writing[proc.run_id] = proc
+            proc.task.add_done_callback(lambda _t, run_id=proc.run_id: self.writing.pop(run_id, None))
         if not self.runs:
             self._idle.set()
         self.on_finished(proc.run_id, body)

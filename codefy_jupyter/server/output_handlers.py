@@ -1,0 +1,54 @@
+"""Recorded outputs of a run (`options.record_outputs`): `GET execution/outputs/{run}` lists the
+ports with their type and shape, `GET execution/outputs/{run}/{node}/{port}` summarises one port
+(statistics and the first elements), `DELETE execution/outputs/{run}` gives them up. The answer
+comes from core/runs/recorded.py, wherever the captures are (here, or on the run's worker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from ..core.runs.recorded import LIST, PORT
+from .handlers import CodefyAPIHandler, api
+
+
+class OutputsHandler(CodefyAPIHandler):
+    @web.authenticated
+    @authorized
+    @api
+    async def get(self, run_id: str) -> None:
+        self.send(*await self.service.outputs.read(run_id, LIST, {}))
+
+    @web.authenticated
+    @authorized
+    @api
+    async def delete(self, run_id: str) -> None:
+        if not await self.service.outputs.delete(run_id):
+            self.send(*_not_recorded(run_id))
+            return
+        self.set_status(204)
+        self.finish()
+
+
+class OutputPortHandler(CodefyAPIHandler):
+    @web.authenticated
+    @authorized
+    @api
+    async def get(self, run_id: str, node_id: str, port: str) -> None:
+        self.send(*await self.service.outputs.read(run_id, PORT, {"node_id": node_id, "port": port}))
+
+
+def _not_recorded(run_id: str) -> tuple[int, dict[str, Any]]:
+    from ..wire.output_reads import not_recorded
+
+    return not_recorded(run_id)
+
+
+def output_routes(base: str) -> list[tuple[str, type, dict[str, Any]]]:
+    run = r"(?P<run_id>[^/]+)"
+    return [
+        (f"{base}codefy/api/execution/outputs/{run}", OutputsHandler, {}),
+        (f"{base}codefy/api/execution/outputs/{run}/(?P<node_id>[^/]+)/(?P<port>[^/]+)", OutputPortHandler, {}),
+    ]
