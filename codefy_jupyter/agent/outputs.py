@@ -103,7 +103,7 @@ class WorkerOutputs:
                                  {"worker": self.name, "run_id": frame.run_id})
         parts = chunks(body)
         for i, part in enumerate(parts):
-            self.send(OutputAnswer(request_id=frame.request_id, status=status, chunk=part, final=i == len(parts) - 1))
+            self.send(OutputAnswer(request_id=frame.request_id, http_status=status, chunk=part, final=i == len(parts) - 1))
 
     async def _answer(self, frame: FetchOutput) -> Answer:
         async with self._slots:

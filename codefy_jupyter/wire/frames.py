@@ -214,13 +214,13 @@ class RunFinished(RunFrame):
 
 @dataclass(frozen=True, kw_only=True)
 class OutputAnswer(Frame):
-    """The answer to a `fetch_output`: its HTTP `status` and its JSON body in `chunk`s, in order, the
+    """The answer to a `fetch_output`: its `http_status` and its JSON body in `chunk`s, in order, the
     last with `final` (wire/output_reads.py computes it, as the control plane does for its own runs)."""
 
     type: ClassVar[str] = "output_answer"
     sender: ClassVar[str] = "agent"
     request_id: str
-    status: int
+    http_status: int
     chunk: str = ""
     final: bool = True
 

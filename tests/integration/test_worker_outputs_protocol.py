@@ -51,7 +51,7 @@ async def test_reads_travel_as_fetch_output_and_come_back_in_chunks(jp_fetch, ag
     parts = chunks(body)
     assert len(parts) == 3
     for i, part in enumerate(parts):
-        await agent.send(OutputAnswer(request_id=fetch.request_id, status=200, chunk=part, final=i == len(parts) - 1))
+        await agent.send(OutputAnswer(request_id=fetch.request_id, http_status=200, chunk=part, final=i == len(parts) - 1))
     code, answer = await read
     assert code == 200 and answer == body
 
@@ -67,11 +67,11 @@ async def test_a_read_nobody_answers_is_504_and_cancelled_on_the_worker(jp_fetch
     assert code == 504 and body["error"]["code"] == "worker_output_timeout"
     assert body["error"]["params"]["worker"] == "mute"
     # A late answer for it is ignored; the next read is a new request.
-    await agent.send(OutputAnswer(request_id=fetch.request_id, status=200, chunk="{}", final=True))
+    await agent.send(OutputAnswer(request_id=fetch.request_id, http_status=200, chunk="{}", final=True))
     read = asyncio.ensure_future(call(jp_fetch, "api", "execution", "outputs", rid))
     second = await agent.expect(FetchOutput)
     assert second.request_id != fetch.request_id
-    await agent.send(OutputAnswer(request_id=second.request_id, status=200, chunk='{"run_id": "%s", "nodes": []}' % rid))
+    await agent.send(OutputAnswer(request_id=second.request_id, http_status=200, chunk='{"run_id": "%s", "nodes": []}' % rid))
     assert await read == (200, {"run_id": rid, "nodes": []})
 
 

@@ -103,7 +103,7 @@ def test_the_output_frames_round_trip():
     for frame in (FetchOutput(request_id="q1", run_id="r1", kind="port", query={"node_id": "x", "port": "v"}, wait_s=60),
                   CancelFetch(request_id="q1"), DropOutputs(run_id="r1")):
         assert decode(encode(frame), sender="server") == frame
-    answer_frame = OutputAnswer(request_id="q1", status=200, chunk=json.dumps({"a": 1}), final=True)
+    answer_frame = OutputAnswer(request_id="q1", http_status=200, chunk=json.dumps({"a": 1}), final=True)
     assert decode(encode(answer_frame), sender="agent") == answer_frame
 
 

@@ -87,12 +87,12 @@ class WorkerOutputReads:
         pending = self._pending.get(frame.request_id)
         if pending is None or pending.worker != name or pending.done.done():
             return  # an answer nobody waits for any more
-        pending.status = frame.status
+        pending.status = frame.http_status
         pending.parts.append(frame.chunk)
         if not frame.final:
             return
         try:
-            pending.done.set_result((frame.status, joined(pending.parts)))
+            pending.done.set_result((frame.http_status, joined(pending.parts)))
         except ValueError as err:
             pending.done.set_exception(Unavailable(f"worker {name} sent an unreadable answer: {err}",
                                                    code="worker_bad_answer", params={"worker": name}))
