@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from codefy_jupyter.wire import protocol as wp
-from codefy_jupyter.wire.frames import CancelFetch, FetchOutput, OutputAnswer
+from codefy_jupyter.wire.frames import CancelFetch, DropOutputs, FetchOutput, OutputAnswer
 from codefy_jupyter.wire.output_reads import chunks
 
 from test_server_runs import call, wait_status
@@ -54,6 +54,16 @@ async def test_reads_travel_as_fetch_output_and_come_back_in_chunks(jp_fetch, ag
         await agent.send(OutputAnswer(request_id=fetch.request_id, http_status=200, chunk=part, final=i == len(parts) - 1))
     code, answer = await read
     assert code == 200 and answer == body
+    # The port's summary of a finished run is cached here: a second read does not reach the worker.
+    assert await call(jp_fetch, "api", "execution", "outputs", rid, "s", "y") == (200, body)
+    with pytest.raises(asyncio.TimeoutError):
+        await agent.expect(FetchOutput, timeout=0.5)
+    # Deleting the run deletes its outputs on the worker too.
+    code, _ = await call(jp_fetch, "api", "runs", rid, method="DELETE")
+    assert code == 204
+    drop = await agent.expect(DropOutputs)
+    assert drop.run_id == rid
+    assert (await call(jp_fetch, "api", "execution", "outputs", rid))[0] == 404
 
 
 async def test_a_read_nobody_answers_is_504_and_cancelled_on_the_worker(jp_fetch, agent_factory):

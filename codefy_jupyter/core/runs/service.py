@@ -550,9 +550,9 @@ class RunService:
             peak = in_process_peak(active.device or "cpu")
             if peak:
                 ending = replace(ending, facts={**(active.facts or {}), **(ending.facts or {}), "peak_memory": peak})
-        await self._write_final(run_id, ending.status, ending.closing, error=ending.error, facts=ending.facts)
-        if run_id in self._recording:
+        if run_id in self._recording:  # kept before the final status shows: a read right after finds them
             await self._keep_outputs(run_id, result, active.worker)
+        await self._write_final(run_id, ending.status, ending.closing, error=ending.error, facts=ending.facts)
         if isinstance(result, ExecutionOutcome):
             self.workers.run_closed(run_id)
         await self._retention()
