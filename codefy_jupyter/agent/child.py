@@ -118,6 +118,7 @@ def serve(sock: socket.socket) -> NoReturn:
     _exit(EXIT_OK)
 
 
+WRITE_DELAY_ENV = "CODEFY_TEST_OUTPUTS_WRITE_DELAY_S"
 # A record_outputs run's captures, copied to the CPU, until they are written after the report.
 _RECORDED: tuple[Any, str] | None = None
 
@@ -146,8 +147,11 @@ def _write_recorded(spec: dict[str, Any], captures: Any, folder: str) -> None:
     from ..engine.recorded import write_outputs
 
     timeout = float(spec.get("outputs_write_timeout_s") or 300.0)
+    deadline = time.monotonic() + timeout
+    # Test hook: a slow disk, to show that the run's end is reported before its outputs are written.
+    time.sleep(float(os.environ.get(WRITE_DELAY_ENV) or 0))
     try:
-        write_outputs(Path(folder), captures, deadline=time.monotonic() + timeout)
+        write_outputs(Path(folder), captures, deadline=deadline)
     except BaseException:  # the run is reported; its outputs are simply not kept
         traceback.print_exc()
 
