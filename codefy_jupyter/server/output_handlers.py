@@ -5,6 +5,7 @@ comes from core/runs/recorded.py, wherever the captures are (here, or on the run
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -14,12 +15,32 @@ from ..core.runs.recorded import LIST, PORT
 from .handlers import CodefyAPIHandler, api
 
 
-class OutputsHandler(CodefyAPIHandler):
+class _OutputRead(CodefyAPIHandler):
+    """A read that may wait for a worker: when the client goes away the wait ends, and with it the
+    read on the worker (core/workers/outputs.py sends cancel_fetch)."""
+
+    _read: asyncio.Future[Any] | None = None
+
+    def on_connection_close(self) -> None:
+        if self._read is not None:
+            self._read.cancel()
+        super().on_connection_close()
+
+    async def answer(self, run_id: str, kind: str, query: dict[str, Any]) -> None:
+        self._read = asyncio.ensure_future(self.service.outputs.read(run_id, kind, query))
+        try:
+            status, body = await self._read
+        except asyncio.CancelledError:
+            return  # nobody to answer
+        self.send(status, body)
+
+
+class OutputsHandler(_OutputRead):
     @web.authenticated
     @authorized
     @api
     async def get(self, run_id: str) -> None:
-        self.send(*await self.service.outputs.read(run_id, LIST, {}))
+        await self.answer(run_id, LIST, {})
 
     @web.authenticated
     @authorized
@@ -32,12 +53,12 @@ class OutputsHandler(CodefyAPIHandler):
         self.finish()
 
 
-class OutputPortHandler(CodefyAPIHandler):
+class OutputPortHandler(_OutputRead):
     @web.authenticated
     @authorized
     @api
     async def get(self, run_id: str, node_id: str, port: str) -> None:
-        self.send(*await self.service.outputs.read(run_id, PORT, {"node_id": node_id, "port": port}))
+        await self.answer(run_id, PORT, {"node_id": node_id, "port": port})
 
 
 def _not_recorded(run_id: str) -> tuple[int, dict[str, Any]]:

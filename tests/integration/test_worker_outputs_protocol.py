@@ -114,3 +114,16 @@ async def test_an_agent_without_the_capability_is_refused_when_named_and_fails_t
     assert done["error"]["code"] == "record_outputs_unsupported" and "record_outputs" in done["error"]["message"]
     with pytest.raises(asyncio.TimeoutError):
         await agent.expect(wp.Assign, timeout=1)
+
+
+async def test_a_client_that_goes_away_cancels_the_read_on_the_worker(jp_fetch, agent_factory):
+    agent = await agent_factory("left", capabilities=["ack", "record_outputs"])
+    rid = await finished_run(jp_fetch, agent, "left")
+    read = asyncio.ensure_future(jp_fetch("codefy", "api", "execution", "outputs", rid, request_timeout=0.5))
+    fetch = await agent.expect(FetchOutput)
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(Exception):
+        await read  # the client stopped waiting
+    cancel = await agent.expect(CancelFetch, timeout=10)
+    assert cancel.request_id == fetch.request_id
+    assert asyncio.get_running_loop().time() - started < 2.5  # before the server's own 3 s wait ran out
