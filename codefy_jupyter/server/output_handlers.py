@@ -46,7 +46,7 @@ class OutputsHandler(_OutputRead):
     @authorized
     @api
     async def delete(self, run_id: str) -> None:
-        if not await self.service.outputs.delete(run_id):
+        if not await self.service.delete_outputs(run_id, user=self.username, admin=self.is_admin):
             self.send(*_not_recorded(run_id))
             return
         self.set_status(204)

@@ -638,6 +638,13 @@ class RunService:
             # but Delete keeps checkpoint files on disk, as for any run (run queue: Delete).
             await asyncio.to_thread(remove_run_files, self.data_dir / "runs" / run_id, {"checkpoints"})
 
+    async def delete_outputs(self, run_id: str, *, user: str | None = None, admin: bool = True) -> bool:
+        """Give up a run's recorded outputs (here or on its worker); False when none are kept."""
+        row = await self.store.get_run(run_id)
+        if row is not None:
+            self._check_owner(row, user, admin, "delete the recorded outputs of")
+        return await self.outputs.delete(run_id)
+
     @staticmethod
     def _check_owner(row: dict[str, Any], user: str | None, admin: bool, action: str) -> None:
         if not admin and row.get("owner") not in (None, user):
