@@ -174,4 +174,12 @@ async def test_record_outputs_is_refused_for_one_shot_targets_and_nothing_is_wri
         "graph": SMALL, "options": {"record_outputs": True, "target": {"worker": "any", "pool": "one-shot"}}})
     assert code == 400 and body["error"]["code"] == "record_outputs_one_shot", body
     assert body["error"]["params"]["field"] == "options.record_outputs"
+    # A one-shot agent named by the run: it exits with its run, so nothing could ever be read.
+    solo = agents("--one-shot", name="solo")
+    await until_connected(jp_fetch, solo)
+    code, body = await call(jp_fetch, "api", "runs", method="POST", body={
+        "graph": SMALL, "options": {"record_outputs": True, "target": {"worker": "solo"}}})
+    assert code == 400 and body["error"]["code"] == "record_outputs_one_shot", body
+    assert body["error"]["params"]["worker"] == "solo" and "solo" in body["error"]["message"]
     assert (await call(jp_fetch, "api", "runs"))[1] == before
+    assert solo.proc.poll() is None  # it took nothing
