@@ -141,6 +141,25 @@ def _keep_recorded(spec: dict[str, Any], outputs: dict[str, dict[str, Any]]) -> 
     _RECORDED = (copy, str(spec["outputs_dir"]))
 
 
+def _answer_read(link: Link, body: dict[str, Any]) -> None:
+    """Until its files are written, a run answers reads from its copy in memory, with the control
+    plane's functions (seed: recorded outputs on a worker)."""
+    from ..engine.recorded import index_of, summarize
+    from ..wire.output_reads import answer, not_recorded
+
+    run_id, kind, query = str(body.get("run_id") or ""), str(body.get("kind") or ""), body.get("query") or {}
+    recorded = _RECORDED
+    try:
+        if recorded is None:
+            status, out = not_recorded(run_id)
+        else:
+            captures = recorded[0]
+            status, out = answer(run_id, kind, query, index_of(captures), lambda n, p: summarize(captures[n][p]))
+    except Exception as err:  # answered, whatever happens: the agent waits for it
+        status, out = 500, {"error": {"code": "worker_output_failed", "message": str(err), "params": {}}}
+    link.send("answer", {"id": body.get("id"), "status": status, "body": out})
+
+
 def _write_recorded(spec: dict[str, Any], captures: Any, folder: str) -> None:
     from pathlib import Path
 
@@ -219,6 +238,8 @@ def _read_cancels(link: Link, token: Any) -> None:
         kind, body = message
         if kind == "cancel":
             token.cancel(str(body.get("reason") or "cancel requested"))
+        elif kind == "read":
+            _answer_read(link, body)
 
 
 _FINGERPRINT: dict[str, Any] | None = None

@@ -236,9 +236,8 @@ class Agent:
         self.runner.cancel_all(STOP_GRACE_S, "the worker agent is stopping")
         self._stop_task = asyncio.ensure_future(self._stop())
 
-    def _writing(self, run_id: str) -> asyncio.Future[Any] | None:
-        proc = self.runner.writing.get(run_id)
-        return proc.task if proc is not None else None
+    def _writing(self, run_id: str) -> Any:
+        return self.runner.writing.get(run_id)
 
     async def _stop(self) -> None:
         await self.runner.wait_idle()

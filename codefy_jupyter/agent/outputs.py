@@ -52,7 +52,7 @@ def runs_to_evict(held: list[tuple[str, int]], max_runs: int, max_bytes: int | N
 
 class WorkerOutputs:
     def __init__(self, runs_dir: Path, name: str, *, send: Callable[[Frame], None],
-                 writing: Callable[[str], asyncio.Future[Any] | None], max_runs: int = DEFAULT_MAX_RUNS,
+                 writing: Callable[[str], Any], max_runs: int = DEFAULT_MAX_RUNS,
                  max_bytes: int | None = None, python: str = sys.executable) -> None:
         self.runs_dir = Path(runs_dir)
         self.name = name
@@ -107,9 +107,13 @@ class WorkerOutputs:
 
     async def _answer(self, frame: FetchOutput) -> Answer:
         async with self._slots:
-            pending = self.writing(frame.run_id)
-            if pending is not None:  # reported, still writing: the files are there when it exits
-                await asyncio.shield(pending)
+            process = self.writing(frame.run_id)
+            if process is not None:  # reported, still writing: it answers from its copy in memory
+                answered = await process.read(frame.kind, frame.query)
+                if answered is not None:
+                    return answered
+                if process.task is not None:  # it went while asked: its files are complete (or absent)
+                    await asyncio.shield(process.task)
             folder = self.folder(frame.run_id)
             if frame.kind == LIST:
                 return answer(frame.run_id, frame.kind, frame.query, read_index(folder), None)

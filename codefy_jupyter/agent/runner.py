@@ -121,6 +121,8 @@ class RunProcess:
         self._cancel_reason = "cancel requested"
         self.data_dir = self.directory / "data"
         self.transfer_dir: Path | None = None  # transfer backend: the folder whose files go back
+        self._reads: dict[int, asyncio.Future[tuple[int, dict[str, Any]]]] = {}
+        self._read_ids = 0
 
     @property
     def pid(self) -> int | None:
@@ -240,6 +242,11 @@ class RunProcess:
             except pipe.PipeError as err:
                 log.warning("run %s: dropped a bad message from its process: %s", self.run_id, err)
                 continue
+            if kind == "answer":
+                waiting = self._reads.pop(body.get("id"), None) if isinstance(body.get("id"), int) else None
+                if waiting is not None and not waiting.done() and isinstance(body.get("body"), dict):
+                    waiting.set_result((int(body.get("status") or 500), body["body"]))
+                continue
             if kind == "finished":
                 self.report = body
                 if self.request.record_outputs and self.transfer_dir is None:
@@ -290,6 +297,32 @@ class RunProcess:
                           "params": {"exit_code": exit_.exit_code, "signal": exit_.signal}},
                 "executed": 0, "cached": 0, "metrics": {}, "duration_s": duration,
                 "exit_code": exit_.exit_code, "signal": exit_.signal, "output_tail": tail}
+
+    async def read(self, kind: str, query: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """A read of its recorded outputs, answered by the process from its copy in memory while it
+        writes them; None once it has gone (the files are then complete, or absent)."""
+        writer = self.writer_open()
+        if writer is None:
+            return None
+        self._read_ids += 1
+        number = self._read_ids
+        future = self._reads[number] = asyncio.get_running_loop().create_future()
+        writer.write(pipe.encode("read", {"id": number, "run_id": self.run_id, "kind": kind, "query": query}))
+        exited = self.launched.exited if self.launched is not None else None
+        try:
+            waits = [future] + ([asyncio.ensure_future(asyncio.shield(exited))] if exited is not None else [])
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for w in waits[1:]:
+                w.cancel()
+            return future.result() if future.done() else None
+        finally:
+            self._reads.pop(number, None)
+
+    def writer_open(self) -> asyncio.StreamWriter | None:
+        writer = self._writer
+        if writer is None or writer.is_closing() or self.launched is None or self.launched.exited.done():
+            return None
+        return writer
 
     # -- cancel -----------------------------------------------------------------------------------------
     def cancel(self, grace_s: float, reason: str) -> None:

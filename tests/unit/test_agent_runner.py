@@ -278,7 +278,16 @@ def test_a_recording_run_reports_its_end_before_it_writes_its_outputs(tmp_path, 
             # Reported (the slot is free) while its process still writes: nothing on disk yet.
             assert body["status"] == "succeeded"
             assert "r1" in h.runner.writing and "r1" not in h.runner.runs and read_index(folder) is None
-            await asyncio.wait_for(h.runner.writing["r1"].task, 60)
+            # Meanwhile it answers reads from its copy in memory, as its files will.
+            proc = h.runner.writing["r1"]
+            early = [await proc.read("list", {}), await proc.read("port", {"node_id": "mean", "port": "mean"})]
+            assert read_index(folder) is None and early[0][0] == 200 and early[1] == (
+                200, {"run_id": "r1", "node_id": "mean", "port": "mean", "type": "float", "shape": None, "value": 2.0})
+            await asyncio.wait_for(proc.task, 60)
+            assert await proc.read("list", {}) is None  # gone: the files answer now
+            from codefy_jupyter.agent.output_reader import answer_from_folder
+            assert [answer_from_folder(folder, "r1", "list", {}),
+                    answer_from_folder(folder, "r1", "port", {"node_id": "mean", "port": "mean"})] == early
             assert written == ["r1"] and "r1" not in h.runner.writing
             index = read_index(folder)
             assert set(index["nodes"]) == {"k", "s", "m", "mean"}
