@@ -2,7 +2,8 @@
 plane's `fetch_output` frames, `cancel_fetch`, `drop_outputs`, and the worker's own limits.
 
 A run's outputs are in `agent-runs/<run>/outputs/` (written by its process after it reported its
-end). A listing is answered here from `index.json`; a port's value is read by a helper process
+end; until it has exited, that process answers reads from its copy in memory). A listing is
+answered here from `index.json`; a port's value is read by a helper process
 (output_reader.py), because this process never imports torch. Both compute the answer with
 wire/output_reads.py, the control plane's own functions. At most `MAX_READS` reads run at once;
 each gives up `GIVE_UP_EARLY_S` before the control plane would, so its 504 is the one the client

@@ -183,3 +183,17 @@ async def test_record_outputs_is_refused_for_one_shot_targets_and_nothing_is_wri
     assert body["error"]["params"]["worker"] == "solo" and "solo" in body["error"]["message"]
     assert (await call(jp_fetch, "api", "runs"))[1] == before
     assert solo.proc.poll() is None  # it took nothing
+
+
+async def test_agent_stop_waits_for_a_finished_run_to_write_its_outputs(jp_fetch, agents):
+    agent = agents(name="slowdisk", env={"CODEFY_TEST_OUTPUTS_WRITE_DELAY_S": "4"})
+    await until_connected(jp_fetch, agent)
+    run_id = await run_recorded(jp_fetch, {"worker": "slowdisk", "devices": ["cpu"]})
+    folder = outputs_dir(agent, run_id)
+    # Reported before the files exist; a read meanwhile is answered from the run's memory.
+    assert not (folder / "index.json").exists()
+    code, body = await outputs(jp_fetch, run_id, "s", "y")
+    assert code == 200 and body["value"] == 6.0
+    agent.proc.terminate()
+    assert await agent.exited() == 0
+    assert (folder / "index.json").is_file() and len(list(folder.glob("*.pt"))) == 3
