@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/discovery.py
 	$(PY) benchmarks/experiments.py
 	$(PY) benchmarks/lab_graph.py
+	$(PY) benchmarks/lab_runs.py
 	$(PY) benchmarks/storage.py
 
 clean:

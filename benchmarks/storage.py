@@ -11,23 +11,31 @@ MiB in the data folder; a run whose CSVDataset reads it is queued on the agent t
 The file is not CSV, so each run then fails at once reading it: only the transfer is measured.
 The figures are the agent's own (execution_facts.run_facts `transfer`).
 
-    python benchmarks/storage.py [--mib 256] [--out FILE]
+S3 (`--s3-runs N`, 0 skips it): the same with `CODEFY_S3_ENABLED` against a local S3-compatible
+server (`moto_server` on loopback) and an agent with boto3: N runs read the same `--s3-mib` input.
+The control plane puts it in the bucket once (execution_facts.s3_inputs_uploaded: 1, then 0), the
+agent downloads it from the bucket once (then its cache serves it); the bucket ends with one input
+object.
+
+    python benchmarks/storage.py [--mib 256] [--s3-runs 5] [--s3-mib 64] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from common import publish
-from run_queue import Http, codefy_server
+from run_queue import Http, codefy_server, free_port
 
 TARGETS = {"transfer_mb_per_s": 200.0}
 
@@ -110,17 +118,105 @@ async def measure(state: dict[str, Any], data_dir: Path, agent_dir: Path, mib: i
             agent.kill()
 
 
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """A local S3-compatible endpoint (moto_server, no authentication) with the bucket `bench`."""
+    import boto3
+
+    port = free_port()
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit("moto_server did not start")
+                time.sleep(0.1)
+        boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="bench",
+                     aws_secret_access_key="bench").create_bucket(Bucket="bench")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+async def measure_s3(state: dict[str, Any], url: str, data_dir: Path, agent_dir: Path, mib: int,
+                     runs: int) -> dict[str, Any]:
+    import boto3
+
+    upload = data_dir / "uploads" / "shared.bin"
+    write_input(upload, mib)
+    control = f"http://127.0.0.1:{state['port']}{state['base_url']}"
+    env = {**os.environ, "CODEFY_AGENT_MACHINE_ID": "storage-benchmark-s3-worker"}
+    agent = subprocess.Popen([sys.executable, "-m", "codefy_jupyter.cli", "agent", "start", "--control", control,
+                              "--token", state["token"], "--name", "bench-s3", "--data-dir", str(agent_dir)],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    http = Http(state)
+    try:
+        await connected(http, "bench-s3")
+        rows = []
+        for i in range(runs):
+            started = time.perf_counter()
+            code, run = await http.request("POST", "runs", {"graph": graph(upload), "options": {
+                "target": {"worker": "bench-s3", "devices": ["cpu"]}}})
+            assert code == 201, run
+            done = await wait_finished(http, run["id"])
+            facts = transfer_facts(done)
+            rows.append({"run": i + 1, "submit_to_end_s": round(time.perf_counter() - started, 3),
+                         "backend": facts.get("backend"),
+                         "control_plane_uploads": (done.get("execution_facts") or {}).get("s3_inputs_uploaded"),
+                         "agent_downloaded_bytes": facts["downloaded_bytes"], "agent_seconds": facts["seconds"]})
+        bucket = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="bench",
+                              aws_secret_access_key="bench")
+        objects = bucket.list_objects_v2(Bucket="bench", Prefix="inputs/").get("KeyCount", 0)
+        size = mib << 20
+        first = rows[0]
+        return {
+            "input_mib": mib, "runs": runs,
+            "input_uploads_total": sum(r["control_plane_uploads"] or 0 for r in rows),
+            "input_objects_in_bucket": objects,
+            "agent_downloads_total": sum(1 for r in rows if r["agent_downloaded_bytes"]),
+            "first_download_mb_per_s": round(size / first["agent_seconds"] / 1e6, 1)
+            if first["agent_downloaded_bytes"] == size else None,
+            "per_run": rows,
+            "targets": {"input_uploads_total": 1},
+        }
+    finally:
+        http.close()
+        agent.terminate()
+        try:
+            agent.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mib", type=int, default=256)
+    parser.add_argument("--s3-runs", type=int, default=5)
+    parser.add_argument("--s3-mib", type=int, default=64)
     parser.add_argument("--out")
     args = parser.parse_args()
     started = time.perf_counter()
+    sections: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="codefy-storage-bench-") as tmp:
         data_dir, agent_dir = Path(tmp) / "data", Path(tmp) / "agent"
         with codefy_server(data_dir, cpu_limit=2) as state:
-            report = asyncio.run(measure(state, data_dir, agent_dir, args.mib))
-    publish(args.out, started, transfer=report)
+            sections["transfer"] = asyncio.run(measure(state, data_dir, agent_dir, args.mib))
+        if args.s3_runs > 0:
+            data_dir, agent_dir = Path(tmp) / "data-s3", Path(tmp) / "agent-s3"
+            with moto_server() as url:
+                s3_env = {"CODEFY_S3_ENABLED": "1", "CODEFY_S3_BUCKET": "bench", "CODEFY_S3_ENDPOINT_URL": url,
+                          "CODEFY_S3_CREDENTIALS": "bench:bench"}
+                with codefy_server(data_dir, cpu_limit=2, extra_env=s3_env) as state:
+                    sections["s3"] = asyncio.run(measure_s3(state, url, data_dir, agent_dir, args.s3_mib,
+                                                            args.s3_runs))
+    publish(args.out, started, **sections)
 
 
 if __name__ == "__main__":

@@ -196,8 +196,9 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
         finally:
             if facts is not None:
                 facts.join(timeout=30)
+    limit = None
     if spec.get("memory_budgets"):  # before any node can allocate on a shared card
-        memory_cap.apply(spec["memory_budgets"], spec.get("aliases") or {})
+        limit = memory_cap.apply(spec["memory_budgets"], spec.get("aliases") or {}) or None
     try:
         result = asyncio.run(execute_graph(
             spec["graph"], seed=spec.get("seed"), device=spec.get("device") or "cpu",
@@ -221,6 +222,7 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
         "executed": len(result.executed), "cached": len(result.cached),
         "metrics": _jsonable(result.metrics), "duration_s": result.duration_s,
         "peak_memory": memory_cap.peak_memory(spec.get("aliases") or {}),
+        "memory_limit": limit,
     }
 
 

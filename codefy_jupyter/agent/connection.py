@@ -42,8 +42,8 @@ from .._version import __version__
 from ..wire.cpu_threads import available_cores
 from ..wire.codec import MAX_FRAME_BYTES, decode, encode
 from ..wire.frames import (
-    AGENT_STOPPED, DEFAULT_GRACE_S, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Ack, Assign, Cancel, CancelFetch, Drain,
-    DropOutputs, FetchOutput, Frame, Heartbeat, Hello, ProtocolError, Reject, RunAlive, Welcome,
+    AGENT_STOPPED, DEFAULT_GRACE_S, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Ack, Assign, Cancel, CancelFetch,
+    Credentials, Drain, DropOutputs, FetchOutput, Frame, Heartbeat, Hello, ProtocolError, Reject, RunAlive, Welcome,
 )
 from . import tls
 from .delivery import Deliveries
@@ -426,7 +426,7 @@ class Agent:
         return Hello(
             name=o.name, version=__version__, protocol_version=PROTOCOL_VERSION,
             fingerprint=self.catalog.fingerprint, catalog_hash=self.catalog.catalog_hash,
-            node_types=self.catalog.node_types, capabilities=sorted(SUPPORTED_CAPABILITIES),
+            node_types=self.catalog.node_types, capabilities=offered_capabilities(),
             machine_id=machine_id(), devices=self.inventory.hello(), platform=platform_string(), mounts=dict(o.mounts),
             one_shot=o.one_shot, one_shot_run_id=o.run_id if o.one_shot else None,
             instance_id=self.instance_id, instance=o.instance, cpu_count=available_cores())
@@ -484,6 +484,11 @@ class Agent:
             self.outputs.cancel(frame)
         elif isinstance(frame, DropOutputs):
             self.outputs.drop(frame)
+        elif isinstance(frame, Credentials):
+            if self.runner.credentials(frame.run_id, frame.credentials):
+                log.info("run %s: fresh S3 credentials", frame.run_id)
+            else:
+                log.info("S3 credentials for run %s, which is not an S3 run here", frame.run_id)
         elif isinstance(frame, Drain):
             self.draining = frame.draining
             log.info("draining: no new runs" if frame.draining else "undrained: taking runs again")
@@ -546,6 +551,13 @@ class Agent:
         log.info("run %s: %s", run_id, frame.status)
         self.deliveries.add(run_id, frame)
         self.deliveries.changed.set()
+
+
+def offered_capabilities() -> list[str]:
+    """What the hello offers: everything this version implements, `s3` only where boto3 imports."""
+    from .s3 import available
+
+    return sorted(c for c in SUPPORTED_CAPABILITIES if c != "s3" or available())
 
 
 def machine_id() -> str | None:

@@ -18,6 +18,8 @@ the loopback interface, so what the ranks open is reachable from this machine on
   stop and terminated after `STOP_GRACE_S`. The run process returns only once every rank has ended,
   so the agent frees the cards after that. A rank whose parent (the run process) is gone exits
   within `ORPHAN_CHECK_S` of noticing, well inside the seed's 5 s.
+- Memory budgets per rank: each rank caps its own card to the run's budget there and the run's other
+  budgeted cards to zero; the run reports one `memory_limit` (per card, the owner's cap).
 - Peak memory: per device, the largest any rank reported.
 
 `plan` and `rank_graph` are pure; `run_ranks` and `rank_main` run processes.
@@ -33,6 +35,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from . import memory_cap
 
 STOP_GRACE_S = 5.0
 KILL_AFTER_S = 2.0
@@ -196,7 +200,8 @@ def run_ranks(send: Callable[[str, dict[str, Any]], None], spec: dict[str, Any],
         messages.close()
     base = results.get(0) or {"executed": 0, "cached": 0, "metrics": {}}
     body = {**base, "duration_s": time.monotonic() - started,
-            "peak_memory": merge_peaks([r.get("peak_memory") for r in results.values()])}
+            "peak_memory": merge_peaks([r.get("peak_memory") for r in results.values()]),
+            "memory_limit": memory_cap.merge_limits([r.get("memory_limit") for r in results.values()])}
     failed = pick_failure(failures)
     if failed is not None:
         body.update(status="failed", error=failed[1])
@@ -248,7 +253,6 @@ def rank_main(rank: int, world: int, backend: str, device: str, store: str, spec
     from ..engine import CancelToken, EngineCallbacks, GraphError, execute_graph
     from ..engine import distributed
     from ..wire import run_events as ev
-    from . import memory_cap
 
     token = CancelToken()
     threading.Thread(target=_watch, args=(parent, stop, token), name="codefy-rank-watch", daemon=True).start()
@@ -263,6 +267,7 @@ def rank_main(rank: int, world: int, backend: str, device: str, store: str, spec
             messages.put(("event", rank, {"type": event.type, "payload": ev.cap_payload(event.payload, cap)}))
 
     started = time.monotonic()
+    limit: dict[str, Any] = {}
     try:
         import torch.distributed as dist
 
@@ -270,10 +275,8 @@ def rank_main(rank: int, world: int, backend: str, device: str, store: str, spec
             import torch
 
             torch.cuda.set_device(rank)
-            budgets = spec.get("memory_budgets") or {}
-            own = (spec.get("aliases") or {}).get(f"cuda:{rank}", f"cuda:{rank}")
-            if own in budgets:
-                memory_cap.apply({own: budgets[own]}, spec.get("aliases") or {})
+            # Its own card to its budget, the run's other budgeted cards to zero (seed #792).
+            limit = memory_cap.apply(spec.get("memory_budgets") or {}, spec.get("aliases") or {}, own=rank)
         dist.init_process_group(backend, store=dist.FileStore(store, world), rank=rank, world_size=world,
                                 timeout=timedelta(seconds=INIT_TIMEOUT_S))
         distributed.set_rank(distributed.Rank(rank, world, backend))
@@ -288,7 +291,7 @@ def rank_main(rank: int, world: int, backend: str, device: str, store: str, spec
         body = {"status": result.status, "error": result.error.to_dict() if result.error is not None else None,
                 "executed": len(result.executed), "cached": len(result.cached),
                 "metrics": ev.jsonable(result.metrics), "duration_s": time.monotonic() - started,
-                "peak_memory": memory_cap.peak_memory(spec.get("aliases") or {})}
+                "peak_memory": memory_cap.peak_memory(spec.get("aliases") or {}), "memory_limit": limit}
     except GraphError as err:
         body = {"status": "failed", "error": {**err.to_dict(), "type": "GraphError"}, "executed": 0, "cached": 0,
                 "metrics": {}}

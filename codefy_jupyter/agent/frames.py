@@ -53,6 +53,7 @@ def finished_frame(run_id: str, body: dict[str, Any]) -> RunFinished:
     return RunFinished(
         run_id=run_id, status=status, error=error,
         peak_memory=body.get("peak_memory") if isinstance(body.get("peak_memory"), dict) else None,
+        memory_limit=body.get("memory_limit") if isinstance(body.get("memory_limit"), dict) else None,
         output_tail=_opt_str(body.get("output_tail")), exit_code=_int(body.get("exit_code")),
         signal=_int(body.get("signal")), executed=_int(body.get("executed")) or 0,
         cached=_int(body.get("cached")) or 0, metrics=metrics if isinstance(metrics, dict) else {},

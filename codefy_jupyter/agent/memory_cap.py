@@ -17,10 +17,12 @@ MIB = 1024 * 1024
 
 
 def fractions(budgets_mib: Mapping[str, int], aliases: Mapping[str, str],
-              totals: Mapping[int, int]) -> dict[int, float]:
+              totals: Mapping[int, int], own: int | None = None) -> dict[int, float]:
     """{the run's CUDA index: fraction of that card} for each budgeted card the run sees.
     `budgets_mib` are keyed by the agent's card names, `aliases` map the run's names to the agent's,
-    `totals` are each visible card's total memory in bytes (by the run's index)."""
+    `totals` are each visible card's total memory in bytes (by the run's index). `own`: a DDP rank's
+    card (its run index); the rank keeps its budget there and gets none on the run's other budgeted
+    cards (seed #792), so a stray allocation cannot eat another rank's share."""
     by_agent = {agent: run for run, agent in aliases.items()}
     out: dict[int, float] = {}
     for agent_name, mib in budgets_mib.items():
@@ -31,12 +33,33 @@ def fractions(budgets_mib: Mapping[str, int], aliases: Mapping[str, str],
         total = totals.get(index)
         if not total or mib <= 0:
             continue
-        out[index] = min(1.0, mib * MIB / total)
+        out[index] = 0.0 if own is not None and index != own else min(1.0, mib * MIB / total)
     return out
 
 
-def apply(budgets_mib: Mapping[str, int], aliases: Mapping[str, str]) -> dict[int, float]:
-    """Cap this process's allocator on each budgeted card (nothing without CUDA); what was set."""
+def limits(caps: Mapping[int, float], aliases: Mapping[str, str], totals: Mapping[int, int]) -> dict[str, Any]:
+    """The caps as the run reports them (`memory_limit`): {the agent's card name: {bytes, fraction}}."""
+    out: dict[str, Any] = {}
+    for index, fraction in caps.items():
+        name = f"cuda:{index}"
+        out[aliases.get(name, name)] = {"bytes": int(fraction * totals.get(index, 0)), "fraction": fraction}
+    return out
+
+
+def merge_limits(parts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """One `memory_limit` for a run of several ranks: per card, the largest cap any rank set there
+    (its owner's budget; the others set zero)."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        for device, entry in (part or {}).items():
+            if device not in out or entry.get("bytes", 0) > out[device].get("bytes", 0):
+                out[device] = entry
+    return out or None
+
+
+def apply(budgets_mib: Mapping[str, int], aliases: Mapping[str, str], own: int | None = None) -> dict[str, Any]:
+    """Cap this process's allocator on each budgeted card (nothing without CUDA); the run's
+    `memory_limit` (see `limits`)."""
     if not budgets_mib:
         return {}
     import torch
@@ -44,10 +67,10 @@ def apply(budgets_mib: Mapping[str, int], aliases: Mapping[str, str]) -> dict[in
     if not torch.cuda.is_available():
         return {}
     totals = {i: int(torch.cuda.get_device_properties(i).total_memory) for i in range(torch.cuda.device_count())}
-    caps = fractions(budgets_mib, aliases, totals)
+    caps = fractions(budgets_mib, aliases, totals, own)
     for index, fraction in caps.items():
         torch.cuda.set_per_process_memory_fraction(fraction, index)
-    return caps
+    return limits(caps, aliases, totals)
 
 
 def cpu_peak_bytes() -> int | None:
@@ -76,4 +99,4 @@ def peak_memory(aliases: dict[str, str]) -> dict[str, Any] | None:
     return out
 
 
-__all__ = ["apply", "cpu_peak_bytes", "fractions", "peak_memory"]
+__all__ = ["apply", "cpu_peak_bytes", "fractions", "limits", "merge_limits", "peak_memory"]

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 from ..wire import run_events as ev
 from ..wire.cpu_threads import thread_environment
 from . import pipe
-from .transfer import RunTransfer, TransferFailed, point_inputs
+from .transfer import InputCache, RunTransfer, TransferFailed, point_inputs
 from .isolation import OfferedDevice, Visibility, child_environment, visibility
 from .launch import LaunchError, Launched, ProcessExit
 
@@ -120,7 +120,8 @@ class RunProcess:
         self._writer: asyncio.StreamWriter | None = None
         self._cancel_reason = "cancel requested"
         self.data_dir = self.directory / "data"
-        self.transfer_dir: Path | None = None  # transfer backend: the folder whose files go back
+        self.transfer_dir: Path | None = None  # transfer and S3 backends: the folder whose files go back
+        self.remote: InputCache | None = None  # the backend moving this run's files (RunTransfer, S3Transfer)
         self._reads: dict[int, asyncio.Future[tuple[int, dict[str, Any]]]] = {}
         self._read_ids = 0
 
@@ -137,43 +138,55 @@ class RunProcess:
         if backend in ("local", "mount") and isinstance(storage.get("run_dir"), str) and storage["run_dir"]:
             self.data_dir = Path(storage["run_dir"])
             return graph, None
-        if backend != "transfer":
+        if backend == "s3":
+            from .s3 import S3Transfer
+
+            self.remote = S3Transfer(storage.get("s3") if isinstance(storage.get("s3"), dict) else {},
+                                     self.runner.cache_dir)
+        elif backend == "transfer":
+            self.remote = self.runner.transfer
+        else:
             return graph, None
         self.transfer_dir = self.data_dir
         inputs = [i for i in storage.get("inputs") or () if isinstance(i, dict)]
-        transfer = self.runner.transfer
+        transfer = self.remote
         if not inputs:
             return graph, None
         if transfer is None:
             raise TransferFailed("this agent has no transfer client")
         fetched = await asyncio.to_thread(transfer.fetch_inputs, self.run_id, inputs)
-        log.info("run %s: inputs: %d bytes downloaded in %.3f s, %d from the cache", self.run_id,
+        log.info("run %s: inputs (%s): %d bytes downloaded in %.3f s, %d from the cache", self.run_id, backend,
                  fetched.downloaded, fetched.seconds, fetched.cached)
-        facts = {"downloaded_bytes": fetched.downloaded, "cached_inputs": fetched.cached,
+        facts = {"backend": backend, "downloaded_bytes": fetched.downloaded, "cached_inputs": fetched.cached,
                  "seconds": round(fetched.seconds, 6)}
         return point_inputs(json_copy(graph), inputs, fetched.paths), facts
 
     async def _upload(self) -> None:
-        """Transfer backend: the run's files go home before its run_finished (from a thread)."""
-        transfer, folder = self.runner.transfer, self.transfer_dir
+        """Transfer and S3 backends: the run's files go home (to the control plane, or to the
+        bucket) before its run_finished, from a thread."""
+        transfer, folder = self.remote, self.transfer_dir
         if transfer is None or folder is None:
             return
+        where = "the S3 bucket" if transfer is not self.runner.transfer else "the control plane"
         try:
             started = time.perf_counter()
             sent = await asyncio.to_thread(transfer.upload_outputs, self.run_id, folder)
             if sent:
-                log.info("run %s: %d files (%d bytes) uploaded in %.3f s", self.run_id, len(sent),
-                         sum(n for _, n in sent), time.perf_counter() - started)
+                log.info("run %s: %d files (%d bytes) uploaded to %s in %.3f s", self.run_id, len(sent),
+                         sum(n for _, n in sent), where, time.perf_counter() - started)
+            if transfer is not self.runner.transfer:
+                self.runner.on_message(self.run_id, "facts", {"kind": "s3", "facts": {
+                    "uploaded": [[key, size] for key, size in sent],
+                    "credential_updates": getattr(transfer, "updates", 0)}})
         except TransferFailed as err:
             log.warning("run %s: %s", self.run_id, err)
-            event = ev.run_warning(self.run_id, "worker_transfer_failed",
-                                   f"the run's files could not be uploaded to the control plane: {err}",
+            event = ev.run_warning(self.run_id, err.code, f"the run's files could not be uploaded to {where}: {err}",
                                    {"reason": str(err)})
             self.runner.on_message(self.run_id, "event", {"type": event.type, "payload": event.payload})
 
     def _relative_artifact(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
         """Transfer backend: an artifact's path relative to the run's folder, which is where the
-        control plane keeps the uploaded copy."""
+        control plane keeps the uploaded copy; S3: the object's key."""
         folder = self.transfer_dir
         if folder is None or kind != "event" or body.get("type") != "artifact":
             return body
@@ -185,7 +198,8 @@ class RunProcess:
             rel = Path(path).resolve().relative_to(folder.resolve()).as_posix()
         except ValueError:
             return body
-        return {**body, "payload": {**payload, "path": rel}}
+        key_of = getattr(self.remote, "key_of", None)
+        return {**body, "payload": {**payload, "path": key_of(rel) if key_of is not None else rel}}
 
     async def run(self, view: Visibility) -> None:
         r = self.request
@@ -394,6 +408,20 @@ class Runner:
     def running(self) -> list[str]:
         return sorted(self.runs)
 
+    @property
+    def cache_dir(self) -> Path:
+        """Inputs by SHA-256, shared by the transfer and S3 backends."""
+        return self.transfer.cache_dir if self.transfer is not None else self.runs_dir.parent / "agent-cache"
+
+    def credentials(self, run_id: str, credentials: dict[str, Any]) -> bool:
+        """Fresh S3 credentials for a running S3 run; whether it is one."""
+        proc = self.runs.get(run_id)
+        update = getattr(proc.remote, "update", None) if proc is not None else None
+        if update is None:
+            return False
+        update(credentials)
+        return True
+
     def start(self, request: RunRequest) -> RunProcess:
         view = visibility(request.device, request.devices, self.offered)
         proc = RunProcess(self, request)
@@ -407,7 +435,7 @@ class Runner:
             await proc.run(view)
         except TransferFailed as err:
             log.error("run %s: its inputs could not be fetched: %s", proc.run_id, err)
-            self.finish(proc, {"status": "failed", "error": {"type": "TransferFailed", "code": "worker_transfer_failed",
+            self.finish(proc, {"status": "failed", "error": {"type": type(err).__name__, "code": err.code,
                                                              "message": f"the run's inputs could not be fetched: {err}"},
                                "executed": 0, "cached": 0, "metrics": {}, "duration_s": 0.0})
         except (LaunchError, OSError) as err:

@@ -27,7 +27,10 @@ TIMEOUT_S = 60.0
 
 
 class TransferFailed(Exception):
-    """A download or upload did not complete; the message says which and why."""
+    """A download or upload did not complete; the message says which and why. `code`: the
+    run_warning / error code the run gets."""
+
+    code = "worker_transfer_failed"
 
 
 @dataclass
@@ -51,8 +54,64 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-class RunTransfer:
-    """`control`: the control plane's base URL (`http://host:port/base/`)."""
+class InputCache:
+    """The seam both remote backends share (the transfer backend here, S3 in agent/s3.py): a
+    run's inputs fetched by SHA-256 through the agent's cache, and its files sent back. A backend
+    supplies `_download` (one input into an open file, returning the content's sha256) and
+    `upload_outputs`."""
+
+    cache_dir: Path
+
+    def _download(self, run_id: str, item: dict[str, Any], out: Any) -> str:
+        raise NotImplementedError
+
+    def upload_outputs(self, run_id: str, folder: Path) -> list[tuple[str, int]]:
+        raise NotImplementedError
+
+    # -- inputs ---------------------------------------------------------------------------------
+    def fetch_inputs(self, run_id: str, inputs: list[dict[str, Any]]) -> Fetched:
+        started = time.perf_counter()
+        out = Fetched(paths=[])
+        done: dict[str, Path] = {}
+        for item in inputs:
+            sha = str(item.get("sha256", ""))
+            if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+                raise TransferFailed(f"the assign lists an input with a bad sha256: {sha!r}")
+            if sha not in done:
+                path, fetched = self._fetch(run_id, sha, item)
+                done[sha] = path
+                if fetched:
+                    out.downloaded += path.stat().st_size
+                else:
+                    out.cached += 1
+            out.paths.append(str(done[sha]))
+        out.seconds = time.perf_counter() - started
+        return out
+
+    def _fetch(self, run_id: str, sha: str, item: dict[str, Any]) -> tuple[Path, bool]:
+        folder = self.cache_dir / sha
+        blob = folder / BLOB
+        if blob.is_file():
+            if sha256_file(blob) == sha:
+                return blob, False
+            blob.unlink(missing_ok=True)  # damaged: fetch it again
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        partial = folder / f"{BLOB}.{os.getpid()}.partial"
+        try:
+            with open(partial, "wb", buffering=0) as f:
+                got = self._download(run_id, item, f)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        if got != sha:
+            partial.unlink(missing_ok=True)
+            raise TransferFailed(f"downloading input {sha[:12]}: the content's sha256 is {got}")
+        partial.replace(blob)
+        return blob, True
+
+
+class RunTransfer(InputCache):
+    """The transfer backend. `control`: the control plane's base URL (`http://host:port/base/`)."""
 
     def __init__(self, control: str, token: str | Callable[[], str], cache_dir: Path, *,
                  ssl_context: ssl.SSLContext | None = None) -> None:
@@ -74,35 +133,8 @@ class RunTransfer:
         token = self.token() if callable(self.token) else self.token  # read again: it may change on reconnect
         return {"Authorization": f"token {token}"}
 
-    # -- inputs ---------------------------------------------------------------------------------
-    def fetch_inputs(self, run_id: str, inputs: list[dict[str, Any]]) -> Fetched:
-        started = time.perf_counter()
-        out = Fetched(paths=[])
-        done: dict[str, Path] = {}
-        for item in inputs:
-            sha = str(item.get("sha256", ""))
-            if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
-                raise TransferFailed(f"the assign lists an input with a bad sha256: {sha!r}")
-            if sha not in done:
-                path, fetched = self._fetch(run_id, sha)
-                done[sha] = path
-                if fetched:
-                    out.downloaded += path.stat().st_size
-                else:
-                    out.cached += 1
-            out.paths.append(str(done[sha]))
-        out.seconds = time.perf_counter() - started
-        return out
-
-    def _fetch(self, run_id: str, sha: str) -> tuple[Path, bool]:
-        folder = self.cache_dir / sha
-        blob = folder / BLOB
-        if blob.is_file():
-            if sha256_file(blob) == sha:
-                return blob, False
-            blob.unlink(missing_ok=True)  # damaged: fetch it again
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        partial = folder / f"{BLOB}.{os.getpid()}.partial"
+    def _download(self, run_id: str, item: dict[str, Any], out: Any) -> str:
+        sha = str(item["sha256"])
         conn = self._connection()
         try:
             conn.request("GET", f"{self.base}codefy/api/runs/{quote(run_id)}/inputs/{sha}", headers=self._headers())
@@ -113,20 +145,14 @@ class RunTransfer:
             digest = hashlib.sha256()
             buffer = bytearray(CHUNK)
             view = memoryview(buffer)
-            with open(partial, "wb", buffering=0) as f:
-                while n := response.readinto(buffer):
-                    digest.update(view[:n])
-                    f.write(view[:n])
+            while n := response.readinto(buffer):
+                digest.update(view[:n])
+                out.write(view[:n])
         except (OSError, http.client.HTTPException) as err:
-            partial.unlink(missing_ok=True)
             raise TransferFailed(f"downloading input {sha[:12]}: {err}") from err
         finally:
             conn.close()
-        if digest.hexdigest() != sha:
-            partial.unlink(missing_ok=True)
-            raise TransferFailed(f"downloading input {sha[:12]}: the content's sha256 is {digest.hexdigest()}")
-        partial.replace(blob)
-        return blob, True
+        return digest.hexdigest()
 
     # -- outputs --------------------------------------------------------------------------------
     def upload_outputs(self, run_id: str, folder: Path) -> list[tuple[str, int]]:

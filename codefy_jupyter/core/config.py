@@ -44,6 +44,14 @@ SETTINGS: tuple[Setting, ...] = (
             "'<worker>/<device>' is that worker's. Beats the two defaults above. Malformed entries are "
             "ignored with a warning; limits below 1 count as 1."),
     Setting("run_interactive_max_concurrent", int, 2, "Concurrent interactive runs (at most one per session)."),
+    Setting("run_quota_max_running", int, 0,
+            "Queued-lane runs one owner may have executing at once, on this server and its workers together. "
+            "Their next run waits (reason owner_quota) without holding up other owners' runs. 0: unlimited."),
+    Setting("run_quota_max_queued", int, 0,
+            "Queued-lane runs one owner may have waiting at once. A submit past it is refused with 429 "
+            "owner_queue_full; a sweep or study whose children would pass it is refused whole. 0: unlimited."),
+    Setting("run_quota_exempt_users", str, "",
+            "Comma-separated owners neither quota applies to (e.g. the team's admins)."),
     Setting("worker_resume_grace_s", int, 300,
             "Seconds a disconnected worker's runs wait for it before they end interrupted. 0 ends them at once."),
     Setting("worker_output_fetch_timeout_s", int, 60,
@@ -80,6 +88,26 @@ SETTINGS: tuple[Setting, ...] = (
             "Largest total size of a worker run's uploaded inputs that the transfer backend serves to a worker "
             "without the mount label (the agent downloads them; its outputs are uploaded back). A run over it, "
             "or reading files of the data folder that are not uploads, waits for a worker with the mount label."),
+    Setting("s3_enabled", int, 0,
+            "1: worker runs that the transfer backend would serve go through an S3 bucket instead when the worker's "
+            "agent lists `s3` (it has boto3): inputs uploaded once to inputs/<sha256>, the run's files to "
+            "runs/<run id>/. Other workers keep the transfer backend, with a worker_storage_fallback warning."),
+    Setting("s3_bucket", str, "", "The bucket of the S3 backend (it must exist)."),
+    Setting("s3_endpoint_url", str, "",
+            "The S3 (and STS) endpoint, for an S3-compatible server; empty: AWS's own for s3_region."),
+    Setting("s3_region", str, "us-east-1", "The region of the bucket and of STS."),
+    Setting("s3_credentials", str, "",
+            "The control plane's own keys, 'ACCESS_KEY_ID:SECRET_ACCESS_KEY'; empty: boto3's usual chain "
+            "(environment, ~/.aws, instance role). Without s3_role_arn they are what agents get, too."),
+    Setting("s3_role_arn", str, "",
+            "A role the control plane assumes (STS AssumeRole) for each S3 run, with a session policy that allows "
+            "only the run's prefix and its inputs: agents get those short-lived credentials, never the keys."),
+    Setting("s3_credentials_seconds", int, 3600,
+            "Lifetime asked of STS for a run's credentials (AWS accepts 900 to the role's maximum); a run gets "
+            "fresh ones in a credentials frame when a third of it remains."),
+    Setting("s3_presigned_downloads", int, 0,
+            "1: an S3 artifact's download route redirects to a presigned URL (valid 300 s); 0: the control plane "
+            "streams the object itself."),
     Setting("execution_cuda_context_mib", int, 500,
             "MiB added to a run's memory budget when admitting it to a worker card shared by memory: the CUDA "
             "context, which the run's allocator cap does not govern."),
@@ -124,6 +152,9 @@ class Settings:
     run_queue_max_concurrent_cpu: int = 2
     run_queue_max_concurrent: str = ""
     run_interactive_max_concurrent: int = 2
+    run_quota_max_running: int = 0
+    run_quota_max_queued: int = 0
+    run_quota_exempt_users: str = ""
     worker_resume_grace_s: int = 300
     worker_output_fetch_timeout_s: int = 60
     worker_outputs_write_timeout_s: int = 300
@@ -138,6 +169,14 @@ class Settings:
     run_events_response_cap_bytes: int = 4194304
     mount_label: str = "data"
     transfer_max_input_bytes: int = 2147483648
+    s3_enabled: int = 0
+    s3_bucket: str = ""
+    s3_endpoint_url: str = ""
+    s3_region: str = "us-east-1"
+    s3_credentials: str = ""
+    s3_role_arn: str = ""
+    s3_credentials_seconds: int = 3600
+    s3_presigned_downloads: int = 0
     execution_cuda_context_mib: int = 500
     device_inventory: str = ""
     request_max_body_bytes: int = 16777216

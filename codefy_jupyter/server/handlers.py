@@ -287,6 +287,14 @@ class ArtifactsHandler(CodefyAPIHandler):
         self.send(200, {"run_id": run_id, "artifacts": await self.service.artifacts(run_id)})
 
 
+class MemoryEstimateHandler(CodefyAPIHandler):
+    @web.authenticated
+    @authorized
+    @api
+    async def post(self) -> None:
+        self.send(200, await self.service.estimates.answer(await self.body()))
+
+
 class NodesHandler(CodefyAPIHandler):
     @web.authenticated
     @authorized

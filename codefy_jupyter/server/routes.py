@@ -8,8 +8,8 @@ from typing import Any
 
 from .execution_socket import ExecutionSocket
 from .handlers import (
-    ArtifactsHandler, CancelHandler, EventsHandler, MetricsHandler, NodesHandler, OpenAPIHandler, RunHandler,
-    RunsHandler,
+    ArtifactsHandler, CancelHandler, EventsHandler, MemoryEstimateHandler, MetricsHandler, NodesHandler,
+    OpenAPIHandler, RunHandler, RunsHandler,
 )
 from .output_handlers import output_routes
 from .storage_handlers import storage_routes
@@ -30,6 +30,7 @@ def route_table(base: str) -> list[tuple[str, type, dict[str, Any]]]:
         *storage_routes(base),
         *output_routes(base),
         (f"{base}codefy/api/nodes", NodesHandler, {}),
+        (f"{base}codefy/api/memory-estimate", MemoryEstimateHandler, {}),
         (f"{base}codefy/api/openapi.yaml", OpenAPIHandler, {}),
         (f"{base}codefy/ws/execution", ExecutionSocket, {}),
         *worker_routes(base),

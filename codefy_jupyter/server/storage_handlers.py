@@ -6,6 +6,8 @@ Both authenticate like the worker socket (a worker token, or the server's own to
 loopback peer), not with a person's session, and only the run's own worker is let through
 (core/storage/transfer.py `check_access`). An upload streams to disk as it arrives: it is refused
 with 413 from its Content-Length, or as soon as it passes CODEFY_TRANSFER_MAX_INPUT_BYTES.
+
+And, for people, `GET runs/{id}/artifacts/{artifact id}/download`: an S3 artifact's bytes.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from jupyter_server.auth.decorator import allow_unauthenticated
+from jupyter_server.auth.decorator import allow_unauthenticated, authorized
+from tornado import web
 
 from ..core.errors import ServiceError
 from ..core.storage.transfer import TransferError, check_access, find_input, upload_target
@@ -117,6 +120,31 @@ class UploadHandler(_WorkerRoute):
         self.send(201, {"run_id": run_id, "path": relative, "bytes": self._written})
 
 
+class ArtifactDownloadHandler(CodefyAPIHandler):
+    """An S3 artifact's bytes (seed: storage, S3): streamed from the bucket, or, with
+    `s3_presigned_downloads`, a redirect to a presigned URL so the bytes skip this server."""
+
+    @web.authenticated
+    @authorized
+    @api
+    async def get(self, run_id: str, artifact_id: str) -> None:
+        s3, key = await self.service.s3_artifact(run_id, artifact_id)
+        if s3.config.presigned_downloads:
+            self.redirect(await s3.presigned(key), status=302)
+            return
+        body, size = await s3.open(key)
+        try:
+            self.set_header("Content-Type", "application/octet-stream")
+            self.set_header("Content-Length", str(size))
+            self.set_header("Content-Disposition", f'attachment; filename="{key.rsplit("/", 1)[-1]}"')
+            while chunk := await s3.read(body, READ_CHUNK):
+                self.write(chunk)
+                await self.flush()
+        finally:
+            body.close()
+        self.finish()
+
+
 def _too_big(limit: int, size: int | None = None) -> CodefyHTTPError:
     size_text = f" ({size} bytes)" if size is not None else ""
     return CodefyHTTPError(413, f"the upload{size_text} is over the limit of {limit} bytes (setting "
@@ -129,6 +157,7 @@ def storage_routes(base: str) -> list[tuple[str, type, dict[str, Any]]]:
     return [
         (f"{base}codefy/api/runs/{run}/inputs/(?P<sha256>[^/]+)", InputHandler, {}),
         (f"{base}codefy/api/runs/{run}/artifacts/upload", UploadHandler, {}),
+        (f"{base}codefy/api/runs/{run}/artifacts/(?P<artifact_id>[^/]+)/download", ArtifactDownloadHandler, {}),
     ]
 
 

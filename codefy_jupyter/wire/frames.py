@@ -27,10 +27,10 @@ KNOWN_CAPABILITIES: frozenset[str] = frozenset({
     "ack", "mounts", "transfer", "memory_budget", "one_shot", "s3", "record_outputs", "instances",
     "run_facts", "batch",
 })
-# What this version of the code implements (S3, recorded outputs, memory sharing and ddp come
-# later and add themselves here).
+# What this version of the code implements.
+# An agent offers `s3` only when boto3 imports there (agent/s3.py).
 SUPPORTED_CAPABILITIES: frozenset[str] = frozenset({"ack", "one_shot", "instances", "run_facts", "batch", "mounts",
-                                                    "transfer", "memory_budget", "record_outputs"})
+                                                    "transfer", "memory_budget", "s3", "record_outputs"})
 
 
 def negotiate(offered: Iterable[str], supported: Iterable[str] = SUPPORTED_CAPABILITIES) -> list[str]:
@@ -197,12 +197,15 @@ class RunFinished(RunFrame):
     run's output.log when its process crashed. `exit_code`: the process's exit status when known;
     `signal`: the signal that ended it. `executed`/`cached`: how many nodes ran or came from cache,
     `metrics`: the last value of each metric series, `duration_s`: the run's own duration (the
-    control plane's closing event reports them as for an in-process run)."""
+    control plane's closing event reports them as for an in-process run). `memory_limit`: the
+    allocator caps the run set on cards shared by memory, `{card: {bytes, fraction}}` (one for
+    all of a DDP run's ranks)."""
 
     type: ClassVar[str] = "run_finished"
     status: str
     error: dict[str, Any] | None = None
     peak_memory: dict[str, Any] | None = None
+    memory_limit: dict[str, Any] | None = None
     output_tail: str | None = None
     exit_code: int | None = None
     signal: int | None = None
@@ -270,7 +273,11 @@ class Assign(Frame):
     `{"backend": "local"|"mount", "run_dir", "label"?}` (the run's folder, the graph already points
     into the mount), or `{"backend": "transfer", "inputs": [{"node_id", "param", "sha256", "size",
     "name"}]}` (download each input from `runs/{run_id}/inputs/{sha256}` with the worker token, point
-    the param at it, upload the run's files to `runs/{run_id}/artifacts/upload` before run_finished)."""
+    the param at it, upload the run's files to `runs/{run_id}/artifacts/upload` before run_finished),
+    or `{"backend": "s3", "inputs": [... as transfer, plus "key"], "s3": {"bucket", "prefix",
+    "endpoint_url"?, "region"?, "credentials": {"access_key_id", "secret_access_key",
+    "session_token"?, "expires_at"?}}}` (the same, with the bucket: inputs from their keys, the run's
+    files to `wire/s3_keys.object_key(prefix, path)`; sent to agents listing `s3`)."""
 
     type: ClassVar[str] = "assign"
     sender: ClassVar[str] = "server"
@@ -356,12 +363,23 @@ class Batch(Frame):
     frames: list[Any]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Credentials(Frame):
+    """Fresh S3 credentials for a running S3-backend run (capability `s3`), sent before the ones
+    in its assign (or the last of these) expire; same shape as `assign.storage.s3.credentials`."""
+
+    type: ClassVar[str] = "credentials"
+    sender: ClassVar[str] = "server"
+    run_id: str
+    credentials: dict[str, Any]
+
+
 AGENT_FRAMES: tuple[type[Frame], ...] = (Hello, Heartbeat, RunAlive, RunStarted, Event, Metrics, Artifact,
                                          RunWarning, RunFacts, RunFinished, OutputAnswer)
 SERVER_FRAMES: tuple[type[Frame], ...] = (Welcome, Reject, Assign, Cancel, Drain, Ack, FetchOutput, CancelFetch,
                                           DropOutputs)
 # Frames of negotiated capabilities (not in the seed's table).
-CAPABILITY_FRAMES: tuple[type[Frame], ...] = (Batch,)
+CAPABILITY_FRAMES: tuple[type[Frame], ...] = (Batch, Credentials)
 FRAME_TYPES: dict[str, type[Frame]] = {cls.type: cls for cls in AGENT_FRAMES + SERVER_FRAMES + CAPABILITY_FRAMES}
 RUN_FINISHED_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 # The `error.code` of a `cancelled` run_finished whose run the agent stopped because the agent itself

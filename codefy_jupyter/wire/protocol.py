@@ -6,7 +6,7 @@ A frame is one JSON object per WebSocket text message with a `type` and that typ
 
     agent -> control plane   hello, heartbeat, run_alive, and per run: run_started, event, metrics,
                              artifact, warning, run_facts, run_finished
-    control plane -> agent   welcome, reject, assign, cancel, drain, ack
+    control plane -> agent   welcome, reject, assign, cancel, drain, ack; credentials (capability s3)
 
 Per-run frames carry `run_id` and `seq`: a gapless counter per run starting at 1, assigned by the
 agent's `Outbox`. The control plane records them through a `RunInbox`, which drops duplicates by
@@ -47,7 +47,7 @@ from .codec import (
     from_dict, numbered, to_dict, unpack,
 )
 from .frames import (
-    AGENT_FRAMES, AGENT_STOPPED, Ack, Artifact, Assign, Batch, CAPABILITY_FRAMES, Cancel, DEFAULT_GRACE_S,
+    AGENT_FRAMES, AGENT_STOPPED, Ack, Artifact, Assign, Batch, CAPABILITY_FRAMES, Cancel, Credentials, DEFAULT_GRACE_S,
     DEFAULT_HEARTBEAT_S, Drain, Event, FRAME_TYPES, Frame, HEARTBEAT_MISSES, HELLO_TIMEOUT_S, Heartbeat,
     Hello, KILL_AFTER_TERMINATE_S, KNOWN_CAPABILITIES, Metrics, PROTOCOL_VERSION, ProtocolError,
     RUN_FINISHED_STATUSES, Reject, RunAlive, RunFacts, RunFinished, RunFrame, RunStarted, RunWarning,
@@ -56,7 +56,7 @@ from .frames import (
 
 __all__ = [
     "ACK_AFTER_S", "ACK_EVERY_FRAMES", "AGENT_FRAMES", "AGENT_STOPPED", "Ack", "Artifact", "Assign",
-    "BATCH_MAX_BYTES", "BATCH_MAX_FRAMES", "Batch", "CAPABILITY_FRAMES", "Cancel", "Clock", "DEFAULT_GRACE_S",
+    "BATCH_MAX_BYTES", "BATCH_MAX_FRAMES", "Batch", "CAPABILITY_FRAMES", "Cancel", "Clock", "Credentials", "DEFAULT_GRACE_S",
     "DEFAULT_HEARTBEAT_S", "Drain", "Event", "FRAME_TYPES", "Frame", "HEARTBEAT_MISSES", "HELLO_TIMEOUT_S",
     "Heartbeat", "Hello", "INBOX_MAX_FRAMES", "KILL_AFTER_TERMINATE_S", "KNOWN_CAPABILITIES",
     "MAX_FRAME_BYTES", "Metrics", "Outbox", "PROTOCOL_VERSION", "ProtocolError", "RUN_FINISHED_STATUSES",

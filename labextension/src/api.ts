@@ -6,8 +6,10 @@ import { ServerConnection } from '@jupyterlab/services';
 
 import type { Chip } from './format';
 import { runsQuery } from './format';
+import type { Artifact, MetricRow } from './runRecords';
 import type {
-  Enrollment, NodeDefinition, Notice, Run, RunEvent, RunPage, Study, StudySummary, SubmitRequest, Sweep, WorkerList
+  Enrollment, Graph, MemoryEstimate, NodeDefinition, Notice, Run, RunEvent, RunPage, Study, StudySummary, SubmitRequest,
+  Sweep, WorkerList
 } from './types';
 
 export class ApiError extends Error {
@@ -101,12 +103,20 @@ export class CodefyApi {
     return this.json<Run>(this.url('runs'), { method: 'POST', body: JSON.stringify(body) });
   }
 
+  memoryEstimate(graph: Graph, devices: string[] = []): Promise<MemoryEstimate> {
+    return this.json<MemoryEstimate>(this.url('memory-estimate'), { method: 'POST', body: JSON.stringify({ graph, devices }) });
+  }
+
   async nodeDefinitions(): Promise<NodeDefinition[]> {
     return (await this.json<{ nodes: NodeDefinition[] }>(this.url('nodes'))).nodes;
   }
 
-  metrics(id: string): Promise<{ metrics: { node_id: string | null; name: string; step: number | null; value: number | null }[] }> {
+  metrics(id: string): Promise<{ metrics: MetricRow[] }> {
     return this.json(this.url('runs', id, 'metrics'));
+  }
+
+  async artifacts(id: string): Promise<Artifact[]> {
+    return (await this.json<{ artifacts: Artifact[] }>(this.url('runs', id, 'artifacts'))).artifacts;
   }
 
   createSweep(body: unknown): Promise<{ sweep_id: string }> {
@@ -135,6 +145,13 @@ export class CodefyApi {
 
   cancelStudy(id: string): Promise<Study> {
     return this.json<Study>(this.url('studies', encodeURIComponent(id), 'cancel'), { method: 'POST', body: '{}' });
+  }
+
+  /** Resume an interrupted, cancelled, failed or halted study; 409 revision_moved when it changed
+   * after `expectedRevision` (what the view last showed). */
+  resumeStudy(id: string, expectedRevision?: number): Promise<Study> {
+    const body = expectedRevision === undefined ? {} : { expected_revision: expectedRevision };
+    return this.json<Study>(this.url('studies', encodeURIComponent(id), 'resume'), { method: 'POST', body: JSON.stringify(body) });
   }
 
   async studyCsv(id: string): Promise<string> {

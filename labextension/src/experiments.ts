@@ -122,3 +122,10 @@ export function bounds(series: Series[]): { x0: number; x1: number; y0: number; 
   }
   return { x0, x1, y0, y1 };
 }
+
+/** The study statuses POST studies/{id}/resume accepts (the server's RESUMABLE). */
+export const RESUMABLE_STUDY = new Set(['interrupted', 'cancelled', 'failed', 'halted']);
+
+export function canResumeStudy(status: string): boolean {
+  return RESUMABLE_STUDY.has(status);
+}

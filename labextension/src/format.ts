@@ -3,7 +3,7 @@
 // (codefy_jupyter/kernel/widgets/runs_rows.py, workers_rows.py); test/format.test.ts covers them.
 // Words a person reads go through `Trans` (Lab's TranslationBundle in the panels).
 
-import type { Run, Worker, WorkerDevice } from './types';
+import type { MemoryEstimate, Run, Worker, WorkerDevice } from './types';
 
 /** The part of Lab's TranslationBundle we use: `__(msgid, ...args)` with %1, %2 placeholders. */
 export interface Trans {
@@ -172,7 +172,18 @@ export function budgetLabel(run: Run, t: Trans): string {
     return '-';
   }
   const text = `${gib} GiB`;
-  return target.memory_source === 'estimate' ? t.__('%1 est.', text) : text;
+  if (target.memory_source !== 'estimate') {
+    return text;
+  }
+  const from = target.estimate_raised_from;
+  return typeof from === 'number' ? t.__('%1 est. (raised from %2 GiB)', text, from) : t.__('%1 est.', text);
+}
+
+/** The Queue on… dialog's offer: the suggested budget, and what the estimate left out. */
+export function estimateLabel(estimate: MemoryEstimate, t: Trans): string {
+  const text = t.__('%1 est.', `${estimate.memory_gib} GiB`);
+  const left = estimate.unknown.map(u => u.node_id).filter((id, i, all) => all.indexOf(id) === i);
+  return left.length ? t.__('%1 (leaves out %2)', text, left.join(', ')) : text;
 }
 
 export function countLabel(shown: number, total: number, t: Trans): string {

@@ -59,6 +59,47 @@ export const CATALOG: Record<string, Render> = {
   },
   behind_waiting_run: (t, p) => has(p, 'run_id')
     ? t.__('behind run %1, which waits for more than its turn', p.run_id) : null,
+  // per-owner quotas (core/scheduling/quotas.py); owner null: the runs nobody is identified for
+  owner_quota: (t, p) => {
+    if (!has(p, 'running', 'limit')) {
+      return null;
+    }
+    return p.owner
+      ? t.__("waiting for %1's run quota (%2 running of %3)", p.owner, p.running, p.limit)
+      : t.__('waiting for the shared run quota (%1 running of %2)', p.running, p.limit);
+  },
+  // a refusal of the requester's own submit, so it speaks to them
+  owner_queue_full: (t, p) => {
+    if (!has(p, 'queued', 'limit', 'adding')) {
+      return null;
+    }
+    return Number(p.adding) === 1
+      ? t.__('runs you have waiting: %1, at most %2 per user; submit again once one has started', p.queued, p.limit)
+      : t.__('runs you have waiting: %1, at most %2 per user; %3 more would exceed it', p.queued, p.limit, p.adding);
+  },
+  // cards shared by memory (core/scheduling/memory_ledger.py)
+  memory_wait: (t, p) => {
+    if (!has(p, 'device', 'need_mib')) {
+      return null;
+    }
+    return has(p, 'free_mib')
+      ? t.__('waiting for memory on %1: needs %2 MiB (budget and CUDA context), %3 MiB free', p.device, p.need_mib, p.free_mib)
+      : t.__('waiting for %1 to report its free memory (needs %2 MiB)', p.device, p.need_mib);
+  },
+  memory_no_budget: (t, p) => {
+    if (!has(p, 'device')) {
+      return null;
+    }
+    return p.whole === false
+      ? t.__('waiting for %1: a run without a memory budget has the card whole', p.device)
+      : t.__('waiting for %1 to empty: it is shared by memory and this run has no budget (options.target.memory_gib), so it takes the card whole', p.device);
+  },
+  budget_raised: (t, p) => has(p, 'device', 'estimate_gib', 'memory_gib')
+    ? t.__('the estimated budget was raised from %1 to %2 GiB; waiting for it on %3', p.estimate_gib, p.memory_gib, p.device)
+    : null,
+  memory_budget_local: t => t.__('a memory budget applies to a worker\'s card shared by memory; this server\'s runs are admitted by slot count (name a worker, or any)'),
+  memory_over_card: (t, p) => has(p, 'device', 'total_mib', 'need_mib')
+    ? t.__('%1 has %2 MiB in all; this run needs %3 MiB (budget and CUDA context)', p.device, p.total_mib, p.need_mib) : null,
   // refusals the panels' actions can meet (server/handlers.py, core/workers/access.py)
   not_worker_owner: (t, p) => has(p, 'worker', 'action')
     ? t.__('only an admin or %1 may %2 worker %3', p.enrolled_by ?? t.__('an admin'), p.action, p.worker) : null,

@@ -1,5 +1,6 @@
 // The Queue on… dialog: target (This server, each worker the server lists, Any available), the
-// devices or a device set of one kind, name, seed, deterministic, record outputs. Queue submits
+// devices or a device set of one kind, name, seed, deterministic, record outputs, and a memory
+// budget for a worker's card shared by memory, with the server's static estimate offered (est.). Queue submits
 // POST runs; a refusal re-opens the dialog as it was, with the server's text inline and the field
 // it names highlighted. The rules (choices, body) are queueForm.ts's.
 
@@ -8,12 +9,13 @@ import { Widget } from '@lumino/widgets';
 
 import { ApiError, CodefyApi } from './api';
 import { h } from './dom';
-import type { Trans } from './format';
+import { estimateLabel, Trans } from './format';
 import { renderError } from './messages';
 import {
-  emptyForm, fieldOfRefusal, isFormError, QueueForm, submitBody, TargetChoice, targetChoices, toggleDevice
+  acceptEstimate, emptyForm, fieldOfRefusal, isFormError, QueueForm, submitBody, TargetChoice, targetChoices,
+  toggleDevice
 } from './queueForm';
-import type { Graph, Run, WorkerList } from './types';
+import type { Graph, MemoryEstimate, Run, WorkerList } from './types';
 
 export interface Refusal {
   message: string;
@@ -67,8 +69,12 @@ class QueueBody extends Widget implements Dialog.IBodyWidget<QueueForm> {
   private readonly picker: TargetPicker;
   private readonly inputs: Record<string, HTMLInputElement> = {};
 
-  constructor(choices: TargetChoice[], form: QueueForm, trans: Trans, refusal: Refusal | null) {
+  private estimateGib: number | null;
+
+  constructor(choices: TargetChoice[], form: QueueForm, trans: Trans, refusal: Refusal | null,
+    estimate: MemoryEstimate | null) {
     super();
+    this.estimateGib = form.estimateGib ?? null;
     this.addClass('cdf-dialog');
     this.addClass('cdf-queue-dialog');
     const t = trans;
@@ -88,7 +94,18 @@ class QueueBody extends Widget implements Dialog.IBodyWidget<QueueForm> {
       h('label', { class: 'cdf-check' }, input('deterministic', { type: 'checkbox', checked: form.deterministic }),
         t.__('Deterministic')),
       h('label', { class: 'cdf-check' }, input('recordOutputs', { type: 'checkbox', checked: form.recordOutputs }),
-        t.__('Record outputs')));
+        t.__('Record outputs')),
+      h('div', { class: 'cdf-field' }, h('span', {}, t.__('Memory budget (GiB)')),
+        input('memoryGib', { type: 'text', value: form.memoryGib ?? '', placeholder: t.__('none') }),
+        estimate ? h('button', {
+          type: 'button', class: 'cdf-use-estimate jp-mod-styled',
+          onclick: () => {
+            const next = acceptEstimate({ memoryGib: '', estimateGib: null }, estimate.memory_gib);
+            this.inputs.memoryGib.value = next.memoryGib;
+            this.estimateGib = next.estimateGib;
+          }
+        }, t.__('Use %1', estimateLabel(estimate, t))) : '',
+        h('span', { class: 'cdf-hint' }, t.__('per card, for a worker\'s card shared by memory'))));
   }
 
   getValue(): QueueForm {
@@ -97,7 +114,9 @@ class QueueBody extends Widget implements Dialog.IBodyWidget<QueueForm> {
       name: this.inputs.name.value,
       seed: this.inputs.seed.value,
       deterministic: this.inputs.deterministic.checked,
-      recordOutputs: this.inputs.recordOutputs.checked
+      recordOutputs: this.inputs.recordOutputs.checked,
+      memoryGib: this.inputs.memoryGib.value,
+      estimateGib: this.estimateGib
     };
   }
 }
@@ -114,12 +133,13 @@ export async function workerList(api: CodefyApi): Promise<WorkerList | null> {
 export async function queueOn(api: CodefyApi, trans: Trans, graph: Graph, name: string): Promise<Run | null> {
   const t = trans;
   const choices = targetChoices(await workerList(api), t);
+  const estimate = await api.memoryEstimate(graph).catch(() => null);
   let form = emptyForm(name);
   let refusal: Refusal | null = null;
   for (;;) {
     const answer = await showDialog({
       title: t.__('Queue on…'),
-      body: new QueueBody(choices, form, t, refusal),
+      body: new QueueBody(choices, form, t, refusal, estimate),
       buttons: [Dialog.cancelButton({ label: t.__('Cancel') }), Dialog.okButton({ label: t.__('Queue') })]
     });
     if (!answer.button.accept || !answer.value) {

@@ -27,7 +27,13 @@ export interface QueueForm {
   seed: string;
   deterministic: boolean;
   recordOutputs: boolean;
+  /** the memory budget per card in GiB, for a worker's card shared by memory; blank: none */
+  memoryGib?: string;
+  /** the estimate the dialog offered (GiB), when the budget field holds it unchanged */
+  estimateGib?: number | null;
 }
+
+export const MEMORY_GIB_MAX = 4096;
 
 export interface FormError {
   field: string;
@@ -35,7 +41,10 @@ export interface FormError {
 }
 
 export function emptyForm(name = ''): QueueForm {
-  return { target: LOCAL, devices: [], name, seed: '', deterministic: false, recordOutputs: false };
+  return {
+    target: LOCAL, devices: [], name, seed: '', deterministic: false, recordOutputs: false, memoryGib: '',
+    estimateGib: null
+  };
 }
 
 /** The kind of a device name: cuda:1 -> cuda, cpu -> cpu. */
@@ -114,6 +123,24 @@ export function targetOptions(form: Pick<QueueForm, 'target' | 'devices'>): Subm
   return options;
 }
 
+/** The budget field: blank is none, else a number of GiB above 0 and at most 4096. */
+export function parseMemoryGib(text: string): number | null | undefined {
+  const trimmed = text.trim();
+  if (!trimmed) {
+    return null;
+  }
+  if (!/^\d*\.?\d+$/.test(trimmed)) {
+    return undefined;
+  }
+  const value = Number(trimmed);
+  return value > 0 && value <= MEMORY_GIB_MAX ? value : undefined;
+}
+
+/** The form after "Use the estimate": the budget field holds it and the run will say so. */
+export function acceptEstimate<F extends Pick<QueueForm, 'memoryGib' | 'estimateGib'>>(form: F, gib: number): F {
+  return { ...form, memoryGib: String(gib), estimateGib: gib };
+}
+
 /** POST runs' body, or the field the form has wrong. */
 export function submitBody(graph: Graph, form: QueueForm, t: Trans): SubmitRequest | FormError {
   const seed = parseSeed(form.seed);
@@ -129,6 +156,15 @@ export function submitBody(graph: Graph, form: QueueForm, t: Trans): SubmitReque
   }
   if (form.recordOutputs) {
     options.record_outputs = true;
+  }
+  const gib = parseMemoryGib(form.memoryGib ?? '');
+  if (gib === undefined) {
+    return { field: 'options.target.memory_gib', message: t.__('a memory budget is a number of GiB above 0 and at most %1', MEMORY_GIB_MAX) };
+  }
+  if (gib !== null) {
+    // An estimate the user left as offered is marked as one (est. in the Runs panel); an edited one is declared.
+    const estimate = form.estimateGib != null && gib === form.estimateGib;
+    options.target = { ...(options.target ?? { worker: LOCAL }), memory_gib: gib, ...(estimate ? { memory_source: 'estimate' as const } : {}) };
   }
   const body: SubmitRequest = { graph, options };
   const name = form.name.trim();
@@ -167,6 +203,10 @@ export function fieldOfRefusal(field: unknown): string | null {
   }
   if (field.startsWith('options.record_outputs')) {
     return 'recordOutputs';
+  }
+  if (field.startsWith('options.target.memory_gib') || field.startsWith('options.target.memory_source')
+    || field.startsWith('options.target.wait')) {
+    return 'memoryGib';
   }
   if (field.startsWith('options.target.devices') || field.startsWith('options.device')) {
     return 'devices';

@@ -1,12 +1,15 @@
 // A run's detail (Watch, or a click on its name in the Runs panel), in the main area: status,
 // the device it ran on (requested device on hover), seed, Deterministic, Env (the first 12
-// characters of the environment digest, the whole on hover), the error, a Download CSV button,
-// and the last 200 events of its log, which keep arriving while the run is active.
+// characters of the environment digest, the whole on hover), the error, the metrics chart with its
+// Download CSV button, the recorded artifacts each with Copy path, and the last 200 events of its
+// log, which keep arriving while the run is active. Metrics and artifacts are read on open and again
+// (at most once a second) after a metric, artifact or closing event.
 
 import { Widget } from '@lumino/widgets';
 
 import { ApiError, CodefyApi } from './api';
-import { download, h } from './dom';
+import { lineChart } from './chart';
+import { copyText, download, h } from './dom';
 import {
   csvFilename, devicesLabel, displayName, durationOf, formatDuration, formatLoss, formatTime, isActive, shortDigest,
   Trans, workerLabel
@@ -14,6 +17,8 @@ import {
 import { LiveSocket } from './live';
 import { renderError, renderNotice } from './messages';
 import { eventLine, EVENTS_KEPT, mergeEvents } from './events';
+import { Artifact, artifactName, artifactPath, metricSeries, RECORD_EVENTS } from './runRecords';
+import type { Series } from './experiments';
 import type { EventsFrame, Run, RunEvent } from './types';
 
 /** Where a child run leads back to: its sweep, its study. */
@@ -27,6 +32,10 @@ export class RunDetail extends Widget {
   private events: RunEvent[] = [];
   private error = '';
   private live: LiveSocket | null = null;
+  private series: Series[] = [];
+  private artifacts: Artifact[] = [];
+  private copied = '';
+  private recordsTimer: ReturnType<typeof setTimeout> | null = null;
   private readonly body: HTMLElement;
 
   constructor(private readonly api: CodefyApi, private readonly trans: Trans, readonly runId: string,
@@ -51,6 +60,7 @@ export class RunDetail extends Widget {
       this.draw();
       return;
     }
+    void this.loadRecords();
     const cursor = Math.max(0, (this.run.last_seq ?? 0) - EVENTS_KEPT);
     this.live = new LiveSocket({
       url: () => this.api.socketUrl(),
@@ -72,6 +82,9 @@ export class RunDetail extends Widget {
       return;
     }
     this.events = mergeEvents(this.events, frame.events);
+    if (!this.recordsTimer && frame.events.some(e => RECORD_EVENTS.has(e.type))) {
+      this.recordsTimer = setTimeout(() => void this.loadRecords(), 1000);
+    }
     const changed = this.run && this.run.status !== frame.status;
     if (this.run) {
       this.run.status = frame.status;
@@ -87,6 +100,43 @@ export class RunDetail extends Widget {
       this.live = null;
     }
     this.draw();
+  }
+
+  private async loadRecords(): Promise<void> {
+    this.recordsTimer = null;
+    try {
+      const [metrics, artifacts] = await Promise.all([this.api.metrics(this.runId), this.api.artifacts(this.runId)]);
+      this.series = metricSeries(metrics.metrics);
+      this.artifacts = artifacts;
+    } catch (err) {
+      this.error = err instanceof ApiError ? renderError(err.body, this.trans, err.message) : String(err);
+    }
+    if (!this.isDisposed) {
+      this.draw();
+    }
+  }
+
+  private records(): HTMLElement[] {
+    const t = this.trans;
+    const parts: HTMLElement[] = [];
+    if (this.series.length) {
+      parts.push(h('div', { class: 'cdf-subtitle' }, t.__('Metrics')),
+        h('div', { class: 'cdf-curves cdf-run-metrics' }, lineChart(this.series, t.__('step'))));
+    }
+    if (this.artifacts.length) {
+      parts.push(h('div', { class: 'cdf-subtitle' }, t.__('Artifacts')),
+        h('table', { class: 'cdf-table cdf-artifacts' }, h('tbody', {}, this.artifacts.map(a => {
+          const path = artifactPath(a);
+          return h('tr', { class: 'cdf-artifact', dataset: { kind: a.kind, path } },
+            h('td', {}, a.kind),
+            h('td', { class: 'cdf-mono', title: path }, artifactName(a)),
+            h('td', {}, h('button', { class: 'cdf-copy-path', onclick: async () => {
+              this.copied = (await copyText(path)) ? path : '';
+              this.draw();
+            } }, this.copied === path ? t.__('Copied') : t.__('Copy path'))));
+        }))));
+    }
+    return parts;
   }
 
   private facts(run: Run): HTMLElement {
@@ -144,6 +194,7 @@ export class RunDetail extends Widget {
           onclick: () => this.links.openSweep!(run.sweep_id!) }, t.__('Open parent sweep')) : null,
         run.study_id && this.links.openStudy ? h('button', { class: 'cdf-open-study',
           onclick: () => this.links.openStudy!(run.study_id!) }, t.__('Open study')) : null) : null,
+      ...this.records(),
       h('div', { class: 'cdf-subtitle' }, t.__('Last %1 events', EVENTS_KEPT)),
       h('ol', { class: 'cdf-events cdf-mono' }, this.events.map(e => h('li', { dataset: { type: e.type } }, eventLine(e))))
     ].filter((n): n is HTMLElement => n !== null));
@@ -159,6 +210,9 @@ export class RunDetail extends Widget {
   }
 
   dispose(): void {
+    if (this.recordsTimer) {
+      clearTimeout(this.recordsTimer);
+    }
     this.live?.dispose();
     super.dispose();
   }

@@ -127,7 +127,24 @@ export class RunsPanel extends Widget {
       }
     } else if (known !== frame.status) {
       this.statuses.set(frame.run_id, frame.status);
+      this.showStatus(frame.run_id, frame.status);
       this.scheduleRefresh();
+    }
+  }
+
+  /** The new status on its row at once; the coalesced re-read brings the rest (actions, times,
+   * loss) a moment later. Without it a status waited out the coalescing and a round trip. */
+  private showStatus(runId: string, status: string): void {
+    const run = this.runs.find(r => r.id === runId);
+    if (run) {
+      run.status = status;
+    }
+    const row = this.node.querySelector<HTMLElement>(`tr.cdf-row[data-run-id="${CSS.escape(runId)}"]`);
+    const pill = row?.querySelector('.cdf-col-status .cdf-status');
+    if (row && pill) {
+      row.dataset.status = status;
+      pill.className = `cdf-status cdf-${status}`;
+      pill.textContent = status;
     }
   }
 

@@ -9,7 +9,7 @@ import { Widget } from '@lumino/widgets';
 import { ApiError, CodefyApi } from './api';
 import { lineChart } from './chart';
 import { download, h } from './dom';
-import { comparisonLabel, meanLabel, rankLabel, sortRows, SortDirection, StudyColumn, studyKey } from './experiments';
+import { canResumeStudy, comparisonLabel, meanLabel, rankLabel, sortRows, SortDirection, StudyColumn, studyKey } from './experiments';
 import { formatLoss, formatTime, Trans } from './format';
 import { renderError } from './messages';
 import type { Study, StudySummary, StudyVariant } from './types';
@@ -120,6 +120,20 @@ export class StudyView extends Widget {
     void this.poll();
   }
 
+  /** Resume at the revision on screen: a study that moved since is refused (revision_moved), shown. */
+  private async resume(): Promise<void> {
+    try {
+      this.study = await this.api.resumeStudy(this.studyId, this.study?.revision);
+      this.error = '';
+    } catch (err) {
+      this.error = errorText(err, this.trans);
+    }
+    if (this.timer) {
+      clearTimeout(this.timer);
+    }
+    void this.poll();
+  }
+
   private async csv(): Promise<void> {
     try {
       download(`study-${this.studyId}.csv`, await this.api.studyCsv(this.studyId));
@@ -187,6 +201,7 @@ export class StudyView extends Widget {
         h('span', {}, t.__('objective: %1 %2.%3', s.objective.direction ?? '', s.objective.node_id ?? '', s.objective.metric ?? '')),
         h('span', { class: 'cdf-counts' }, Object.entries(s.counts ?? {}).filter(([, n]) => n).map(([k, n]) => `${k} ${n}`).join(' · ')),
         IN_FLIGHT.has(s.status) ? h('button', { class: 'cdf-danger cdf-stop-study', onclick: () => void this.stop() }, t.__('Stop')) : null,
+        canResumeStudy(s.status) ? h('button', { class: 'cdf-resume-study', onclick: () => void this.resume() }, t.__('Resume')) : null,
         h('button', { class: 'cdf-csv', onclick: () => void this.csv() }, t.__('Download CSV'))) : null,
       s?.halt ? h('div', { class: 'cdf-note' }, t.__('halted: %1', JSON.stringify(s.halt))) : null,
       s ? h('div', { class: 'cdf-scroll' }, this.table(s)) : h('div', { class: 'cdf-empty' }, t.__('loading…')),

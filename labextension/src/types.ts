@@ -25,6 +25,8 @@ export interface RunTarget {
   pool?: string | null;
   memory_gib?: number | null;
   memory_source?: string | null;
+  /** the accepted estimate the server raised memory_gib from (queue reason budget_raised) */
+  estimate_raised_from?: number | null;
 }
 
 export interface Run {
@@ -184,7 +186,17 @@ export interface SubmitOptions {
   record_outputs?: boolean;
   lane?: 'queued' | 'interactive';
   session?: string;
-  target?: { worker?: string; devices?: string[] };
+  target?: { worker?: string; devices?: string[]; memory_gib?: number; memory_source?: 'estimate' };
+}
+
+/** POST memory-estimate: one card's memory for a graph, and the budget suggested for it. */
+export interface MemoryEstimate {
+  memory_gib: number;
+  bytes: number;
+  parameters: number;
+  parts: Record<string, number>;
+  unknown: { node_id: string; why: string }[];
+  world?: number;
 }
 
 export interface SubmitRequest {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 
 import {
-  allowedActions, budgetLabel, CHIPS, chipLabel, countLabel, deviceCells, displayName, durationOf, formatDuration,
+  allowedActions, budgetLabel, CHIPS, estimateLabel, chipLabel, countLabel, deviceCells, displayName, durationOf, formatDuration,
   formatLoss, heartbeatAge, inProgress, plainTrans as t, queueLabel, runsQuery, shortDigest, STATE_TONES, stateTone,
   workerLabel, workerRow, workerRows
 } from '../src/format';
@@ -88,6 +88,14 @@ describe('worker, devices, queue, budget', () => {
     expect(budgetLabel(run(), t)).toBe('-');
     expect(budgetLabel(run({ options: { target: { memory_gib: 6 } } }), t)).toBe('6 GiB');
     expect(budgetLabel(run({ options: { target: { memory_gib: 6, memory_source: 'estimate' } } }), t)).toBe('6 GiB est.');
+    expect(budgetLabel(run({ options: { target: { memory_gib: 2.5, memory_source: 'estimate', estimate_raised_from: 1 } } }), t))
+      .toBe('2.5 GiB est. (raised from 1 GiB)');
+  });
+  it('offers an estimate as est., naming what it leaves out once', () => {
+    const est = { memory_gib: 1.25, bytes: 1, parameters: 1, parts: {}, unknown: [] };
+    expect(estimateLabel(est, t)).toBe('1.25 GiB est.');
+    const partial = { ...est, unknown: [{ node_id: 'csv', why: 'a' }, { node_id: 'csv', why: 'b' }, { node_id: 'm', why: 'c' }] };
+    expect(estimateLabel(partial, t)).toBe('1.25 GiB est. (leaves out csv, m)');
   });
   it('shortens digests to 12 characters', () => {
     expect(shortDigest('abcdef0123456789')).toBe('abcdef012345');

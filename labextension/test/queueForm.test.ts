@@ -2,8 +2,8 @@ import { describe, expect, it } from 'vitest';
 
 import { plainTrans as t } from '../src/format';
 import {
-  ANY, emptyForm, fieldOfRefusal, interactiveBody, isFormError, LOCAL, parseSeed, submitBody, targetChoices,
-  toggleDevice
+  acceptEstimate, ANY, emptyForm, fieldOfRefusal, interactiveBody, isFormError, LOCAL, parseMemoryGib, parseSeed,
+  submitBody, targetChoices, toggleDevice
 } from '../src/queueForm';
 import type { Graph, WorkerList } from '../src/types';
 
@@ -84,5 +84,36 @@ describe('the request body', () => {
     expect(fieldOfRefusal('options.seed')).toBe('seed');
     expect(fieldOfRefusal('graph.nodes[0]')).toBeNull();
     expect(fieldOfRefusal(undefined)).toBeNull();
+    expect(fieldOfRefusal('options.target.memory_gib')).toBe('memoryGib');
+    expect(fieldOfRefusal('options.target.wait')).toBe('memoryGib');
+  });
+});
+
+describe('the memory budget', () => {
+  const onBox = { ...emptyForm(), target: 'gpu-box', devices: ['cuda:0'] };
+
+  it('an accepted estimate is sent as one (est. in the Runs panel)', () => {
+    const body = submitBody(graph, acceptEstimate(onBox, 1.25), t);
+    expect(body).toEqual({
+      graph, options: { device: 'cuda:0', target: { worker: 'gpu-box', memory_gib: 1.25, memory_source: 'estimate' } }
+    });
+  });
+
+  it('an edited estimate is a declared budget; blank sends none', () => {
+    const edited = { ...acceptEstimate(onBox, 1.25), memoryGib: '2' };
+    expect(submitBody(graph, edited, t)).toMatchObject({ options: { target: { worker: 'gpu-box', memory_gib: 2 } } });
+    expect((submitBody(graph, edited, t) as { options: { target: Record<string, unknown> } }).options.target)
+      .not.toHaveProperty('memory_source');
+    expect(submitBody(graph, onBox, t)).toEqual({ graph, options: { device: 'cuda:0', target: { worker: 'gpu-box' } } });
+  });
+
+  it('refuses a budget that is not a number of GiB above 0 and at most 4096, naming the field', () => {
+    expect(parseMemoryGib(' 12 ')).toBe(12);
+    expect(parseMemoryGib('0.5')).toBe(0.5);
+    expect(parseMemoryGib('')).toBeNull();
+    for (const bad of ['0', '-1', 'x', '4097', '1e3']) {
+      expect(parseMemoryGib(bad), bad).toBeUndefined();
+    }
+    expect(submitBody(graph, { ...onBox, memoryGib: '0' }, t)).toMatchObject({ field: 'options.target.memory_gib' });
   });
 });

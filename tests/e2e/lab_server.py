@@ -1,6 +1,10 @@
 """The running `jupyter lab` the lab-extension e2e tests drive: a temp Jupyter environment, a
 token, the cpu queue capped at 1 run, the codefy data in the test's tmp dir, notebooks in
-`tmp_path / "notebooks"` (Lab's root). The `lab` fixture (conftest.py) yields a `Lab`."""
+`tmp_path / "notebooks"` (Lab's root). The `lab` fixture (conftest.py) yields a `Lab`. A second
+`running_lab(tmp_path)` after the first has stopped is the same server restarted: same data, new port.
+
+Screenshots go under $CODEFY_E2E_SCREENSHOTS when it is set, else the repository's tmp/artifacts/
+(ignored by git), one folder per test file."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ CHROMIUM = "/usr/bin/chromium"
 NEEDS_CHROMIUM = pytest.mark.skipif(
     not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}: install Debian's package (apt-get install -y chromium); "
                                          ".ci/run installs it when missing")
-ARTIFACTS_ROOT = Path(__file__).resolve().parents[2] / "tmp" / "artifacts"
+ARTIFACTS_ROOT = Path(os.environ.get("CODEFY_E2E_SCREENSHOTS") or Path(__file__).resolve().parents[2] / "tmp" / "artifacts")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 TOKEN = "codefy-lab-e2e-token"
@@ -45,6 +49,7 @@ class Lab:
     def __init__(self, url: str, root: Path) -> None:
         self.url = url
         self.root = root
+        self.pid = 0
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         request = urllib.request.Request(
@@ -68,30 +73,35 @@ class Lab:
 
 
 @contextlib.contextmanager
-def running_lab(tmp_path: Path) -> Iterator[Lab]:
+def running_lab(tmp_path: Path, env: dict[str, str] | None = None, wrap: tuple[str, ...] = ()) -> Iterator[Lab]:
+    """`env`: more environment for the server (a benchmark's caps), over the defaults here; `wrap`: a
+    command that runs the server's command line as its arguments (binder/start)."""
     if not shutil.which("jupyter", path=os.path.dirname(sys.executable)) and not shutil.which("jupyter"):
         pytest.skip("jupyter is not installed")
     port = free_port()
     jupyter = tmp_path / "jupyter"
     config = jupyter / "config"
     # No news toast in the screenshots (the announcements plugin asks on first start).
-    (config / "labconfig").mkdir(parents=True)
+    (config / "labconfig").mkdir(parents=True, exist_ok=True)
     (config / "labconfig" / "page_config.json").write_text(json.dumps(
         {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
+    extra = env or {}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER_"))}
     env.update(JUPYTER_CONFIG_DIR=str(config), JUPYTER_DATA_DIR=str(jupyter / "data"),
                JUPYTER_RUNTIME_DIR=str(jupyter / "runtime"), JUPYTER_PLATFORM_DIRS="0",
                CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU="1")
+    env.update(extra)
     root = tmp_path / "notebooks"
-    root.mkdir()
-    log = (tmp_path / "lab.log").open("w")
+    root.mkdir(exist_ok=True)
+    log = (tmp_path / "lab.log").open("a")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+        [*wrap, sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
          f"--IdentityProvider.token={TOKEN}", "--ServerApp.allow_root=True", f"--ServerApp.root_dir={root}",
          f"--CodefyApp.data_dir={tmp_path / 'codefy'}", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
          f"--LabApp.workspaces_dir={jupyter / 'workspaces'}"],
         env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     server = Lab(f"http://127.0.0.1:{port}/", root)
+    server.pid = proc.pid
     try:
         deadline = time.monotonic() + 90
         while True:

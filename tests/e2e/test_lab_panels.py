@@ -5,17 +5,34 @@ One server (a temp Jupyter environment, a token, the cpu queue capped at 1 run) 
 runs in progress when the page loads raise the toast; the Runs panel lists them live (the running
 one, the one queued behind it as Queue #1); Stop takes the queued one out of the line; a run
 submitted through the REST API appears and reaches succeeded without a reload; its detail shows
-its events; the Workers panel shows this server's devices and "Add worker" the exact
+its events; a small training run's detail shows its metrics chart (Download CSV saves the metrics)
+and its saved model with Copy path (the path on the clipboard is the file's); the Workers panel shows this server's devices and "Add worker" the exact
 `codefy agent start --control … --token …` command. Screenshots of each step go to
 tmp/artifacts/lab-panels/ (the repository's tmp/, ignored by git)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 from lab_server import ARTIFACTS_ROOT, CHROMIUM, CHROMIUM_ARGS, NEEDS_CHROMIUM, QUICK, TOKEN, Lab, nap
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), NEEDS_CHROMIUM]
 ARTIFACTS = ARTIFACTS_ROOT / "lab-panels"
+
+
+def tiny_training() -> dict:
+    """examples/train_mlp.json made small (300 samples, 3 epochs), its model saved (a `model` artifact)."""
+    graph = json.loads((Path(__file__).resolve().parents[2] / "examples" / "train_mlp.json").read_text())
+    for node in graph["nodes"]:
+        if node["id"] == "data":
+            node["params"]["n_samples"] = 300
+        if node["id"] == "train":
+            node["params"]["epochs"] = 3
+    graph["nodes"].append({"id": "save", "type": "SaveModel", "params": {"filename": "tiny.pt"}})
+    graph["edges"].append({"source": "train", "source_port": "model", "target": "save", "target_port": "model"})
+    return graph
 
 
 def test_runs_and_workers_panels_live(lab: Lab) -> None:
@@ -89,6 +106,29 @@ def test_runs_and_workers_panels_live(lab: Lab) -> None:
             expect(detail.locator(".cdf-events li").first).to_be_visible(timeout=30_000)
             expect(detail.locator('.cdf-events li[data-type="execution_complete"]')).to_have_count(1, timeout=30_000)
             page.screenshot(path=str(ARTIFACTS / "3-run-detail.png"))
+
+            # A training run's detail: its metrics as a chart with Download CSV, its model with Copy path.
+            page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+            train = lab.submit(tiny_training(), "tiny training")
+            expect(row(train)).to_have_attribute("data-status", "succeeded", timeout=120_000)
+            row(train).locator(".cdf-run-link").click()
+            detail = page.locator(f".cdf-run-detail#codefy-run-{train}")
+            expect(detail.locator('.cdf-run-metrics g.cdf-series[data-label="train_loss"] polyline')).to_be_visible(
+                timeout=30_000)
+            saved = lab.api("GET", f"runs/{train}/artifacts")["artifacts"]
+            model = next(a for a in saved if a["kind"] == "model")
+            assert Path(model["path"]).is_file(), model
+            artifact = detail.locator('.cdf-artifact[data-kind="model"]')
+            expect(artifact).to_have_attribute("data-path", model["path"])
+            expect(artifact).to_contain_text("tiny.pt")
+            artifact.locator("button.cdf-copy-path").click()
+            expect(artifact.locator("button.cdf-copy-path")).to_have_text("Copied")
+            assert page.evaluate("navigator.clipboard.readText()") == model["path"]
+            with page.expect_download() as got:
+                detail.locator("button.cdf-csv").click()
+            csv = Path(got.value.path()).read_text()
+            assert got.value.suggested_filename.endswith(".csv") and "train_loss" in csv, csv[:300]
+            detail.screenshot(path=str(ARTIFACTS / "3b-run-detail-metrics-artifacts.png"))
 
             # The Workers panel: this server's devices, and Add worker's exact command.
             page.locator('.jp-SideBar li[data-id="codefy-workers"]').click()

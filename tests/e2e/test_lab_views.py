@@ -2,10 +2,12 @@
 and headless Chromium (the harness of lab_server.py).
 
 A small graph file (`tiny.codefy.json`) opens in the graph viewer by its file type and shows one
-box per node; Queue on… refuses a seed out of range inline, with the field highlighted, then queues
-the graph on This server, and the nodes turn done live. A sweep created through the REST API opens
+box per node; Queue on… refuses a seed out of range inline, with the field highlighted, offers the
+server's memory estimate as a budget (est.), then queues the graph on This server, and the nodes turn
+done live. A sweep created through the REST API opens
 from a child run's detail (Open parent sweep) with a row per variant; the Studies button lists a
-study created through the API, whose view ranks its variants with the paired statistics.
+study created through the API, whose view ranks its variants with the paired statistics; a study
+stopped through the API offers Resume, which continues it (at the revision on screen) to success.
 Screenshots go to tmp/artifacts/lab-views/ (ignored by git)."""
 
 from __future__ import annotations
@@ -95,6 +97,12 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             expect(dialog.locator("input[name=seed].cdf-field-error")).to_be_visible()
             expect(dialog.locator("input[name=name]")).to_have_value("tiny from the viewer")
             page.screenshot(path=str(ARTIFACTS / "2-queue-on-refused.png"))
+            # The server's memory estimate is offered as the budget; taking it fills the field.
+            use = dialog.locator(".cdf-use-estimate")
+            expect(use).to_have_text("Use 0.25 GiB est.")
+            use.click()
+            expect(dialog.locator("input[name=memoryGib]")).to_have_value("0.25")
+            dialog.locator("input[name=memoryGib]").fill("")  # a budget is for a worker's shared card
             dialog.locator("input[name=seed]").fill("3")
             dialog.locator('input[name=device][value="cpu"]').check()
             dialog.get_by_role("button", name="Queue").click()
@@ -166,6 +174,8 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             wait_for(lambda: lab.api("GET", f"studies/{study['id']}"), lambda s: s["status"] == "succeeded")
             runs.locator("button.cdf-studies").click()
             listing = page.locator("#codefy-studies")
+            expect(listing.locator(f'tr[data-study-id="{study["id"]}"]')).to_be_visible(timeout=30_000)
+            page.locator(".cdf-studies-panel").screenshot(path=str(ARTIFACTS / "6a-studies-panel.png"))
             listing.locator(f'tr[data-study-id="{study["id"]}"] .cdf-study-link').click()
             view = page.locator(f"#codefy-study-{study['id']}")
             expect(view.locator(".cdf-study-table tbody tr")).to_have_count(3, timeout=30_000)
@@ -175,6 +185,28 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             expect(view.locator('tr[data-label="high"] .cdf-col-comparison')).to_contain_text("p=")
             expect(view.locator('tr[data-label="base"] .cdf-col-mean')).to_have_text("3 ± 0")
             page.screenshot(path=str(ARTIFACTS / "6-study-view.png"))
+
+            # A stopped study: Resume continues it; the button goes with the status it answers.
+            naps = lab.api("POST", "studies", {
+                "name": "stopped study", "objective": {"node_id": "m", "metric": "mean", "direction": "minimize"},
+                "base_graph": mean_graph([1, 2], 1.0), "variants": [{"label": "a", "ops": []},
+                                                                   {"label": "b", "graph": mean_graph([3, 4], 1.0)}],
+                "repetitions": 2, "seed": 3})
+            lab.api("POST", f"studies/{naps['id']}/cancel", {})
+            stopped = wait_for(lambda: lab.api("GET", f"studies/{naps['id']}"), lambda s: s["status"] == "cancelled")
+            runs.locator("button.cdf-studies").click()
+            listing.locator("button.cdf-refresh").click()
+            listing.locator(f'tr[data-study-id="{naps["id"]}"] .cdf-study-link').click()
+            view = page.locator(f"#codefy-study-{naps['id']}")
+            expect(view.locator('[data-role="state"]')).to_have_text("cancelled", timeout=30_000)
+            expect(view.locator("button.cdf-stop-study")).to_have_count(0)
+            page.screenshot(path=str(ARTIFACTS / "6b-study-stopped.png"))
+            view.locator("button.cdf-resume-study").click()
+            expect(view.locator('[data-role="state"]')).to_have_text("succeeded", timeout=90_000)
+            expect(view.locator("button.cdf-resume-study")).to_have_count(0)
+            resumed = lab.api("GET", f"studies/{naps['id']}")
+            assert resumed["status"] == "succeeded" and resumed["revision"] > stopped["revision"], resumed
+            assert view.locator(".cdf-error").count() == 0
 
             # Any JSON graph opens through Open With → Codefy graph; the file's menu has Queue on….
             page.locator('.jp-SideBar li[data-id="filebrowser"]').click()

@@ -88,6 +88,17 @@ def test_budget_raised_names_both_budgets():
     assert why.code == "budget_raised" and why.params["memory_gib"] == 6.5
 
 
+def test_only_a_memory_wait_of_a_raised_estimate_reads_budget_raised():
+    wait = ml.reason_memory_wait("w/cuda:0", 7156, 1000)
+    why = ml.raised(wait, 4.0, 6656)
+    assert why.code == "budget_raised"
+    assert why.params == {"device": "w/cuda:0", "estimate_gib": 4.0, "memory_gib": 6.5, "need_mib": 7156,
+                          "free_mib": 1000}
+    assert ml.raised(wait, None, 6656) is wait
+    whole = ml.reason_no_budget("w/cuda:0", whole=False, running=1)
+    assert ml.raised(whole, 4.0, 6656) is whole
+
+
 # -- the run queue -----------------------------------------------------------------------------
 
 
@@ -179,6 +190,30 @@ def test_a_waiting_head_reserves_its_need_against_later_runs():
     # small is behind big in the same queue: FIFO; big's reservation is what it waits for.
     assert q.schedule() == []
     assert q.reason("big").code == "memory_wait"
+
+
+def test_a_raised_estimate_waits_with_budget_raised_and_starts_when_it_fits():
+    q = _queue()
+    q.submit(_run("a", 1, 6 * GiB))
+    q.schedule()
+    q.submit(Run("b", 2, "cuda:0", worker="gpu", memory_mib=4 * GiB, raised_from_gib=2.0))
+    assert q.schedule() == []
+    why = q.reason("b")
+    assert why.code == "budget_raised"
+    assert why.params["estimate_gib"] == 2.0 and why.params["memory_gib"] == 4.0
+    assert why.params["need_mib"] == 4 * GiB + 500 and why.params["free_mib"] == 4 * GiB - 500
+    q.finish("a")
+    assert [p.run_id for p in q.schedule()] == ["b"]
+
+
+def test_a_raised_estimate_with_wait_false_is_refused_with_budget_raised():
+    q = _queue()
+    q.submit(_run("a", 1, 8 * GiB))
+    q.schedule()
+    with pytest.raises(SubmitError) as err:
+        q.submit(Run("b", 2, "cuda:0", worker="gpu", memory_mib=3 * GiB, wait=False, raised_from_gib=1.0))
+    assert err.value.params["reason"]["code"] == "budget_raised"
+    assert not q.is_waiting("b")
 
 
 def test_wait_false_is_refused_when_it_cannot_start_now():

@@ -22,6 +22,28 @@ def test_a_budget_above_the_card_is_the_whole_card_and_unknown_cards_are_skipped
     assert memory_cap.fractions({"cpu": 1024}, {}, {0: 16 * GiB}) == {}
 
 
+def test_a_ddp_rank_keeps_its_own_budget_and_gets_zero_on_the_others():
+    # The run's set is the agent's cuda:3 and cuda:1 (run names cuda:0 and cuda:1), 4 GiB each.
+    aliases = {"cuda:0": "cuda:3", "cuda:1": "cuda:1"}
+    budgets = {"cuda:3": 4096, "cuda:1": 4096}
+    totals = {0: 16 * GiB, 1: 32 * GiB}
+    assert memory_cap.fractions(budgets, aliases, totals, own=0) == {0: 0.25, 1: 0.0}
+    assert memory_cap.fractions(budgets, aliases, totals, own=1) == {0: 0.0, 1: 0.125}
+    # A card without a budget is left alone, even beside a rank's own.
+    assert memory_cap.fractions({"cuda:3": 4096}, aliases, totals, own=1) == {0: 0.0}
+
+
+def test_the_ranks_limits_merge_into_one_memory_limit_under_the_agents_names():
+    aliases = {"cuda:0": "cuda:3", "cuda:1": "cuda:1"}
+    totals = {0: 16 * GiB, 1: 32 * GiB}
+    rank0 = memory_cap.limits({0: 0.25, 1: 0.0}, aliases, totals)
+    rank1 = memory_cap.limits({0: 0.0, 1: 0.125}, aliases, totals)
+    assert rank0 == {"cuda:3": {"bytes": 4 * GiB, "fraction": 0.25}, "cuda:1": {"bytes": 0, "fraction": 0.0}}
+    assert memory_cap.merge_limits([rank0, rank1, None]) == {
+        "cuda:3": {"bytes": 4 * GiB, "fraction": 0.25}, "cuda:1": {"bytes": 4 * GiB, "fraction": 0.125}}
+    assert memory_cap.merge_limits([None, {}]) is None
+
+
 def test_nothing_to_cap_without_budgets_or_cuda():
     assert memory_cap.apply({}, {}) == {}
     torch = pytest.importorskip("torch")
@@ -46,7 +68,7 @@ def test_cuda_allocation_past_the_budget_fails(tmp_path):
         "import torch\n"
         "from codefy_jupyter.agent import memory_cap\n"
         "caps = memory_cap.apply({'cuda:0': 1024}, {})\n"
-        "assert 0 in caps, caps\n"
+        "assert abs(caps['cuda:0']['bytes'] - 2**30) < 2**20, caps\n"
         "ok = torch.empty(512 * 2**20, dtype=torch.uint8, device='cuda:0')\n"
         "try:\n"
         "    torch.empty(2 * 2**30, dtype=torch.uint8, device='cuda:0')\n"

@@ -85,6 +85,8 @@ def test_worker_devices_queue_and_budget_columns():
     assert rr.budget_label(run()) == "-"
     assert rr.budget_label(run(options={"target": {"memory_gib": 12}})) == "12 GiB"
     assert rr.budget_label(run(options={"target": {"memory_gib": 7.5, "memory_source": "estimate"}})) == "7.5 GiB est."
+    raised = {"memory_gib": 2.5, "memory_source": "estimate", "estimate_raised_from": 1.0}
+    assert rr.budget_label(run(options={"target": raised})) == "2.5 GiB est. (raised from 1 GiB)"
 
 
 def test_a_table_row():

@@ -33,10 +33,10 @@ def test_a_matching_worker_is_welcomed_online():
     decision = check(hello())
     assert isinstance(decision, Accepted)
     assert decision.name == "gpu-box" and decision.status == "online" and not decision.replaces
-    assert decision.capabilities == ("ack", "run_facts")
+    assert decision.capabilities == ("ack", "run_facts", "s3")
     welcome = decision.welcome("w-1")
     assert welcome == Welcome(worker_id="w-1", name="gpu-box", heartbeat_s=10.0, grace_s=30.0,
-                              capabilities=["ack", "run_facts"], resume_grace_s=300.0, status="online")
+                              capabilities=["ack", "run_facts", "s3"], resume_grace_s=300.0, status="online")
     assert decode(encode(welcome)) == welcome
 
 

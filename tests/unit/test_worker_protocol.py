@@ -262,7 +262,8 @@ def test_protocol_error_renders_as_the_error_shape():
 # -- capabilities -------------------------------------------------------------------------------------
 
 def test_capabilities_are_the_intersection():
-    assert wp.negotiate(["ack", "s3", "record_outputs", "warp_drive", "one_shot"]) == ["ack", "one_shot", "record_outputs"]
+    assert wp.negotiate(["ack", "s3", "record_outputs", "warp_drive", "one_shot"]) == [
+        "ack", "one_shot", "record_outputs", "s3"]
     assert wp.negotiate(["s3", "ack"], supported={"ack", "s3", "mounts"}) == ["ack", "s3"]
     assert wp.negotiate([]) == []
     assert wp.SUPPORTED_CAPABILITIES <= wp.KNOWN_CAPABILITIES

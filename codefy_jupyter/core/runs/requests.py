@@ -26,6 +26,9 @@ class Target:
     memory_gib: float | None = None
     memory_source: str = "declared"
     wait: bool = True
+    # Set by the server, never parsed: the accepted estimate this budget was raised from
+    # (core/scheduling/memory_estimate.py raise_estimate; queue reason budget_raised).
+    raised_from_gib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,8 @@ def options_doc(req: SubmitRequest, resolved: Any) -> dict[str, Any]:
             doc["target"]["memory_gib"] = o.target.memory_gib
             if o.target.memory_source == "estimate":  # "declared", the default, is not stored
                 doc["target"]["memory_source"] = "estimate"
+            if o.target.raised_from_gib is not None:
+                doc["target"]["estimate_raised_from"] = o.target.raised_from_gib
         if not o.target.wait:
             doc["target"]["wait"] = False
     return doc

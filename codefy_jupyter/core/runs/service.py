@@ -52,8 +52,10 @@ from ..storage import plan as storage_plan, run_needs
 from .summary import add_final_loss
 from ..scheduling.device_sets import SubmitError, resolve_run_device
 from ..scheduling.limits import build_limits
+from .estimates import MemoryEstimates
 from ..scheduling.memory_ledger import budget_mib
 from ..scheduling.queue import RunQueue
+from ..scheduling.quotas import build_quotas
 from ..scheduling.records import Placement, Run
 from ..scheduling.slot_groups import LOCAL, LocalMachine
 from ..store.database import Store
@@ -104,6 +106,7 @@ class RunService:
         self.cpu_cores = cpu_cores if cpu_cores is not None else cpu_threads.available_cores()
         self.settings = settings
         self.registry = registry or default_registry()
+        self.estimates = MemoryEstimates(self.registry)
         self.clock = clock
         self.devices = ["cpu"] + [d for d in (devices or []) if d != "cpu"]
         self.executor = executor or InProcessExecutor()
@@ -116,6 +119,10 @@ class RunService:
         self.queue = RunQueue(self.limits, interactive_limit=max(1, settings.run_interactive_max_concurrent),
                               slots=self.devices, local=local_machine)
         self.queue.cuda_context_mib = settings.execution_cuda_context_mib
+        self.queue.quotas, quota_warnings = build_quotas(settings.run_quota_max_running, settings.run_quota_max_queued,
+                                                         settings.run_quota_exempt_users)
+        for notice in quota_warnings:
+            log.warning("%s", notice.message)
         self.events = EventLog(store, payload_cap_bytes=settings.run_event_payload_cap_bytes, clock=clock)
         self.events.on_write_failed = self._log_write_failed
         self._runs = RunBook()  # one record per run held here, and the recently finished ones
@@ -239,6 +246,7 @@ class RunService:
             raise BadRequest(str(err), code="invalid_graph", params=err.to_dict()["params"])
         settings = graph.get("settings") or {}
         seed = req.options.seed if req.options.seed_given else settings.get("seed")
+        req = self.estimates.check(req)
         target = req.options.target
         pool = getattr(target, "pool", None) if target is not None else None
         worker = target.worker if target is not None and target.worker not in (None, LOCAL) else None
@@ -287,9 +295,9 @@ class RunService:
         data = str(self.data_dir.resolve())
         return found, run_needs.classify(found, data, sizes, self.settings.transfer_max_input_bytes)
 
-    def _queue_run(self, prepared: _Prepared, run_id: str, order: int) -> Run:
+    def _queue_run(self, prepared: _Prepared, run_id: str, order: int, owner: str | None = None) -> Run:
         req, resolved, worker, pool = prepared.req, prepared.resolved, prepared.worker, prepared.pool
-        return Run(run_id=run_id, order=order, device=resolved.device,
+        return Run(run_id=run_id, order=order, device=resolved.device, owner=owner,
                    devices=resolved.devices if (worker is None and pool is None) or len(resolved.devices) > 1 else (),
                    seeded=prepared.seed is not None, lane=req.options.lane, session=req.options.session,
                    **({} if worker is None and pool is None else {"worker": worker or "any", "pool": pool}),
@@ -311,6 +319,11 @@ class RunService:
         run = self._queue_run(prepared, "preflight", 0)
         if not run.is_local or run.memory_mib is not None:
             self.queue.check_placeable(run, prepared.node_types, device_field=prepared.device_field)
+
+    def check_quota(self, owner: str | None, runs: int) -> None:
+        """Refuse (429 owner_queue_full) a sweep or study whose `runs` children queued at once would
+        put `owner` over the queued cap; its children are then submitted as admitted."""
+        self.queue.check_owner_room(owner, runs)
 
     def add_observer(self, observer: RunObserver) -> None:
         """Tell `observer` when runs start and when their final status has committed (sweeps and
@@ -339,12 +352,13 @@ class RunService:
         run_id = run_id or uuid.uuid4().hex[:16]
         stored_graph = strip_secrets(graph, self.registry)
         self._order += 1
-        run = self._queue_run(prepared, run_id, self._order)
-        # The lane's refusals (503) and a worker target's (400) happen before anything is written.
+        run = self._queue_run(prepared, run_id, self._order, owner)
+        # The lane's refusals (503), a worker target's (400) and the owner's queued cap (429) happen
+        # before anything is written. A sweep's or study's child (`links`) was admitted with its parent.
         if run.is_local:
-            self.queue.submit(run)
+            self.queue.submit(run, admitted=bool(links))
         else:
-            self.queue.submit(run, prepared.node_types, device_field=prepared.device_field)
+            self.queue.submit(run, prepared.node_types, device_field=prepared.device_field, admitted=bool(links))
         # Placed before its row exists? It starts once the row is written.
         record = self._runs.add(run_id, written=False)
         try:
@@ -601,6 +615,21 @@ class RunService:
             folder = self.data_dir / "runs" / item.run["id"]
             keep = {"checkpoints"} if item.run["status"] == rs.INTERRUPTED else set()
             await asyncio.to_thread(remove_run_files, folder, keep)
+            await self._remove_s3_objects(item.run)
+
+    async def _remove_s3_objects(self, row: dict[str, Any]) -> None:
+        """An S3 run's objects go with it, but for its output/ (and checkpoint/ when interrupted:
+        wire/s3_keys.py). A bucket that fails is logged; the row is gone either way."""
+        if ((row.get("execution_facts") or {}).get("storage") or {}).get("backend") != storage_plan.S3:
+            return
+        s3 = self.workers.s3
+        if s3 is None:
+            log.warning("codefy: run %s kept objects in S3, but S3 is off now: they stay", row["id"])
+            return
+        try:
+            await s3.remove_run(row["id"], interrupted=row["status"] == rs.INTERRUPTED)
+        except ServiceError as err:
+            log.warning("codefy: run %s: its S3 objects could not be removed: %s", row["id"], err)
 
     # -- commands -------------------------------------------------------------------------------
     async def cancel(self, run_id: str, *, user: str | None = None, admin: bool = True) -> dict[str, Any]:
@@ -637,6 +666,7 @@ class RunService:
             # What the agent uploaded is a copy made for this run alone (seed: storage, transfer),
             # but Delete keeps checkpoint files on disk, as for any run (run queue: Delete).
             await asyncio.to_thread(remove_run_files, self.data_dir / "runs" / run_id, {"checkpoints"})
+        await self._remove_s3_objects(row)
 
     async def delete_outputs(self, run_id: str, *, user: str | None = None, admin: bool = True) -> bool:
         """Give up a run's recorded outputs (here or on its worker); False when none are kept."""
@@ -754,6 +784,21 @@ class RunService:
         rows = await self._artifact_rows(run_id)
         return [storage_plan.read_view(row, self.data_dir, self.settings.mount_label) for row in rows]
 
+    async def s3_artifact(self, run_id: str, artifact_id: str) -> tuple[Any, str]:
+        """(the S3 backend, the object's key) of one of the run's S3 artifacts, for its download
+        route; NotFound for another artifact, or when S3 is off now."""
+        rows = await self._artifact_rows(run_id)
+        row = next((r for r in rows if str(r["id"]) == artifact_id), None)
+        if row is None or row.get("backend") != storage_plan.S3:
+            raise NotFound(f"run {run_id} has no S3 artifact {artifact_id}", code="artifact_not_found",
+                           params={"run_id": run_id, "artifact_id": artifact_id})
+        s3 = self.workers.s3
+        if s3 is None or row.get("mount_label") != s3.config.bucket:
+            raise NotFound(f"artifact {artifact_id} is in bucket {row.get('mount_label')}, which this server does "
+                           "not use now (settings s3_enabled, s3_bucket)", code="artifact_bucket_unknown",
+                           params={"run_id": run_id, "artifact_id": artifact_id, "bucket": row.get("mount_label")})
+        return s3, row["path"]
+
     async def _artifact_rows(self, run_id: str) -> list[dict[str, Any]]:
         await self._row(run_id)
         return await self.store.list_artifacts(run_id)
@@ -800,7 +845,9 @@ def _sizes(paths: list[str]) -> dict[str, int | None]:
 
 
 def _memory(target: Any) -> dict[str, Any]:
-    """The scheduler's view of a run's memory budget (`Run.memory_mib`, `Run.wait`)."""
+    """The scheduler's view of a run's memory budget (`Run.memory_mib`, `Run.wait`, `Run.raised_from_gib`)."""
     if target is None or target.memory_gib is None:
         return {}
-    return {"memory_mib": budget_mib(target.memory_gib), "wait": target.wait}
+    return {"memory_mib": budget_mib(target.memory_gib), "wait": target.wait,
+            "raised_from_gib": target.raised_from_gib}
+

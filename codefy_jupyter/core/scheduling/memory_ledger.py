@@ -16,8 +16,8 @@ the count limit (one run per card) gives way to a ledger:
   starts beside it.
 
 Wait reasons: `memory_wait` (the budget does not fit now), `memory_no_budget` (a run without a
-budget waits for the card to empty, or a budgeted run waits for such a run), `budget_raised` (an
-accepted estimate was raised; the suggested budgets of #794 use it, this slice only names it).
+budget waits for the card to empty, or a budgeted run waits for such a run), `budget_raised` (a
+memory wait of a run whose accepted estimate the server raised at submit, memory_estimate.py).
 """
 
 from __future__ import annotations
@@ -124,10 +124,23 @@ def reason_no_budget(slot: str, *, whole: bool, running: int) -> Notice:
     return Notice("memory_no_budget", text, {"device": slot, "whole": whole, "running": running})
 
 
-def reason_budget_raised(slot: str, estimate_gib: float, raised_gib: float) -> Notice:
+def reason_budget_raised(slot: str, estimate_gib: float, raised_gib: float, need_mib: int | None = None,
+                         room: int | None = None) -> Notice:
+    """A memory wait of a run whose accepted estimate the server raised (memory_estimate.py): the
+    raise is why it waits when the estimate it was given would have fitted."""
     return Notice("budget_raised",
                   f"the estimated budget was raised from {estimate_gib:g} to {raised_gib:g} GiB; waiting for it on {slot}",
-                  {"device": slot, "estimate_gib": estimate_gib, "memory_gib": raised_gib})
+                  {"device": slot, "estimate_gib": estimate_gib, "memory_gib": raised_gib, "need_mib": need_mib,
+                   "free_mib": room})
+
+
+def raised(why: Notice, estimate_gib: float | None, budget_mib_: int) -> Notice:
+    """`why` for a run whose budget was raised from an accepted estimate: its memory waits read
+    budget_raised (same device and figures); other reasons stand."""
+    if estimate_gib is None or why.code != "memory_wait":
+        return why
+    return reason_budget_raised(why.params["device"], estimate_gib, budget_mib_ / GIB_MIB,
+                                why.params.get("need_mib"), why.params.get("free_mib"))
 
 
 def refuse_local(memory_gib: float) -> SubmitError:

@@ -11,6 +11,7 @@ from typing import Iterable, Mapping, NamedTuple
 
 from codefy_jupyter.core.scheduling import memory_ledger as ml
 from codefy_jupyter.core.scheduling import placement as wp
+from codefy_jupyter.core.scheduling import quotas as qt
 from codefy_jupyter.core.scheduling.device_sets import KIND_REQUESTS, Notice
 from codefy_jupyter.core.scheduling.placement import ANY
 from codefy_jupyter.core.scheduling.records import INTERACTIVE, QUEUED, Run
@@ -48,6 +49,9 @@ class PassState:
     heads: dict[str, str] = field(default_factory=dict)  # queue key -> the last head offered there
     # group shared by memory -> what earlier waiting heads reserve there (memory_ledger.py)
     mem_reserved: dict[str, list[ml.Holder]] = field(default_factory=dict)
+    # owner -> queued-lane runs executing, those this pass started included (quotas.py)
+    owner_running: dict[str | None, int] = field(default_factory=dict)
+    capped: set[str | None] = field(default_factory=set)  # owners at their running cap
 
 
 def holding_of(running: dict[str, Held]) -> dict[str, set[str]]:
@@ -74,7 +78,8 @@ class OfferPass:
     def __init__(self, *, queues: dict[str, deque[Run]], interactive_waiting: dict[str, Run],
                  waiting: dict[str, Run], workers: dict[str, WorkerOffer], one_shot_taken: set[str],
                  topology: Topology, mount_label: str = "data",
-                 memory: Mapping[str, ml.CardMemory] | None = None, context_mib: int = 0) -> None:
+                 memory: Mapping[str, ml.CardMemory] | None = None, context_mib: int = 0,
+                 quotas: qt.Quotas | None = None, owner_running: Mapping[str | None, int] | None = None) -> None:
         self._queues = queues
         self._interactive_waiting = interactive_waiting
         self._waiting = waiting
@@ -84,6 +89,9 @@ class OfferPass:
         self._mount_label = mount_label
         self._memory = memory or {}
         self._context_mib = context_mib
+        # Without a running cap the pass does no quota work at all (not even a copy of the counts).
+        self._quotas = quotas if quotas is not None and quotas.caps_running else None
+        self._owner_running = owner_running or {}
 
     def workers(self) -> list[WorkerOffer]:
         return [self._workers[k] for k in sorted(self._workers)]
@@ -100,6 +108,9 @@ class OfferPass:
         state = PassState(used=used, group_used=group_used, running=running, commit=commit, holding=holding,
                           seeded_running=next((h.run.run_id for h in running.values()
                                                if h.run.seeded and h.worker == LOCAL), None))
+        if self._quotas is not None:
+            state.owner_running = dict(self._owner_running)
+            state.capped = {o for o, n in state.owner_running.items() if qt.capped(self._quotas, o, n) is not None}
         self._out_of_turn(state)
         # (lane rank, submit order): interactive runs first, then queue heads, oldest first.
         heap: list[tuple[int, int, str]] = [(0, r.order, r.run_id) for r in self._interactive_waiting.values()]
@@ -113,6 +124,9 @@ class OfferPass:
         while heap:
             rank, _, ref = heapq.heappop(heap)
             run = self._interactive_waiting[ref] if rank == 0 else self._queues[ref][at[ref]]
+            if rank == 1 and run.owner in state.capped:  # its owner reached the cap since it was offered
+                self._offer_next(heap, at, ref, state)
+                continue
             why, choice = self._evaluate(run, state)
             state.reasons[run.run_id] = why
             if rank == 1:
@@ -121,18 +135,39 @@ class OfferPass:
                 continue
             self._start(run, choice, state)
             if rank == 1:
-                queue = self._queues[ref]
-                i = self._next_waiting(queue, at[ref] + 1, state)
-                if i < len(queue):
-                    at[ref] = i
-                    heapq.heappush(heap, (1, queue[i].order, ref))
+                self._offer_next(heap, at, ref, state)
         if commit:
             self._drop_started(state)
         return state
 
+    def _offer_next(self, heap: list[tuple[int, int, str]], at: dict[str, int], ref: str, state: PassState) -> None:
+        queue = self._queues[ref]
+        i = self._next_waiting(queue, at[ref] + 1, state)
+        if i < len(queue):
+            at[ref] = i
+            heapq.heappush(heap, (1, queue[i].order, ref))
+
+    def over_quota(self, run: Run, state: PassState) -> Notice | None:
+        """`owner_quota` for a queued-lane run whose owner has reached the running cap, else None."""
+        if self._quotas is None or run.lane != QUEUED:
+            return None
+        running = state.owner_running.get(run.owner, 0)
+        limit = qt.capped(self._quotas, run.owner, running)
+        return None if limit is None else qt.reason_owner_quota(run.owner, running, limit)
+
     @staticmethod
     def _next_waiting(queue: deque[Run], i: int, state: PassState) -> int:
-        while i < len(queue) and queue[i].run_id in state.running:  # started out of turn
+        """The next run of the queue to offer: not started out of turn, and not one whose owner is at
+        their running cap. A capped run holds nothing (no reservation, no gate claim) and gets no
+        reason here (`over_quota` answers that when asked): the run behind it is offered in its
+        place, so one owner's waiting runs never block another's. Its owner's count only rises
+        during a pass, so a run passed over stays passed over."""
+        capped, running = state.capped, state.running
+        if capped:
+            while i < len(queue) and (queue[i].owner in capped or queue[i].run_id in running):
+                i += 1
+            return i
+        while i < len(queue) and queue[i].run_id in running:  # started out of turn
             i += 1
         return i
 
@@ -161,6 +196,8 @@ class OfferPass:
             if not (offer.one_shot and run is not None and run.lane == QUEUED and run.run_id not in state.running):
                 continue
             if run.pool is None and run.worker != offer.name:
+                continue
+            if run.owner in state.capped:
                 continue
             choices = self._one_shot_choices(run, [offer], state)
             for choice in choices:
@@ -334,6 +371,8 @@ class OfferPass:
             holders += state.mem_reserved.get(group, ())
             card = next((self._memory[m] for m in topo.members(group) if m in self._memory), None)
             why = ml.admit(run.memory_mib, self._context_mib, card, holders, slot=slot)
+            if why is not None and run.memory_mib is not None:
+                why = ml.raised(why, run.raised_from_gib, run.memory_mib)
             if why is not None and first is None:
                 first = why
         if first is not None and fixed:
@@ -348,6 +387,10 @@ class OfferPass:
                      tuple(topo.group(s) for s in slots) if run.lane == QUEUED else ())
         hold(held, state.used, state.group_used, state.running)
         state.started.append(held)
+        if self._quotas is not None and run.lane == QUEUED:
+            count = state.owner_running[run.owner] = state.owner_running.get(run.owner, 0) + 1
+            if qt.capped(self._quotas, run.owner, count) is not None:
+                state.capped.add(run.owner)
         if run.seeded and worker == LOCAL:
             state.seeded_running = run.run_id
         # On a dry pass the waiting runs are left alone; on a real one the run moves over.

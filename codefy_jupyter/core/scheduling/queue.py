@@ -107,6 +107,10 @@ behind a head that has a reason waits for that too and says so (`behind_waiting_
                            run's budget + CUDA context now (memory_ledger.py; free_mib None: no report yet)
   memory_no_budget         {device, whole, running}  a run without a budget waits for the shared card
                            to empty (whole), or a budgeted run waits while such a run has it
+  owner_quota              {owner, running, limit}  its owner has `limit` queued-lane runs executing
+                           (quotas.py); it holds nothing, and the runs behind it are offered past it
+  budget_raised            {device, estimate_gib, memory_gib, need_mib, free_mib}  memory_wait of a run
+                           whose accepted estimate was raised at submit (memory_estimate.py)
 Cards shared by memory (memory_ledger.py): a worker's CUDA card its agent shares (`WorkerOffer.
 shared_memory`), where every online provider of the card shares it, admits runs by `Run.memory_mib`
 against the card's ledger (`set_card_memory`, from heartbeats) instead of its count limit. Refusals:
@@ -119,6 +123,7 @@ API for the control plane (RunService, WorkerRegistry):
   set_worker(WorkerOffer) / remove_worker(name) -> [Run]   then schedule()
   resolve_target(worker, option_device, graph_device, target_devices, pool=None) -> ResolvedDevice
   check_placeable(run, node_types=None, device_field=...)   (also done by submit(run, node_types))
+  quotas = Quotas(...); check_owner_room(owner, adding), owner_counts(owner)   per-owner caps
   adopt(run, worker, slots)              a run already executing on a worker (after a restart)
   placement(run_id), slot_info(provider=None) -> [SlotInfo], same_machine(name), workers()
 """
@@ -130,6 +135,7 @@ from typing import Iterable, Mapping
 
 from codefy_jupyter.core.scheduling import memory_ledger as ml
 from codefy_jupyter.core.scheduling import placement as wp
+from codefy_jupyter.core.scheduling import quotas as qt
 from codefy_jupyter.core.scheduling.device_sets import (  # noqa: F401  (re-exported: one import point for callers)
     KIND_REQUESTS, Notice, ResolvedDevice, SubmitError, device_kind, parse_device_set, resolve_run_device,
     resolve_worker_device,
@@ -175,6 +181,10 @@ class RunQueue:
         self.mount_label = "data"  # CODEFY_MOUNT_LABEL, for wait reasons of runs that use files
         self.cuda_context_mib = ml.DEFAULT_CUDA_CONTEXT_MIB  # CODEFY_EXECUTION_CUDA_CONTEXT_MIB
         self._memory: dict[str, ml.CardMemory] = {}  # worker slot -> its latest memory report
+        self.quotas = qt.Quotas()  # CODEFY_RUN_QUOTA_* (quotas.py)
+        # owner -> queued-lane runs executing / waiting, kept as runs move (the quotas count them)
+        self._owner_running: dict[str | None, int] = {}
+        self._owner_waiting: dict[str | None, int] = {}
 
     # -- workers --
 
@@ -312,10 +322,13 @@ class RunQueue:
 
     # -- changes --
 
-    def submit(self, run: Run, node_types: Iterable[str] | None = None, *, device_field: str = "options.device") -> None:
+    def submit(self, run: Run, node_types: Iterable[str] | None = None, *, device_field: str = "options.device",
+               admitted: bool = False) -> None:
         """Queue a run (queued lane: back of its queue). A worker run is checked first
         (`check_placeable`). An interactive run is admitted or refused at once: SubmitError
-        `interactive_busy` / `session_busy`, status 503."""
+        `interactive_busy` / `session_busy`, status 503. A queued-lane run past its owner's
+        `max_queued` is refused (429 `owner_queue_full`) unless `admitted` (a sweep's or study's
+        child: its parent took the room up front with `check_owner_room`)."""
         if run.run_id in self._waiting or run.run_id in self._running:
             raise ValueError(f"run {run.run_id!r} is already in the queue")
         if self._last_order is not None and run.order <= self._last_order:
@@ -325,11 +338,23 @@ class RunQueue:
             self._admit_interactive(run)
             self._interactive_waiting[run.run_id] = run
         else:
+            if not admitted:
+                self.check_owner_room(run.owner)
             self._queues.setdefault(run.queue_key, deque()).append(run)
+            _count(self._owner_waiting, run.owner, 1)
         self._waiting[run.run_id] = run
         self._last_order = run.order
         if run.memory_mib is not None and not run.wait:
             self._refuse_unless_starts(run)
+
+    def check_owner_room(self, owner: str | None, adding: int = 1) -> None:
+        """SubmitError 429 `owner_queue_full` when `adding` more waiting runs would put `owner` over
+        the queued cap (quotas.py). Changes nothing."""
+        qt.check_room(self.quotas, owner, self._owner_waiting.get(owner, 0), adding)
+
+    def owner_counts(self, owner: str | None) -> tuple[int, int]:
+        """(executing, waiting) queued-lane runs of `owner`."""
+        return self._owner_running.get(owner, 0), self._owner_waiting.get(owner, 0)
 
     def _refuse_unless_starts(self, run: Run) -> None:
         """`wait: false`: a run that the next pass would not start leaves the queue, refused (409)."""
@@ -369,6 +394,8 @@ class RunQueue:
         held = Held(run, worker, slots, tuple(self.topology().group(s) for s in slots))
         hold(held, self._used, self._group_used, self._running)
         self._note_holding(held, 1)
+        if run.lane == QUEUED:
+            _count(self._owner_running, run.owner, 1)
         if self._workers.get(worker) is not None and self._workers[worker].one_shot:
             self._one_shot_taken.add(worker)
         self._last_order = max(self._last_order or run.order, run.order)
@@ -382,6 +409,8 @@ class RunQueue:
                 if not counts[key]:
                     del counts[key]
         self._note_holding(held, -1)
+        if held.run.lane == QUEUED:
+            _count(self._owner_running, held.run.owner, -1)
         return held.run
 
     def _note_holding(self, held: Held, change: int) -> None:
@@ -407,6 +436,7 @@ class RunQueue:
             queue.remove(run)
             if not queue:
                 del self._queues[run.queue_key]
+            _count(self._owner_waiting, run.owner, -1)
         return True
 
     def schedule(self) -> list[Placement]:
@@ -414,6 +444,9 @@ class RunQueue:
         state = self._offer(self._used, self._group_used, self._running, commit=True, holding=self._holding_now)
         for held in state.started:  # after the pass: it judged every run by the holding it began with
             self._note_holding(held, 1)
+            if held.run.lane == QUEUED:
+                _count(self._owner_waiting, held.run.owner, -1)
+                _count(self._owner_running, held.run.owner, 1)
         return [self._placement(h) for h in state.started]
 
     @staticmethod
@@ -476,13 +509,19 @@ class RunQueue:
         """`reason` of every waiting run that has one, from one dry pass."""
         state = self._dry_pass()
         out = {rid: why for rid, why in state.reasons.items() if why is not None}
+        if state.capped:  # the pass offered none of these runs: their owners are at the cap
+            offer = self._offer_pass()
+            for run in self._waiting.values():
+                if run.owner in state.capped and run.lane == QUEUED and run.run_id not in state.running \
+                        and run.run_id not in out:
+                    out[run.run_id] = offer.over_quota(run, state)
         for key, head_id in state.heads.items():
             head_why = state.reasons.get(head_id)
             if head_why is None:
                 continue
             head = self._waiting[head_id]
             for run in self._queues[key]:
-                if run.order > head.order and run.run_id not in state.running:
+                if run.order > head.order and run.run_id not in state.running and run.run_id not in out:
                     out[run.run_id] = behind(head, head_why)
         return out
 
@@ -491,7 +530,10 @@ class RunQueue:
                            holding=self._holding_now)
 
     def _behind(self, run: Run, state: PassState) -> Notice | None:
-        """A run the pass did not offer: the reason of the head it waits behind, if that has one."""
+        """A run the pass did not offer: its owner's quota, else the reason of the head it waits
+        behind, if that has one."""
+        if run.owner in state.capped:
+            return self._offer_pass().over_quota(run, state)
         head_id = state.heads.get(run.queue_key)
         head_why = state.reasons.get(head_id) if head_id is not None else None
         if head_why is None or run.run_id in state.running:
@@ -558,7 +600,16 @@ class RunQueue:
 
     def _offer(self, used: dict[str, int], group_used: dict[str, int], running: dict[str, Held],
                commit: bool, holding: Mapping[str, Iterable[str]] | None = None) -> PassState:
+        return self._offer_pass().run(used, group_used, running, commit, holding)
+
+    def _offer_pass(self) -> OfferPass:
         return OfferPass(queues=self._queues, interactive_waiting=self._interactive_waiting, waiting=self._waiting,
                          workers=self._workers, one_shot_taken=self._one_shot_taken,
                          topology=self.topology(), mount_label=self.mount_label, memory=self._memory,
-                         context_mib=self.cuda_context_mib).run(used, group_used, running, commit, holding)
+                         context_mib=self.cuda_context_mib, quotas=self.quotas, owner_running=self._owner_running)
+
+
+def _count(counts: dict[str | None, int], key: str | None, change: int) -> None:
+    counts[key] = counts.get(key, 0) + change
+    if not counts[key]:
+        del counts[key]

@@ -40,6 +40,10 @@ class Run:
     # the card whole) and whether it may wait for the budget to fit (False: refused at submit).
     memory_mib: int | None = None
     wait: bool = True
+    # Who submitted it (None: nobody identified): the per-owner quotas (quotas.py) count by it.
+    owner: str | None = None
+    # An accepted estimate the server raised (GiB it was raised from): its memory wait reads budget_raised.
+    raised_from_gib: float | None = None
 
     def __post_init__(self) -> None:
         if self.lane not in LANES:

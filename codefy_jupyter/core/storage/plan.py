@@ -10,7 +10,10 @@ Backends (`placement.storage_backend` chooses one per placement):
             rows keep `backend: "mount"`, the label and the path relative to the mount
   transfer  inputs listed by SHA-256 for the agent to download, outputs uploaded by the agent into
             `<data folder>/runs/<run id>/`; rows keep `backend: "transfer"` and the path relative
-            to that folder
+            to that folder. `fallback`: S3 is on but the worker's agent does not list `s3`
+  s3        what transfer would serve, through the bucket (core/storage/s3.py): `run_dir` is the
+            run's key prefix, `label` the bucket; rows keep `backend: "s3"`, the bucket (in the
+            label column) and the object's key
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ...wire import s3_keys
 from .run_needs import FileInput, inside
 
-NONE, LOCAL, MOUNT, TRANSFER = "none", "local", "mount", "transfer"
+NONE, LOCAL, MOUNT, TRANSFER, S3 = "none", "local", "mount", "transfer", "s3"
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class StoragePlan:
     mount_root: str | None = None  # the data folder as the worker sees it (mount)
     inputs: tuple[FileInput, ...] = ()
     relative: Mapping[str, str] = field(default_factory=dict)  # input path -> path in the data folder
+    fallback: bool = False  # transfer only because the worker's agent cannot do S3
 
     def facts(self) -> dict[str, Any]:
         """What the run's execution_facts keep of it: enough to map its artifacts after a restart."""
@@ -41,7 +46,7 @@ class StoragePlan:
 
     @classmethod
     def from_facts(cls, doc: Mapping[str, Any] | None) -> StoragePlan | None:
-        if not isinstance(doc, Mapping) or doc.get("backend") not in (NONE, LOCAL, MOUNT, TRANSFER):
+        if not isinstance(doc, Mapping) or doc.get("backend") not in (NONE, LOCAL, MOUNT, TRANSFER, S3):
             return None
         return cls(str(doc["backend"]), run_dir=doc.get("run_dir"), label=doc.get("label"),
                    mount_root=doc.get("mount_root"))
@@ -84,6 +89,8 @@ class StoragePlan:
                 return MOUNT, self.label, rel
         if self.backend == TRANSFER and safe_relative(path) is not None:
             return TRANSFER, None, safe_relative(path) or path
+        if self.backend == S3 and self.run_dir and path.startswith(self.run_dir) and safe_relative(path):
+            return S3, self.label, path
         return None, None, path
 
 
@@ -100,6 +107,17 @@ def plan_for(backend: str, *, run_id: str, data_dir: str, label: str, mounts: Ma
     return StoragePlan(NONE)
 
 
+def with_s3(plan: StoragePlan, *, run_id: str, bucket: str | None, worker_has_s3: bool) -> StoragePlan:
+    """With S3 on (`bucket` given), what transfer would serve goes through the bucket when the
+    worker's agent lists `s3`; otherwise it stays transfer, marked as a fallback."""
+    if plan.backend != TRANSFER or bucket is None:
+        return plan
+    if not worker_has_s3:
+        return StoragePlan(TRANSFER, inputs=plan.inputs, relative=plan.relative, fallback=True)
+    return StoragePlan(S3, run_dir=s3_keys.run_prefix(run_id), label=bucket, inputs=plan.inputs,
+                       relative=plan.relative)
+
+
 def safe_relative(path: str) -> str | None:
     """`path` as a relative path that stays inside its folder (no absolute path, no `..`, no empty
     or dot parts, no backslash), normalised; None when it is not one."""
@@ -113,7 +131,8 @@ def safe_relative(path: str) -> str | None:
 
 def read_view(row: Mapping[str, Any], data_dir: Path, label: str) -> dict[str, Any]:
     """An artifact row as GET runs/{id}/artifacts shows it: `path` on this server, with `backend`
-    (`local`, `mount`, `transfer`) and, for the mapped ones, the stored relative path."""
+    (`local`, `mount`, `transfer`, `s3`) and, for the mapped ones, the stored relative path; an S3
+    row's `path` is its `s3://bucket/key` URL, with `bucket`, `key` and a `download` route."""
     out = dict(row)
     backend = out.pop("backend", None) or "local"
     mount_label = out.pop("mount_label", None)
@@ -126,4 +145,7 @@ def read_view(row: Mapping[str, Any], data_dir: Path, label: str) -> dict[str, A
     elif backend == TRANSFER:
         out["relative_path"] = row["path"]
         out["path"] = str(data_dir / "runs" / row["run_id"] / row["path"])
+    elif backend == S3:
+        out.update(bucket=mount_label, key=row["path"], path=f"s3://{mount_label}/{row['path']}",
+                   download=f"artifacts/{row['id']}/download")
     return out

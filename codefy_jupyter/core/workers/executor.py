@@ -49,8 +49,10 @@ from ...wire.protocol import (
     should_pause_reading,
 )
 from .registry import Worker, WorkerRegistry
-from ..storage.plan import TRANSFER, StoragePlan
+from ..storage.plan import S3, TRANSFER, StoragePlan
+from ..storage.s3 import S3Error, storage_from_settings
 from ..storage.transfer import InputHashes
+from .s3_credentials import CredentialRefresh
 
 log = logging.getLogger("codefy.workers")
 
@@ -93,6 +95,8 @@ class WorkerExecutor:
         self._stray_verdicts: dict[tuple[int, str], asyncio.Future[bool]] = {}
         self.closing = False
         self.hashes = InputHashes(host.store)
+        self.s3 = storage_from_settings(host.settings)
+        self.credentials = CredentialRefresh(self.s3, registry, self._runs, self._spawn) if self.s3 else None
 
     @property
     def max_inbox(self) -> int:
@@ -112,6 +116,8 @@ class WorkerExecutor:
         """After RunService's shutdown: stop timers and tasks, close every worker connection (the
         agents keep running and reconnect when the server is back)."""
         self.closing = True
+        if self.credentials is not None:
+            self.credentials.close()
         if self._watchdog is not None:
             self._watchdog.cancel()
         for run in list(self._runs.values()):
@@ -185,6 +191,9 @@ class WorkerExecutor:
                          recorded_seq=seq, facts_seq=seq, started_at=row.get("started_at") or self.host.clock())
         run.storage = StoragePlan.from_facts(facts.get("storage"))
         self._track(run)
+        if run.storage is not None and run.storage.backend == S3 and self.credentials is not None:
+            # The credentials its assign carried run out: the next ones go once the worker is back.
+            self.credentials.arm(run.run_id, list((facts.get("storage") or {}).get("input_keys") or ()))
         self.host.events.emit(run.run_id, ev.run_warning(
             run.run_id, "worker_adopted", f"the control plane restarted; this run continues once worker "
             f"{run.worker} reconnects (within {self.resume_grace_s:g} s)",
@@ -227,17 +236,22 @@ class WorkerExecutor:
         if plan is not None:
             graph = plan.graph_for_worker(graph)
             hashed: list[dict[str, Any]] = []
-            if plan.backend == TRANSFER and plan.inputs:
+            if plan.backend in (TRANSFER, S3) and plan.inputs:
                 try:
                     hashed = await self.hashes.listing(plan.inputs)
                 except OSError as err:
                     message = f"an input of this run cannot be read for the transfer to worker {worker.name}: {err}"
-                    params = {"worker": worker.name, "reason": str(err)}
-                    self._finish(run, ExecutionOutcome(
-                        rs.FAILED, error={"code": "worker_transfer_failed", "message": message, "params": params},
-                        code="worker_transfer_failed", message=message, params=params))
+                    self._fail_storage(run, "worker_transfer_failed", message, worker.name, err)
                     return
             storage = plan.assign_doc(hashed)
+            if plan.backend == S3:
+                try:
+                    storage, uploaded = await self.s3.assign_doc(run.run_id, hashed, [i.path for i in plan.inputs])
+                    run.facts["s3_inputs_uploaded"] = uploaded
+                except (S3Error, OSError) as err:
+                    message = f"the run's inputs could not be put in the S3 bucket for worker {worker.name}: {err}"
+                    self._fail_storage(run, "worker_s3_transfer_failed", message, worker.name, err)
+                    return
         if worker.link is None:  # it went away while we looked at the graph: assign when it is back
             run.assigned = False
             return
@@ -249,6 +263,15 @@ class WorkerExecutor:
             options={"seed": spec.seed, "deterministic": spec.deterministic,
                      "max_parallel_nodes": spec.max_parallel_nodes, "name": spec.name,
                      "queue_key": spec.queue_key, **spec.options}))
+        if plan is not None and plan.backend == S3 and self.credentials is not None and storage is not None:
+            keys = [i["key"] for i in storage["inputs"]]
+            run.facts.setdefault("storage", {})["input_keys"] = keys  # an adopted run refreshes with them
+            self.credentials.arm(run.run_id, keys)
+
+    def _fail_storage(self, run: WorkerRun, code: str, message: str, worker: str, err: BaseException) -> None:
+        params = {"worker": worker, "reason": str(err)}
+        self._finish(run, ExecutionOutcome(rs.FAILED, error={"code": code, "message": message, "params": params},
+                                           code=code, message=message, params=params))
 
     # -- the connection's life ----------------------------------------------------------------------
     def connected(self, worker: Worker) -> None:
@@ -437,6 +460,11 @@ class WorkerExecutor:
             if frame.pid is not None:
                 run.facts["worker_pid"] = frame.pid
             self._ensure_started(run)
+            if run.storage is not None and run.storage.fallback:
+                self.host.events.emit(run.run_id, ev.run_warning(
+                    run.run_id, "worker_storage_fallback", f"S3 is on, but worker {run.worker}'s agent does not "
+                    "list s3 (no boto3 there): this run's files go through the transfer backend",
+                    {"worker": run.worker, "backend": TRANSFER}))
             return
         self._ensure_started(run)
         if isinstance(frame, RunFacts):
@@ -444,6 +472,8 @@ class WorkerExecutor:
         elif isinstance(frame, RunFinished):
             if frame.peak_memory is not None:
                 run.facts["peak_memory"] = frame.peak_memory
+            if frame.memory_limit:
+                run.facts["memory_limit"] = frame.memory_limit
             self._finish(run, outcome_of(frame, run.worker))
         else:
             for event in events_of(run.run_id, frame):
@@ -564,6 +594,8 @@ class WorkerExecutor:
 
     def _forget(self, run: WorkerRun) -> None:
         self._runs.pop(run.run_id, None)
+        if self.credentials is not None:
+            self.credentials.forget(run.run_id)
         self.host.events.attach(run.run_id, None)
         if run.grace is not None:
             run.grace.cancel()

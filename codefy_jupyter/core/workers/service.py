@@ -25,7 +25,7 @@ from ...wire.fingerprint import digest
 from ..scheduling.memory_ledger import card_memory
 from ..scheduling.placement import storage_backend
 from ..scheduling.slot_groups import OfferedDevice, WorkerOffer
-from ..storage.plan import StoragePlan, plan_for
+from ..storage.plan import StoragePlan, plan_for, with_s3
 from .access import check_issue, check_manage
 from .enrollment import Enrollment, Issued
 from ..runs.executors import RunSpec
@@ -140,8 +140,16 @@ class WorkerService:
                                   transfer=worker is not None and "transfer" in worker.capabilities)
         # The placement checked the worker could serve it; a worker that changed since gets none
         # and the run reports the missing file itself.
-        return plan_for(backend or "none", run_id=spec.run_id, data_dir=str(Path(self.host.data_dir).resolve()), label=label,
-                        mounts=mounts, inputs=files.inputs, relative=need.relative)
+        plan = plan_for(backend or "none", run_id=spec.run_id, data_dir=str(Path(self.host.data_dir).resolve()),
+                        label=label, mounts=mounts, inputs=files.inputs, relative=need.relative)
+        s3 = self.executor.s3
+        return with_s3(plan, run_id=spec.run_id, bucket=s3.config.bucket if s3 is not None else None,
+                       worker_has_s3=worker is not None and "s3" in worker.capabilities)
+
+    @property
+    def s3(self) -> Any:
+        """The S3 backend (core/storage/s3.py S3Storage), or None when it is off."""
+        return self.executor.s3
 
     def run_closed(self, run_id: str) -> None:
         """The run's final status and closing event are committed: acknowledge all, forget it."""

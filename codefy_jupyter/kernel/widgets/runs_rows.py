@@ -124,7 +124,12 @@ def budget_label(run: Mapping[str, Any]) -> str:
     if not isinstance(gib, (int, float)) or isinstance(gib, bool):
         return "-"
     text = f"{gib:g} GiB"
-    return text + " est." if target.get("memory_source") == "estimate" else text
+    if target.get("memory_source") != "estimate":
+        return text
+    raised = target.get("estimate_raised_from")
+    if isinstance(raised, (int, float)) and not isinstance(raised, bool):
+        return f"{text} est. (raised from {raised:g} GiB)"
+    return text + " est."
 
 
 def format_time(ts: float | None) -> str:

@@ -65,6 +65,11 @@ class StudyService(Coordinator):
                     if isinstance(err, SchemaError):
                         err.field = named
                 raise
+        # At most max_parallel_runs children are in flight at once: that many must fit the owner's
+        # queued cap now (429 otherwise); later children replace finished ones and are not refused.
+        attempts_total = req.repetitions * len(req.variants)
+        width = min(req.budget.max_parallel_runs, attempts_total, req.budget.max_runs or attempts_total)
+        self.runs.check_quota(owner, width)
         study_id = new_id()
         now = self.clock()
         seed = req.seed if req.seed is not None else secrets.randbelow(SEED_MAX + 1)

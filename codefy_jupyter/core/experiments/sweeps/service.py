@@ -98,6 +98,8 @@ class SweepService:
         plan = plan_sweep(req, self.runs.registry, caps, options)
         # Every refusal a single child would get (graph, device, target) refuses the sweep now.
         await self.runs.preflight({"graph": req.base_graph, "name": req.name, "options": options})
+        # Every child is queued at once: the owner's queued cap refuses the sweep whole (429), never halfway.
+        self.runs.check_quota(owner, len(plan.combinations))
         sweep_id = uuid.uuid4().hex[:16]
         ids = os.urandom(8 * len(plan.combinations)).hex()  # one call, not 1,000 uuid4()s
         run_ids = [ids[i:i + 16] for i in range(0, len(ids), 16)]
