@@ -113,7 +113,66 @@ def serve(sock: socket.socket) -> NoReturn:
                                               "traceback": traceback.format_exc()},
                 "executed": 0, "cached": 0, "metrics": {}, "duration_s": None}
     link.send("finished", body)
+    if _RECORDED is not None:  # reported first: the slot is free while the files are written
+        _write_recorded(spec, *_RECORDED)
     _exit(EXIT_OK)
+
+
+WRITE_DELAY_ENV = "CODEFY_TEST_OUTPUTS_WRITE_DELAY_S"
+# A record_outputs run's captures, copied to the CPU, until they are written after the report.
+_RECORDED: tuple[Any, str] | None = None
+
+
+def _keep_recorded(spec: dict[str, Any], outputs: dict[str, dict[str, Any]]) -> None:
+    """Captures go through the same store as the control plane's, then to CPU memory of our own, and
+    the store (and with it the device memory) is emptied before the run reports its end."""
+    global _RECORDED
+    from ..engine.recorded import RunOutputStore, to_cpu
+
+    run_id = str(spec["run_id"])
+    store = RunOutputStore(max_runs=1)
+    store.put(run_id, outputs)
+    copy = to_cpu(store.get(run_id) or {})
+    store.drop(run_id)
+    outputs.clear()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    _RECORDED = (copy, str(spec["outputs_dir"]))
+
+
+def _answer_read(link: Link, body: dict[str, Any]) -> None:
+    """Until its files are written, a run answers reads from its copy in memory, with the control
+    plane's functions (seed: recorded outputs on a worker)."""
+    from ..engine.recorded import index_of, summarize
+    from ..wire.output_reads import answer, not_recorded
+
+    run_id, kind, query = str(body.get("run_id") or ""), str(body.get("kind") or ""), body.get("query") or {}
+    recorded = _RECORDED
+    try:
+        if recorded is None:
+            status, out = not_recorded(run_id)
+        else:
+            captures = recorded[0]
+            status, out = answer(run_id, kind, query, index_of(captures), lambda n, p: summarize(captures[n][p]))
+    except Exception as err:  # answered, whatever happens: the agent waits for it
+        status, out = 500, {"error": {"code": "worker_output_failed", "message": str(err), "params": {}}}
+    link.send("answer", {"id": body.get("id"), "status": status, "body": out})
+
+
+def _write_recorded(spec: dict[str, Any], captures: Any, folder: str) -> None:
+    from pathlib import Path
+
+    from ..engine.recorded import write_outputs
+
+    timeout = float(spec.get("outputs_write_timeout_s") or 300.0)
+    deadline = time.monotonic() + timeout
+    # Test hook: a slow disk, to show that the run's end is reported before its outputs are written.
+    time.sleep(float(os.environ.get(WRITE_DELAY_ENV) or 0))
+    try:
+        write_outputs(Path(folder), captures, deadline=deadline)
+    except BaseException:  # the run is reported; its outputs are simply not kept
+        traceback.print_exc()
 
 
 def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +204,8 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
             spec["graph"], seed=spec.get("seed"), device=spec.get("device") or "cpu",
             deterministic=bool(spec.get("deterministic")), max_parallel_nodes=int(spec.get("max_parallel_nodes") or 4),
             cancel=token, callbacks=EngineCallbacks.all_to(sink), data_dir=spec.get("data_dir"), run_id=run_id,
-            inline=True, cpu_threads=threads if type(threads) is int and threads >= 1 else None))
+            inline=True, cpu_threads=threads if type(threads) is int and threads >= 1 else None,
+            keep_outputs="all" if spec.get("outputs_dir") else "outputs"))
     except GraphError as err:
         info = err.to_dict()
         info["type"] = "GraphError"
@@ -154,6 +214,8 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         if facts is not None:
             facts.join(timeout=30)
+    if spec.get("outputs_dir"):
+        _keep_recorded(spec, result.outputs)
     return {
         "status": result.status,
         "error": result.error.to_dict() if result.error is not None else None,
@@ -178,6 +240,8 @@ def _read_cancels(link: Link, token: Any) -> None:
         kind, body = message
         if kind == "cancel":
             token.cancel(str(body.get("reason") or "cancel requested"))
+        elif kind == "read":
+            _answer_read(link, body)
 
 
 _FINGERPRINT: dict[str, Any] | None = None

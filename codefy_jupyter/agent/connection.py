@@ -42,14 +42,15 @@ from .._version import __version__
 from ..wire.cpu_threads import available_cores
 from ..wire.codec import MAX_FRAME_BYTES, decode, encode
 from ..wire.frames import (
-    AGENT_STOPPED, DEFAULT_GRACE_S, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Ack, Assign, Cancel, Credentials, Drain,
-    Frame, Heartbeat, Hello, ProtocolError, Reject, RunAlive, Welcome,
+    AGENT_STOPPED, DEFAULT_GRACE_S, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Ack, Assign, Cancel, CancelFetch,
+    Credentials, Drain, DropOutputs, FetchOutput, Frame, Heartbeat, Hello, ProtocolError, Reject, RunAlive, Welcome,
 )
 from . import tls
 from .delivery import Deliveries
 from .frames import finished_frame, message_frame, refused_frame, started_frame
 from .identity import Catalog, Inventory, platform_string
 from .isolation import Refusal, Visibility, assign_refusal
+from .outputs import WorkerOutputs, outputs_settings
 from .retention import DEFAULT_KEEP_RUNS, prune_run_folders
 from .runner import Runner, RunRequest
 
@@ -152,6 +153,10 @@ class Agent:
         self.deliveries = Deliveries(options.runs_dir, options.registered_name)
         self.runner = Runner(options.runs_dir, launcher, inventory.by_name, env, on_started=self._started,
                              on_message=self._message, on_finished=self._finished, transfer=self._transfer_client())
+        self.outputs_write_timeout_s, max_bytes = outputs_settings()
+        self.outputs = WorkerOutputs(options.runs_dir, options.registered_name, send=self._send_frame,
+                                     writing=self._writing, max_bytes=max_bytes)
+        self.runner.on_outputs = self.outputs.written
         self.welcome: Welcome | None = None
         self.ws: WebSocketClientConnection | None = None
         self.draining = False
@@ -231,8 +236,15 @@ class Agent:
         self.runner.cancel_all(STOP_GRACE_S, "the worker agent is stopping")
         self._stop_task = asyncio.ensure_future(self._stop())
 
+    def _writing(self, run_id: str) -> Any:
+        return self.runner.writing.get(run_id)
+
     async def _stop(self) -> None:
         await self.runner.wait_idle()
+        writing = [p.task for p in list(self.runner.writing.values()) if p.task is not None]
+        if writing:  # finished runs still writing their outputs get their write time
+            log.info("waiting for %d run(s) to finish writing their recorded outputs", len(writing))
+            await asyncio.wait(writing, timeout=self.outputs_write_timeout_s + 15)
         if self.ws is not None:
             try:
                 await asyncio.wait_for(self._all_acked(), STOP_ACK_WAIT_S)
@@ -466,6 +478,12 @@ class Agent:
                 grace = self.welcome.grace_s if self.welcome else DEFAULT_GRACE_S
             if not self.runner.cancel(frame.run_id, grace, frame.reason or "cancel requested"):
                 log.info("cancel for run %s, which is not running here", frame.run_id)
+        elif isinstance(frame, FetchOutput):
+            self.outputs.fetch(frame)
+        elif isinstance(frame, CancelFetch):
+            self.outputs.cancel(frame)
+        elif isinstance(frame, DropOutputs):
+            self.outputs.drop(frame)
         elif isinstance(frame, Credentials):
             if self.runner.credentials(frame.run_id, frame.credentials):
                 log.info("run %s: fresh S3 credentials", frame.run_id)
@@ -505,7 +523,10 @@ class Agent:
             max_parallel_nodes=parallel if isinstance(parallel, int) and parallel >= 1 else 4,
             payload_cap_bytes=cap if isinstance(cap, int) else 131072,
             facts="run_facts" in (self.welcome.capabilities if self.welcome else ()), grace_s=frame.grace_s,
-            cpu_threads=frame.cpu_threads, storage=frame.storage, memory_budgets=frame.memory_budgets)
+            cpu_threads=frame.cpu_threads, storage=frame.storage, memory_budgets=frame.memory_budgets,
+            record_outputs=options.get("record_outputs") is True
+            and "record_outputs" in (self.welcome.capabilities if self.welcome else ()),
+            outputs_write_timeout_s=self.outputs_write_timeout_s)
         self.one_shot_used = True
         self.deliveries.open(run_id)
         log.info("run %s: starting on %s", run_id, ", ".join(frame.devices) or frame.device)

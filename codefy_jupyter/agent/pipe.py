@@ -4,10 +4,13 @@
 agent -> run process   ["assign", {run_id, graph, device, seed, deterministic, max_parallel_nodes,
                                     data_dir, env, payload_cap_bytes, facts, cpu_threads}]   (first, once)
                        ["cancel", {"reason"}]
+                       ["read", {"id", "kind", "query"}]   a read of a record_outputs run's captures
+                                                           while it writes them, after its report
 run process -> agent   ["event", {"type", "payload"}]   a log event as wire/run_events builds it (node
                                                          status, progress, metric, artifact, run_warning...)
                        ["facts", {kind, facts}]
                        ["finished", {status, error, executed, cached, metrics, duration_s, peak_memory}]
+                       ["answer", {"id", "status", "body"}]   to a `read`, from the copy in memory
 
 JSON rather than pickle: the agent holds the worker token, and a run executes arbitrary node code, so
 nothing the run process sends may execute in the agent when read.
@@ -21,8 +24,8 @@ from typing import Any
 # A line longer than this is a broken run process (payloads are capped far below it).
 MAX_LINE_BYTES = 32 * 1024 * 1024
 
-CHILD_KINDS = frozenset({"event", "facts", "finished"})
-AGENT_KINDS = frozenset({"assign", "cancel"})
+CHILD_KINDS = frozenset({"event", "facts", "finished", "answer"})
+AGENT_KINDS = frozenset({"assign", "cancel", "read"})
 
 
 class PipeError(ValueError):

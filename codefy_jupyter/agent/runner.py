@@ -75,6 +75,8 @@ class RunRequest:
     cpu_threads: int | None = None  # the run's CPU thread budget; None: the libraries' defaults
     storage: dict[str, Any] | None = None  # the assign's storage (core/storage/plan.py); None: no files
     memory_budgets: dict[str, int] | None = None  # MiB per card shared by memory (agent/memory_cap.py)
+    record_outputs: bool = False  # keep the run's node outputs in agent-runs/<run>/outputs/ (agent/outputs.py)
+    outputs_write_timeout_s: float = 300.0
 
 
 OnStarted = Callable[[str, int, Visibility], None]
@@ -120,6 +122,8 @@ class RunProcess:
         self.data_dir = self.directory / "data"
         self.transfer_dir: Path | None = None  # transfer and S3 backends: the folder whose files go back
         self.remote: InputCache | None = None  # the backend moving this run's files (RunTransfer, S3Transfer)
+        self._reads: dict[int, asyncio.Future[tuple[int, dict[str, Any]]]] = {}
+        self._read_ids = 0
 
     @property
     def pid(self) -> int | None:
@@ -220,6 +224,8 @@ class RunProcess:
             "cpu_threads": r.cpu_threads, "memory_budgets": r.memory_budgets or {},
             "devices": list(view.aliases) or [view.engine_device],
         }
+        if r.record_outputs:
+            spec.update(outputs_dir=str(self.directory / "outputs"), outputs_write_timeout_s=r.outputs_write_timeout_s)
         reader, writer = await asyncio.open_connection(sock=launched.sock, limit=pipe.MAX_LINE_BYTES)
         self._writer = writer
         writer.write(pipe.encode("assign", spec))
@@ -232,6 +238,8 @@ class RunProcess:
         writer.close()
         await self._upload()
         self.runner.finish(self, self._finished_body(exit_))
+        if r.record_outputs and self.runner.on_outputs is not None:
+            self.runner.on_outputs(self.run_id)
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         while True:
@@ -248,8 +256,20 @@ class RunProcess:
             except pipe.PipeError as err:
                 log.warning("run %s: dropped a bad message from its process: %s", self.run_id, err)
                 continue
+            if kind == "answer":
+                waiting = self._reads.pop(body.get("id"), None) if isinstance(body.get("id"), int) else None
+                if waiting is not None and not waiting.done() and isinstance(body.get("body"), dict):
+                    waiting.set_result((int(body.get("status") or 500), body["body"]))
+                continue
             if kind == "finished":
                 self.report = body
+                if self.request.record_outputs and self.transfer_dir is None:
+                    # Its outputs are written after the report (seed: recorded outputs on a
+                    # worker): the run ends now, its process gets the write time to exit.
+                    self._after(self.request.outputs_write_timeout_s + EXIT_AFTER_FINISHED_S, self._kill_lingering)
+                    self.runner.finish(self, {**body, "duration_s": body.get("duration_s")
+                                              or time.monotonic() - self.started_at})
+                    continue
                 self._after(EXIT_AFTER_FINISHED_S, self._kill_lingering)
                 continue
             self.runner.on_message(self.run_id, kind, self._relative_artifact(kind, body))
@@ -291,6 +311,32 @@ class RunProcess:
                           "params": {"exit_code": exit_.exit_code, "signal": exit_.signal}},
                 "executed": 0, "cached": 0, "metrics": {}, "duration_s": duration,
                 "exit_code": exit_.exit_code, "signal": exit_.signal, "output_tail": tail}
+
+    async def read(self, kind: str, query: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """A read of its recorded outputs, answered by the process from its copy in memory while it
+        writes them; None once it has gone (the files are then complete, or absent)."""
+        writer = self.writer_open()
+        if writer is None:
+            return None
+        self._read_ids += 1
+        number = self._read_ids
+        future = self._reads[number] = asyncio.get_running_loop().create_future()
+        writer.write(pipe.encode("read", {"id": number, "run_id": self.run_id, "kind": kind, "query": query}))
+        exited = self.launched.exited if self.launched is not None else None
+        try:
+            waits = [future] + ([asyncio.ensure_future(asyncio.shield(exited))] if exited is not None else [])
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for w in waits[1:]:
+                w.cancel()
+            return future.result() if future.done() else None
+        finally:
+            self._reads.pop(number, None)
+
+    def writer_open(self) -> asyncio.StreamWriter | None:
+        writer = self._writer
+        if writer is None or writer.is_closing() or self.launched is None or self.launched.exited.done():
+            return None
+        return writer
 
     # -- cancel -----------------------------------------------------------------------------------------
     def cancel(self, grace_s: float, reason: str) -> None:
@@ -350,6 +396,10 @@ class Runner:
         self.on_finished = on_finished
         self.kill_policy = kill_policy or KillPolicy()
         self.transfer = transfer
+        # Called with a record_outputs run's id once its process (which writes them) has exited.
+        self.on_outputs: Callable[[str], None] | None = None
+        # Processes still writing a finished run's outputs: `agent stop` waits for them too.
+        self.writing: dict[str, RunProcess] = {}
         self.runs: dict[str, RunProcess] = {}
         self._idle = asyncio.Event()
         self._idle.set()
@@ -404,6 +454,9 @@ class Runner:
         if self.runs.get(proc.run_id) is not proc:
             return
         del self.runs[proc.run_id]
+        if proc.request.record_outputs and proc.task is not None and not proc.task.done():
+            self.writing[proc.run_id] = proc
+            proc.task.add_done_callback(lambda _t, run_id=proc.run_id: self.writing.pop(run_id, None))
         if not self.runs:
             self._idle.set()
         self.on_finished(proc.run_id, body)

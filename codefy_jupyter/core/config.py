@@ -56,6 +56,12 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds a disconnected worker's runs wait for it before they end interrupted. 0 ends them at once."),
     Setting("worker_output_fetch_timeout_s", int, 60,
             "Seconds a read of a worker run's recorded outputs waits for the worker before answering 504."),
+    Setting("worker_outputs_write_timeout_s", int, 300,
+            "Seconds a finished record_outputs run's process on a worker has to write its outputs after it "
+            "reported its end (the agent's own value counts: set it where the agent runs)."),
+    Setting("run_output_store_max_mb", int, 2048,
+            "Megabytes of recorded outputs kept (the newest 20 runs at most, oldest dropped first, never the "
+            "run just ended): in the control plane's memory, and on each worker by its agent's own value."),
     Setting("worker_one_shot_queue_timeout_s", int, 86400,
             "Seconds a run waits for a one-shot worker (target pool 'one-shot', or naming a one-shot worker) "
             "before it fails."),
@@ -155,6 +161,8 @@ class Settings:
     run_quota_exempt_users: str = ""
     worker_resume_grace_s: int = 300
     worker_output_fetch_timeout_s: int = 60
+    worker_outputs_write_timeout_s: int = 300
+    run_output_store_max_mb: int = 2048
     worker_one_shot_queue_timeout_s: int = 86400
     worker_heartbeat_s: int = 10
     worker_cancel_grace_s: int = 30

@@ -11,6 +11,7 @@ from .handlers import (
     ArtifactsHandler, CancelHandler, EventsHandler, MemoryEstimateHandler, MetricsHandler, NodesHandler,
     OpenAPIHandler, RunHandler, RunsHandler,
 )
+from .output_handlers import output_routes
 from .storage_handlers import storage_routes
 from .study_handlers import study_routes
 from .sweep_handlers import sweep_routes
@@ -27,6 +28,7 @@ def route_table(base: str) -> list[tuple[str, type, dict[str, Any]]]:
         (f"{base}codefy/api/runs/{run}/metrics", MetricsHandler, {}),
         (f"{base}codefy/api/runs/{run}/artifacts", ArtifactsHandler, {}),
         *storage_routes(base),
+        *output_routes(base),
         (f"{base}codefy/api/nodes", NodesHandler, {}),
         (f"{base}codefy/api/memory-estimate", MemoryEstimateHandler, {}),
         (f"{base}codefy/api/openapi.yaml", OpenAPIHandler, {}),

@@ -27,10 +27,10 @@ KNOWN_CAPABILITIES: frozenset[str] = frozenset({
     "ack", "mounts", "transfer", "memory_budget", "one_shot", "s3", "record_outputs", "instances",
     "run_facts", "batch",
 })
-# What this version of the code implements (recorded outputs come later and add themselves here).
+# What this version of the code implements.
 # An agent offers `s3` only when boto3 imports there (agent/s3.py).
 SUPPORTED_CAPABILITIES: frozenset[str] = frozenset({"ack", "one_shot", "instances", "run_facts", "batch", "mounts",
-                                                    "transfer", "memory_budget", "s3"})
+                                                    "transfer", "memory_budget", "s3", "record_outputs"})
 
 
 def negotiate(offered: Iterable[str], supported: Iterable[str] = SUPPORTED_CAPABILITIES) -> list[str]:
@@ -215,6 +215,19 @@ class RunFinished(RunFrame):
     duration_s: float | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class OutputAnswer(Frame):
+    """The answer to a `fetch_output`: its `http_status` and its JSON body in `chunk`s, in order, the
+    last with `final` (wire/output_reads.py computes it, as the control plane does for its own runs)."""
+
+    type: ClassVar[str] = "output_answer"
+    sender: ClassVar[str] = "agent"
+    request_id: str
+    http_status: int
+    chunk: str = ""
+    final: bool = True
+
+
 # control plane -> agent ----------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
@@ -308,6 +321,39 @@ class Ack(Frame):
 
 
 @dataclass(frozen=True, kw_only=True)
+class FetchOutput(Frame):
+    """Read a run's recorded outputs kept on the worker (capability `record_outputs`): `kind` and
+    `query` as wire/output_reads.py `answer` takes them; `wait_s`: how long the control plane waits
+    (the agent gives up a little earlier, so its own 504 reaches the client)."""
+
+    type: ClassVar[str] = "fetch_output"
+    sender: ClassVar[str] = "server"
+    request_id: str
+    run_id: str
+    kind: str
+    query: dict[str, Any] = field(default_factory=dict)
+    wait_s: float = 60.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class CancelFetch(Frame):
+    """The control plane stopped waiting for this read: stop it, free its place."""
+
+    type: ClassVar[str] = "cancel_fetch"
+    sender: ClassVar[str] = "server"
+    request_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DropOutputs(Frame):
+    """The control plane no longer keeps this run's recorded outputs: remove them from the worker."""
+
+    type: ClassVar[str] = "drop_outputs"
+    sender: ClassVar[str] = "server"
+    run_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Batch(Frame):
     """Several per-run frames in one message (capability `batch`; see the module's docstring). Each
     item is a frame object as it would be sent alone; `unpack` validates them one by one."""
@@ -329,8 +375,9 @@ class Credentials(Frame):
 
 
 AGENT_FRAMES: tuple[type[Frame], ...] = (Hello, Heartbeat, RunAlive, RunStarted, Event, Metrics, Artifact,
-                                         RunWarning, RunFacts, RunFinished)
-SERVER_FRAMES: tuple[type[Frame], ...] = (Welcome, Reject, Assign, Cancel, Drain, Ack)
+                                         RunWarning, RunFacts, RunFinished, OutputAnswer)
+SERVER_FRAMES: tuple[type[Frame], ...] = (Welcome, Reject, Assign, Cancel, Drain, Ack, FetchOutput, CancelFetch,
+                                          DropOutputs)
 # Frames of negotiated capabilities (not in the seed's table).
 CAPABILITY_FRAMES: tuple[type[Frame], ...] = (Batch, Credentials)
 FRAME_TYPES: dict[str, type[Frame]] = {cls.type: cls for cls in AGENT_FRAMES + SERVER_FRAMES + CAPABILITY_FRAMES}

@@ -139,10 +139,13 @@ async def test_a_worker_without_the_mount_gets_the_input_by_transfer_and_uploads
     assert done["status"] == "succeeded", done
     facts = [f["facts"] for f in done["execution_facts"].get("run_facts", []) if f["kind"] == "transfer"]
     assert facts[0]["downloaded_bytes"] == 0 and facts[0]["cached_inputs"] == 1
-    # Deleting the run removes the files uploaded for it.
+    # Deleting the run keeps its checkpoint files on disk, as for any run (run queue: Delete).
     code, _ = await call(jp_fetch, "api", "runs", run["id"], method="DELETE")
     assert code == 204
-    assert not (tmp_path / "codefy" / "runs" / run["id"]).exists()
+    folder = tmp_path / "codefy" / "runs" / run["id"]
+    assert [p.name for p in folder.iterdir()] == ["checkpoints"]
+    assert all(Path(r["path"]).is_file() for r in rows)
+    assert (await call(jp_fetch, "api", "runs", run["id"]))[0] == 404
 
 
 async def test_a_same_machine_worker_borrows_the_folder_without_declaring_it(jp_fetch, agents, tmp_path):

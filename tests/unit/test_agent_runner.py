@@ -259,3 +259,48 @@ def test_a_torch_training_run_forked_from_the_warm_process(tmp_path):
         assert len(pids) == 2 and h.launcher.pid not in pids
 
     run_async(scenario)
+
+
+@pytest.mark.parametrize("how", LAUNCHERS)
+def test_a_recording_run_reports_its_end_before_it_writes_its_outputs(tmp_path, how, monkeypatch):
+    from codefy_jupyter.agent.child import WRITE_DELAY_ENV
+    from codefy_jupyter.wire.output_reads import read_index
+
+    monkeypatch.setenv(WRITE_DELAY_ENV, "2")
+
+    async def scenario() -> None:
+        h = Harness(tmp_path, how)
+        written: list[str] = []
+        h.runner.on_outputs = written.append
+        folder = tmp_path / "agent-runs" / "r1" / "outputs"
+        try:
+            body = await h.start("r1", SMALL, record_outputs=True)
+            # Reported (the slot is free) while its process still writes: nothing on disk yet.
+            assert body["status"] == "succeeded"
+            assert "r1" in h.runner.writing and "r1" not in h.runner.runs and read_index(folder) is None
+            # Meanwhile it answers reads from its copy in memory, as its files will.
+            proc = h.runner.writing["r1"]
+            early = [await proc.read("list", {}), await proc.read("port", {"node_id": "mean", "port": "mean"})]
+            assert read_index(folder) is None and early[0][0] == 200 and early[1] == (
+                200, {"run_id": "r1", "node_id": "mean", "port": "mean", "type": "float", "shape": None, "value": 2.0})
+            await asyncio.wait_for(proc.task, 60)
+            assert await proc.read("list", {}) is None  # gone: the files answer now
+            from codefy_jupyter.agent.output_reader import answer_from_folder
+            assert [answer_from_folder(folder, "r1", "list", {}),
+                    answer_from_folder(folder, "r1", "port", {"node_id": "mean", "port": "mean"})] == early
+            assert written == ["r1"] and "r1" not in h.runner.writing
+            index = read_index(folder)
+            assert set(index["nodes"]) == {"k", "s", "m", "mean"}
+            assert index["nodes"]["s"]["y"]["type"] == "float" and (folder / index["nodes"]["s"]["y"]["file"]).is_file()
+            # Out of write time: the ports are listed, none kept.
+            h.done["r2"] = asyncio.get_running_loop().create_future()
+            h.runner.start(RunRequest(run_id="r2", graph=SMALL, device="cpu", record_outputs=True,
+                                      outputs_write_timeout_s=0.5))
+            await h.done["r2"]
+            await asyncio.wait_for(h.runner.writing["r2"].task, 60)
+            late = read_index(tmp_path / "agent-runs" / "r2" / "outputs")
+            assert all("write time ran out" in e["error"] for ports in late["nodes"].values() for e in ports.values())
+        finally:
+            await h.close()
+
+    run_async(scenario)

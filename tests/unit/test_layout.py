@@ -115,7 +115,7 @@ def test_core_imports_neither_tornado_nor_jupyter_server_nor_the_outer_rooms():
 
 def test_the_agent_imports_wire_and_only_its_run_child_imports_the_engine():
     # The run child (and the warm parent it forks from, and the catalog it reports) runs graphs.
-    child_side = {f"{PKG}.agent.{m}": ("engine",) for m in ("child", "warm", "catalog", "ddp")}
+    child_side = {f"{PKG}.agent.{m}": ("engine",) for m in ("child", "warm", "catalog", "ddp", "output_reader")}
     assert violations("agent", ("agent", "wire", "_version"), exceptions=child_side) == []
 
 

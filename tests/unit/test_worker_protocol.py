@@ -87,8 +87,9 @@ def test_every_frame_round_trips(cls, data):
 def test_the_seeds_frame_table_is_complete():
     assert {c.type for c in wp.AGENT_FRAMES} == {
         "hello", "heartbeat", "run_alive", "run_started", "event", "metrics", "artifact", "warning",
-        "run_facts", "run_finished"}
-    assert {c.type for c in wp.SERVER_FRAMES} == {"welcome", "reject", "assign", "cancel", "drain", "ack"}
+        "run_facts", "run_finished", "output_answer"}
+    assert {c.type for c in wp.SERVER_FRAMES} == {"welcome", "reject", "assign", "cancel", "drain", "ack",
+                                                  "fetch_output", "cancel_fetch", "drop_outputs"}
     assert wp.PROTOCOL_VERSION == 3
 
 
@@ -261,7 +262,8 @@ def test_protocol_error_renders_as_the_error_shape():
 # -- capabilities -------------------------------------------------------------------------------------
 
 def test_capabilities_are_the_intersection():
-    assert wp.negotiate(["ack", "s3", "record_outputs", "warp_drive", "one_shot"]) == ["ack", "one_shot", "s3"]
+    assert wp.negotiate(["ack", "s3", "record_outputs", "warp_drive", "one_shot"]) == [
+        "ack", "one_shot", "record_outputs", "s3"]
     assert wp.negotiate(["s3", "ack"], supported={"ack", "s3", "mounts"}) == ["ack", "s3"]
     assert wp.negotiate([]) == []
     assert wp.SUPPORTED_CAPABILITIES <= wp.KNOWN_CAPABILITIES

@@ -46,6 +46,7 @@ from .records import RunBook, RunRecord
 from ...wire.fingerprint import digest, environment_document
 from .requests import SubmitRequest, options_doc, parse_submit, strip_secrets
 from .peak import in_process_peak
+from .recorded import RecordedOutputs
 from .retention import remove_run_files
 from ..storage import plan as storage_plan, run_needs
 from .summary import add_final_loss
@@ -133,6 +134,12 @@ class RunService:
         self.fingerprint_digest: str | None = None
         # Worker agents, their connections and runs (runs without a target never touch it).
         self.workers = WorkerService(self, self.queue)
+        # Recorded outputs (options.record_outputs), here or on workers, and the runs recording now.
+        max_mb = settings.run_output_store_max_mb
+        self.outputs = RecordedOutputs(store, self.workers.output_reads, clock=clock,
+                                       max_bytes=max_mb * 1024 * 1024 if max_mb > 0 else None)
+        self.workers.on_connected = self.outputs.connected
+        self._recording: set[str] = set()
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -160,6 +167,7 @@ class RunService:
 
     async def _adopt(self, row: dict[str, Any], resume: dict[str, Any], fate: recovery.Adopt) -> None:
         handle = self.workers.adopt(row)
+        self._recording_options(row["id"], row)  # kept again once it ends (seed: restart)
         self._order += 1
         run, slots = recovery.adopted_run(row, resume, self._order)
         self.queue.adopt(run, fate.worker, slots)
@@ -242,6 +250,8 @@ class RunService:
         target = req.options.target
         pool = getattr(target, "pool", None) if target is not None else None
         worker = target.worker if target is not None and target.worker not in (None, LOCAL) else None
+        if req.options.record_outputs:
+            self._check_recordable(worker, pool)
         if worker is None and pool is None:  # this server: exactly as without workers
             resolved = resolve_run_device(req.options.device, settings.get("device"),
                                           target.devices if target else (), self.devices)
@@ -260,6 +270,20 @@ class RunService:
         if worker is not None or pool is not None:
             files = await self._files(graph)
         return _Prepared(req, seed, resolved, worker, pool, node_types, device_field, files)
+
+    def _check_recordable(self, worker: str | None, pool: str | None) -> None:
+        """record_outputs on a target that could never be read back is refused at submit (seed:
+        recorded outputs on a worker): a one-shot worker exits with its run, an agent without the
+        capability cannot keep them."""
+        if pool is not None or self.workers.is_one_shot(worker):
+            what = "a one-shot worker pool" if pool is not None else f"one-shot worker {worker}"
+            raise BadRequest(f"options.record_outputs: {what} exits when its run ends, so the outputs could "
+                             "never be read", code="record_outputs_one_shot",
+                             params={"field": "options.record_outputs", "worker": worker, "pool": pool})
+        if worker not in (None, "any") and self.workers.output_reads.can_record(worker) is False:
+            raise BadRequest(f"options.record_outputs: worker {worker}'s agent cannot keep recorded outputs "
+                             "(it does not list the record_outputs capability)", code="record_outputs_unsupported",
+                             params={"field": "options.record_outputs", "worker": worker})
 
     async def _files(self, graph: dict[str, Any]) -> Any:
         """What a worker run needs for its files (core/storage/run_needs.py), or None: it uses none."""
@@ -431,7 +455,8 @@ class RunService:
         spec = RunSpec(run_id=run_id, graph=graph, device=placement.device, seed=row.get("seed"),
                        deterministic=bool(row.get("deterministic")),
                        max_parallel_nodes=self.settings.max_parallel_nodes,
-                       data_dir=self.data_dir / "runs" / run_id, cache=cache, cpu=budget)
+                       data_dir=self.data_dir / "runs" / run_id, cache=cache, cpu=budget,
+                       options=self._recording_options(run_id, row))
         handle = record.handle = self.executor.start(spec, partial(self._on_engine_event, run_id))
         task = loop.create_task(self._await_run(run_id, handle))
         self._tasks.add(task)
@@ -450,7 +475,8 @@ class RunService:
                        max_parallel_nodes=self.settings.max_parallel_nodes, worker=name, devices=tuple(devices),
                        queue_key=queue_key, slots=placement.slots, name=row.get("name"),
                        cpu=self._cpu_budget(row, name), files=record.files,
-                       memory_budgets=self._memory_budgets(row, name, devices))
+                       memory_budgets=self._memory_budgets(row, name, devices),
+                       options=self._recording_options(run_id, row))
         record.files = None
         started = self.workers.start_run(spec)
         self.store.update_run(run_id, status=record.status, started_at=now, worker_id=name,
@@ -459,6 +485,25 @@ class RunService:
                               ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} running"))
         handle = record.handle = started.handle
         self.keep(asyncio.get_running_loop().create_task(self._await_run(run_id, handle)))
+
+    def _recording_options(self, run_id: str, row: dict[str, Any]) -> dict[str, Any]:
+        if not (row.get("options") or {}).get("record_outputs"):
+            return {}
+        self._recording.add(run_id)
+        return {"record_outputs": True}
+
+    async def _keep_outputs(self, run_id: str, result: Any, worker: str | None) -> None:
+        """A recording run ended: its captures here, or its place for the worker's."""
+        self._recording.discard(run_id)
+        try:
+            if isinstance(result, RunResult):
+                await self.outputs.keep_local(run_id, result.outputs)
+            elif isinstance(result, ExecutionOutcome) and "worker_pid" in (result.facts or {}):
+                # Only a run that started on its worker holds a place (one that failed before
+                # cannot push another run's outputs out).
+                await self.outputs.keep_worker(run_id, str(worker))
+        except Exception:
+            log.exception("codefy: keeping the recorded outputs of run %s failed", run_id)
 
     def _cpu_budget(self, row: dict[str, Any], worker: str | None) -> cpu_threads.CpuBudget | None:
         """The run's CPU thread budget on the machine it was placed on: this server's, or the
@@ -519,6 +564,8 @@ class RunService:
             peak = in_process_peak(active.device or "cpu")
             if peak:
                 ending = replace(ending, facts={**(active.facts or {}), **(ending.facts or {}), "peak_memory": peak})
+        if run_id in self._recording:  # kept before the final status shows: a read right after finds them
+            await self._keep_outputs(run_id, result, active.worker)
         await self._write_final(run_id, ending.status, ending.closing, error=ending.error, facts=ending.facts)
         if isinstance(result, ExecutionOutcome):
             self.workers.run_closed(run_id)
@@ -612,12 +659,21 @@ class RunService:
         if row["status"] not in rs.FINISHED:
             raise Conflict(f"run {run_id} is {row['status']}; stop it before deleting it", code="run_active",
                            params={"status": row["status"]})
+        await self.outputs.delete(run_id)
         await self.store.delete_run(run_id)
         self.events.forget(run_id)
         if row.get("worker_id") and ((row.get("execution_facts") or {}).get("storage") or {}).get("backend") == "transfer":
-            # What the agent uploaded is a copy made for this run alone (seed: storage, transfer).
-            await asyncio.to_thread(remove_run_files, self.data_dir / "runs" / run_id, set())
+            # What the agent uploaded is a copy made for this run alone (seed: storage, transfer),
+            # but Delete keeps checkpoint files on disk, as for any run (run queue: Delete).
+            await asyncio.to_thread(remove_run_files, self.data_dir / "runs" / run_id, {"checkpoints"})
         await self._remove_s3_objects(row)
+
+    async def delete_outputs(self, run_id: str, *, user: str | None = None, admin: bool = True) -> bool:
+        """Give up a run's recorded outputs (here or on its worker); False when none are kept."""
+        row = await self.store.get_run(run_id)
+        if row is not None:
+            self._check_owner(row, user, admin, "delete the recorded outputs of")
+        return await self.outputs.delete(run_id)
 
     @staticmethod
     def _check_owner(row: dict[str, Any], user: str | None, admin: bool, action: str) -> None:

@@ -243,6 +243,19 @@ SCHEMA_STEPS: list[Step] = [
         )
         """,
     ),
+    # 8: recorded outputs on workers the control plane no longer keeps (evicted or deleted): such
+    # a run is not found again from its row, and `sent` 0 means its worker still has to be told
+    # (drop_outputs on its next connection).
+    (
+        """
+        CREATE TABLE output_drops (
+            run_id      TEXT PRIMARY KEY,
+            worker      TEXT NOT NULL,
+            sent        INTEGER NOT NULL DEFAULT 0,
+            dropped_at  REAL NOT NULL
+        )
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(SCHEMA_STEPS)

@@ -222,6 +222,15 @@ class WorkerExecutor:
                                                                      "params": refused.params},
                                                    code=refused.code, message=refused.message))
                 return
+        if spec.options.get("record_outputs") and "record_outputs" not in worker.capabilities:
+            # Placed through `any` on an agent that cannot keep outputs (a named one is refused at submit).
+            message = (f"worker {worker.name} cannot keep recorded outputs (its agent does not list the "
+                       "record_outputs capability); run it without record_outputs or on another worker")
+            params = {"worker": worker.name}
+            self._finish(run, ExecutionOutcome(rs.FAILED, error={"code": "record_outputs_unsupported", "message": message,
+                                                                 "params": params},
+                                               code="record_outputs_unsupported", message=message, params=params))
+            return
         graph, storage = spec.graph, None
         plan: StoragePlan | None = run.storage
         if plan is not None:

@@ -31,7 +31,8 @@ from .enrollment import Enrollment, Issued
 from ..runs.executors import RunSpec
 from .executor import RESUME, WorkerExecutor, WorkerRunHandle
 from .handshake import Credential, Refused, ServerSide, check_hello
-from ...wire.frames import Frame, Heartbeat, Hello, Reject, RunAlive, RunFrame, Welcome
+from ...wire.frames import Frame, Heartbeat, Hello, OutputAnswer, Reject, RunAlive, RunFrame, Welcome
+from .outputs import WorkerOutputReads
 from .host import RunHost, WorkerQueue
 from .registry import Worker, WorkerLink, WorkerRegistry
 from .session import (  # noqa: F401  (the close codes, re-exported)
@@ -64,6 +65,9 @@ class WorkerService:
                                        cancel_grace_s=float(settings.worker_cancel_grace_s),
                                        heartbeat_s=float(settings.worker_heartbeat_s))
         self.enrollment = Enrollment(host.store, clock=host.clock)
+        self.output_reads = WorkerOutputReads(self.registry, timeout_s=float(settings.worker_output_fetch_timeout_s))
+        # Told the name of each worker that connected (the recorded outputs' missed drops).
+        self.on_connected: Any = None
         self._link_ids = itertools.count(1)
         self._link_numbers: dict[int, int] = {}
 
@@ -248,6 +252,8 @@ class WorkerService:
         self.executor.connected(worker)
         self.offer(worker)
         self._reschedule()
+        if self.on_connected is not None:
+            self._background(self.on_connected(worker.name))
 
     async def authenticate(self, token: str | None, *, loopback: bool, server_token: str | None) -> Credential | None:
         return await self.enrollment.authenticate(token, loopback=loopback, server_token=server_token)
@@ -271,6 +277,9 @@ class WorkerService:
             return None
         if isinstance(frame, RunFrame):
             return self.executor.frame(worker, frame, self.link_number(link))
+        if isinstance(frame, OutputAnswer):
+            self.output_reads.answer(worker.name, frame)
+            return None
         if isinstance(frame, Hello):
             log.warning("codefy: worker %s sent a second hello; ignored", worker.name)
         return None
@@ -289,6 +298,7 @@ class WorkerService:
         worker = self.registry.drop(name, link, reason)
         if worker is None:
             return
+        self.output_reads.closed(name)
         log.info("codefy: worker %s disconnected (%s)", name, reason.get("text"))
         self.executor.dropped(worker, reason)
         self.offer(worker)
