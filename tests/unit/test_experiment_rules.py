@@ -203,12 +203,25 @@ def test_submit_with_a_chosen_id_and_links_preflight_observers_and_the_harvest_h
             await asyncio.sleep(0.01)
         # Keeping one run: retention pruned the first, after the hook saw it in the same transaction.
         assert harvest.harvested == [("chosen-1", "s1")] and not harvest.failed
-        assert await store.read(lambda c: c.execute("SELECT id FROM harvested").fetchall()) == [("chosen-1",)]
+        # The hook runs inside retention's transaction: its write is visible once that commits.
+        for _ in range(3000):
+            if await _harvested_ids(store) == [("chosen-1",)]:
+                break
+            await asyncio.sleep(0.01)
+        assert await _harvested_ids(store) == [("chosen-1",)]
         assert (await service.get(second["id"]))["study_attempt_id"] == "a1"
         await service.shutdown()
         await store.close()
 
     asyncio.run(main())
+
+
+async def _harvested_ids(store):
+    def read(c):
+        if not c.execute("SELECT 1 FROM sqlite_master WHERE name = 'harvested'").fetchall():
+            return []
+        return c.execute("SELECT id FROM harvested").fetchall()
+    return await store.read(read)
 
 
 def test_a_failing_harvest_rolls_back_its_writes_and_never_holds_the_delete_back(tmp_path):
