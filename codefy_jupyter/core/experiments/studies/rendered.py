@@ -11,7 +11,9 @@ from typing import Any, Mapping
 
 from . import state as st
 from .plan import current_attempts
-from .views import attempt_view, encode, study_head, study_text
+from .views import attempt_view, encode, study_head, study_summary_view, study_text
+
+FULL, SUMMARY = "full", "summary"
 
 
 class RenderedStudy:
@@ -30,8 +32,8 @@ class RenderedStudy:
         self.heads = {v["variant"]: encode({"index": v["variant"], "label": v["label"], "ops": v["ops"]})[:-1]
                       for v in self.variants}
         self.dirty = set(self.attempts)  # attempt ids
-        self.body: tuple[bytes, str] | None = None  # the last rendering and its ETag, see reusable()
-        self.body_revision: int | None = None
+        # view -> (revision, (body, ETag)) of its last rendering, see reusable()
+        self.bodies: dict[str, tuple[int, tuple[bytes, str]]] = {}
 
     @property
     def cursor(self) -> int:
@@ -47,14 +49,25 @@ class RenderedStudy:
     def attempt_list(self) -> list[dict[str, Any]]:
         return list(self.attempts.values())
 
-    def reusable(self) -> tuple[bytes, str] | None:
-        """The last rendering, when it is this revision's and time cannot move it (nothing in
-        flight: budget_usage counts running children's seconds up to now)."""
-        if self.body is None or self.body_revision != self.study["revision"]:
+    def reusable(self, view: str = FULL) -> tuple[bytes, str] | None:
+        """The view's last rendering, when it is this revision's and time cannot move it (nothing
+        in flight: budget_usage counts running children's seconds up to now)."""
+        kept = self.bodies.get(view)
+        if kept is None or kept[0] != self.study["revision"]:
             return None
         if any(a["status"] in st.IN_FLIGHT for a in self.attempts.values()):
             return None
-        return self.body
+        return kept[1]
+
+    def _keep(self, view: str, body: bytes) -> tuple[bytes, str]:
+        kept = (body, f'"{hashlib.sha1(body).hexdigest()}"')
+        self.bodies[view] = (self.study["revision"], kept)
+        return kept
+
+    def render_summary(self, results: Mapping[str, Any], now: float) -> tuple[bytes, str]:
+        """The summary form (views.study_summary_view) and its ETag; as `render`, off the loop."""
+        doc = study_summary_view(self.study, self.variants, self.attempt_list(), self.runs, results, now)
+        return self._keep(SUMMARY, encode(doc).encode())
 
     def render(self, results: Mapping[str, Any], now: float) -> tuple[bytes, str]:
         """The body and its ETag (as tornado computes it: the SHA-1 of the body), made off the
@@ -76,9 +89,7 @@ class RenderedStudy:
                 self.parts[index] = self._part(index, by_variant.get(index, []))
         text = study_text(study_head(self.study, attempts, now), [self.parts[v["variant"]] for v in self.variants],
                           results, self.labels)
-        body = text.encode()
-        self.body, self.body_revision = (body, f'"{hashlib.sha1(body).hexdigest()}"'), self.study["revision"]
-        return self.body
+        return self._keep(FULL, text.encode())
 
     def _part(self, index: int, mine: list[dict[str, Any]]) -> str:
         """encode(variant_part(...)) from the attempts' texts."""
