@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from . import state as st
 from .plan import current_attempts
-from .views import attempt_view, encode, study_head, study_summary_view, study_text
+from .views import attempt_view, encode, study_head, study_text, summary_attempt
 
 FULL, SUMMARY = "full", "summary"
 
@@ -32,6 +32,12 @@ class RenderedStudy:
         self.heads = {v["variant"]: encode({"index": v["variant"], "label": v["label"], "ops": v["ops"]})[:-1]
                       for v in self.variants}
         self.dirty = set(self.attempts)  # attempt ids
+        # The summary form (views.study_summary_view) the same way: each attempt's cut view and
+        # each variant's repetitions list, encoded again only when they move.
+        self.summary_texts: dict[str, str] = {}  # attempt id -> encode(summary_attempt(...))
+        self.summary_reps: dict[int, str] = {}  # variant index -> its repetitions list, encoded
+        self.summary_dirty = set(self.attempts)  # attempt ids
+        self.result_texts: dict[str, tuple[Any, str]] = {}  # see views.study_text
         # view -> (revision, (body, ETag)) of its last rendering, see reusable()
         self.bodies: dict[str, tuple[int, tuple[bytes, str]]] = {}
 
@@ -44,6 +50,7 @@ class RenderedStudy:
         for a in delta["attempts"]:
             self.attempts[a["id"]] = a
             self.dirty.add(a["id"])
+            self.summary_dirty.add(a["id"])
         self.runs.update(delta["runs"])
 
     def attempt_list(self) -> list[dict[str, Any]]:
@@ -65,9 +72,28 @@ class RenderedStudy:
         return kept
 
     def render_summary(self, results: Mapping[str, Any], now: float) -> tuple[bytes, str]:
-        """The summary form (views.study_summary_view) and its ETag; as `render`, off the loop."""
-        doc = study_summary_view(self.study, self.variants, self.attempt_list(), self.runs, results, now)
-        return self._keep(SUMMARY, encode(doc).encode())
+        """The summary form and its ETag, as `render` (off the loop, no `apply` under way): the
+        text `encode(study_summary_view(...))` gives, from the variants' kept repetitions lists."""
+        attempts = self.attempt_list()
+        moved = {self.attempts[i]["variant"] for i in self.summary_dirty}
+        moved.update(v["variant"] for v in self.variants if v["variant"] not in self.summary_reps)
+        for attempt_id in self.summary_dirty:
+            self.summary_texts[attempt_id] = encode(summary_attempt(self.attempts[attempt_id], self.runs))
+        self.summary_dirty = set()
+        if moved:
+            current = current_attempts(a for a in attempts if a["variant"] in moved)
+            for index in moved:
+                reps = []
+                for r in range(self.study["repetitions"]):
+                    a = current.get((index, r))
+                    reps.append(f'{{"repetition": {r}, "seed": {encode(a["seed"])}, "current": '
+                                f'{self.summary_texts[a["id"]]}}}' if a else
+                                f'{{"repetition": {r}, "seed": null, "current": null}}')
+                self.summary_reps[index] = "[" + ", ".join(reps) + "]"
+        parts = [self.heads[v["variant"]] + ', "repetitions": ' + self.summary_reps[v["variant"]] + "}"
+                 for v in self.variants]
+        text = study_text(study_head(self.study, attempts, now), parts, results, self.labels, self.result_texts)
+        return self._keep(SUMMARY, text.encode())
 
     def render(self, results: Mapping[str, Any], now: float) -> tuple[bytes, str]:
         """The body and its ETag (as tornado computes it: the SHA-1 of the body), made off the
@@ -88,7 +114,7 @@ class RenderedStudy:
             for index in moved:
                 self.parts[index] = self._part(index, by_variant.get(index, []))
         text = study_text(study_head(self.study, attempts, now), [self.parts[v["variant"]] for v in self.variants],
-                          results, self.labels)
+                          results, self.labels, self.result_texts)
         return self._keep(FULL, text.encode())
 
     def _part(self, index: int, mine: list[dict[str, Any]]) -> str:

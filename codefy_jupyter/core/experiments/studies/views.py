@@ -109,11 +109,21 @@ def encode(value: Any) -> str:
 
 
 def study_text(head: Mapping[str, Any], parts: list[str], results: Mapping[str, Any],
-               labels: list[str]) -> str:
+               labels: list[str], kept: dict[str, tuple[Any, str]] | None = None) -> str:
     """The text `json.dumps(study_view(...))` gives, from its head, each variant's part already
-    encoded (variant_part) and the results: a variant's results are encoded again (they move
-    when any variant moves), its part only when it changed."""
-    texts = [part[:-1] + ", " + encode(results["variants"][label])[1:] for part, label in zip(parts, labels)]
+    encoded (variant_part) and the results. A variant's results are computed again for every
+    revision (a rank moves when any variant moves) but mostly come out equal: with `kept` (label
+    -> the results last encoded and their text, updated here) only those that differ are encoded."""
+    def result_text(label: str) -> str:
+        mine = results["variants"][label]
+        if kept is None:
+            return encode(mine)
+        last = kept.get(label)
+        if last is None or last[0] != mine:
+            last = kept[label] = (mine, encode(mine))
+        return last[1]
+
+    texts = [part[:-1] + ", " + result_text(label)[1:] for part, label in zip(parts, labels)]
     out = [f"{encode(key)}: {encode(value)}" for key, value in head.items()]
     out.append('"variants": [' + ", ".join(texts) + "]")
     out += [f'"rankings": {encode(results["rankings"])}', f'"best": {encode(results["best"])}']
