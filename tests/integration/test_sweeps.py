@@ -329,6 +329,28 @@ async def test_an_objective_several_nodes_log_ranks_nothing_until_a_node_is_chos
     assert done["variants"][0]["final_metrics"]["score"] == -5.0 and done["objective_warning"] is None
 
 
+async def test_an_objective_node_inside_a_block_is_named_by_its_flattened_id(jp_fetch):
+    from codefy_jupyter.engine import Expand, default_registry, param
+
+    reg = default_registry()
+    if reg.get("ScoreBlock") is None:
+        @reg.node("ScoreBlock", outputs={"y": "float"}, params={"x": param.float(1.0, min=-100, max=100)})
+        def score_block(ctx, x):
+            return Expand({"nodes": [{"id": "inner", "type": "Score", "params": {"x": x, "k": 1}}], "edges": []},
+                          outputs={"y": ("inner", "y")})
+    # A top-level Score logs `score` too: by name alone the sweep could not rank.
+    graph = {"nodes": [{"id": "blk", "type": "ScoreBlock", "params": {"x": 1.0}},
+                       {"id": "s", "type": "Score", "params": {"x": 50.0, "k": 1}}], "edges": []}
+    body = sweep_body([{"node_id": "blk", "param": "x", "values": [3.0, 1.0, 2.0]}], graph=graph,
+                      objective={"metric": "score", "direction": "minimize", "node_id": "blk/inner"})
+    done = await wait_sweep(jp_fetch, (await post_sweep(jp_fetch, body))["sweep_id"])
+    assert [(v["index"], v["rank"], v["objective"]) for v in done["variants"]] == [(1, 1, 1.0), (2, 2, 2.0),
+                                                                                    (0, 3, 3.0)]
+    assert all(v["objective_node_id"] == "blk/inner" and v["ambiguous_producers"] is None for v in done["variants"])
+    assert all(v["final_metrics_node_id"] == "blk/inner" and v["final_metrics"]["score"] == v["objective"]
+               for v in done["variants"])
+
+
 async def test_no_variant_recording_the_metric_warns_with_the_series_recorded(jp_fetch):
     body = sweep_body()
     body["objective"] = {"metric": "val_loss", "direction": "maximize"}

@@ -19,7 +19,7 @@ from .rendered import FULL, SUMMARY, RenderedStudy
 from .views import study_csv, study_view, summary
 
 EVENTS_PAGE = 500
-EVENTS_BATCH_S = 0.025  # how long a long-poll that found events waits for more (see events)
+EVENTS_BATCH_S = 0.1  # how long a long-poll that found events waits for more (see events)
 RENDERED_KEPT = 8  # studies whose rendered reads are kept (the ones being followed)
 WAIT_MAX_S = 60.0
 VIEWS = (FULL, SUMMARY)  # GET studies/{id}?view=
