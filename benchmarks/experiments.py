@@ -19,14 +19,17 @@ Mean, the Mean logs `mean`, the objective): what is measured is control-plane ov
      decisions, attempt rows, audit log, evidence and ranking). Phase 1's figure includes the
      HTTP submit each plain run needs and a study child does not, so net is a slight
      under-estimate by about one request's handling (`request_floor_cpu_ms`, measured too).
-  3. the same study again with two readers: one GETs studies/{id} (the whole study, its results)
-     back to back with a 50 ms pause, the other follows studies/{id}/events?wait=10 with its
-     cursor; the study's wall time with vs. without them (phase 2).
+  3. the same study again with two readers: one GETs studies/{id}?view=summary (what the CLI,
+     Client, StudyView and the Lab study view poll while a study runs) back to back with a 50 ms
+     pause, the other follows studies/{id}/events?wait=10 with its cursor; the study's wall time
+     with vs. without them (phase 2). Then once more with the first reader on the full form
+     (every attempt of every variant, 1.15 MB at 1,024 attempts), for comparison.
   4. sweeps of 32 and 1,000 variants (one Float param, grid): POST -> answer (every child queued
      when the 201 is written), and POST -> the first child's started_at (server clock, same machine)
      vs. a plain run's POST -> its started_at, on the idle server.
 
-    python benchmarks/experiments.py [--variants 32] [--repetitions 32] [--cpu-limit 8] [--repeat 3] [--out FILE]
+    python benchmarks/experiments.py [--variants 32] [--repetitions 32] [--cpu-limit 8] [--repeat 3]
+                                     [--only studies|sweeps] [--out FILE]
 """
 
 from __future__ import annotations
@@ -118,17 +121,18 @@ class Bench:
                 "variants": [{"label": f"v{i}", "graph": mean_graph(i)} for i in range(self.args.variants)],
                 "repetitions": self.args.repetitions, "seed": 1, "budget": {"max_parallel_runs": PARALLEL}}
 
-    async def study(self, name: str, readers: bool) -> dict[str, Any]:
+    async def study(self, name: str, readers: str | None) -> dict[str, Any]:
+        """`readers`: None, or the view the GET reader asks for ("summary" or "full")."""
         attempts = self.args.variants * self.args.repetitions
         stop = asyncio.Event()
-        counts = {"gets": 0, "get_ms": [], "event_polls": 0, "events": 0}
+        counts: dict[str, Any] = {"gets": 0, "get_ms": [], "event_polls": 0, "events": 0}
 
         async def getter(study_id: str) -> None:
             conn = Http(self.state)
             try:
                 while not stop.is_set():
                     t = time.perf_counter()
-                    await self.ok("GET", f"studies/{study_id}", conn=conn)
+                    await self.ok("GET", f"studies/{study_id}?view={readers}", conn=conn)
                     counts["get_ms"].append((time.perf_counter() - t) * 1000)
                     counts["gets"] += 1
                     await asyncio.sleep(0.05)
@@ -168,7 +172,7 @@ class Bench:
                "wall_s": round(wall, 3), "server_cpu_s": round(cpu, 3), "loop_thread_cpu_s": round(loop, 3),
                "cpu_ms_per_attempt": round(cpu / attempts * 1000, 3)}
         if readers:
-            out["readers"] = {"study_gets": counts["gets"], "study_get_ms": spread(counts["get_ms"])
+            out["readers"] = {"view": readers, "study_gets": counts["gets"], "study_get_ms": spread(counts["get_ms"])
                               if counts["get_ms"] else None,
                               "event_polls": counts["event_polls"], "events": counts["events"]}
         return out
@@ -212,21 +216,23 @@ async def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, An
         warm = await b.ok("POST", "runs", {"graph": mean_graph(0)})
         await wait_until(b.idle, args.timeout, "the warm-up run")
         small = argparse.Namespace(**{**vars(args), "variants": 2, "repetitions": 2})
-        await Bench(state, small).study("warm-up", readers=False)
+        await Bench(state, small).study("warm-up", readers=None)
         floor = await b.request_floor(warm["id"])
         rounds: list[dict[str, Any]] = []
-        for _ in range(args.repeat):
+        for _ in range(args.repeat if args.only != "sweeps" else 0):
             unseeded = await b.plain(args.variants * args.repetitions, seeded=False)
             plain = await b.plain(args.variants * args.repetitions)
-            alone = await b.study("alone", readers=False)
-            read = await b.study("read", readers=True)
+            alone = await b.study("alone", readers=None)
+            read = await b.study("read", readers="summary")
+            full = await b.study("read-full", readers="full")
             net = alone["cpu_ms_per_attempt"] - plain["cpu_ms_per_run"]
             rounds.append({"plain": plain, "plain_unseeded": unseeded, "study": alone, "study_with_readers": read,
-                           "net_cpu_ms_per_attempt": round(net, 3),
-                           "readers_slowdown_pct": round((read["wall_s"] / alone["wall_s"] - 1) * 100, 1)})
+                           "study_with_full_readers": full, "net_cpu_ms_per_attempt": round(net, 3),
+                           "readers_slowdown_pct": round((read["wall_s"] / alone["wall_s"] - 1) * 100, 1),
+                           "full_readers_slowdown_pct": round((full["wall_s"] / alone["wall_s"] - 1) * 100, 1)})
         sweeps: list[dict[str, Any]] = []
         plain_starts: list[float] = []
-        for _ in range(args.repeat):
+        for _ in range(args.repeat if args.only != "studies" else 0):
             for n in (32, 1000):
                 plain_starts.append(await b.plain_start())
                 sweeps.append(await b.sweep(n))
@@ -239,7 +245,9 @@ async def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, An
 def summarize(r: dict[str, Any]) -> dict[str, Any]:
     rounds = r["rounds"]
 
-    def span(values: list[float]) -> dict[str, float]:
+    def span(values: list[float]) -> dict[str, float] | None:
+        if not values:
+            return None  # a phase --only left out
         return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
                 "max": round(max(values), 3)}
 
@@ -252,6 +260,12 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
         "plain_wall_s": span([x["plain"]["wall_s"] for x in rounds]),
         "study_with_readers_wall_s": span([x["study_with_readers"]["wall_s"] for x in rounds]),
         "readers_slowdown_pct": span([x["readers_slowdown_pct"] for x in rounds]),
+        "study_with_full_readers_wall_s": span([x["study_with_full_readers"]["wall_s"] for x in rounds]),
+        "full_readers_slowdown_pct": span([x["full_readers_slowdown_pct"] for x in rounds]),
+        "study_get_ms_summary": span([x["study_with_readers"]["readers"]["study_get_ms"]["p50"] for x in rounds
+                                      if x["study_with_readers"]["readers"]["study_get_ms"]]),
+        "study_get_ms_full": span([x["study_with_full_readers"]["readers"]["study_get_ms"]["p50"] for x in rounds
+                                   if x["study_with_full_readers"]["readers"]["study_get_ms"]]),
         "plain_first_start_ms": span(r["plain_first_start_ms"]),
     }
     for n in (32, 1000):
@@ -261,18 +275,21 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def verdict(s: dict[str, Any], r: dict[str, Any]) -> dict[str, bool]:
-    plain = s["plain_first_start_ms"]["median"]
+def verdict(s: dict[str, Any], r: dict[str, Any]) -> dict[str, bool | None]:
+    def met(key: str, target: float) -> bool | None:
+        return None if s[key] is None else s[key]["median"] <= target
+
+    plain = s["plain_first_start_ms"]
     return {
-        "study_net_cpu_ms_per_attempt": s["study_net_cpu_ms_per_attempt"]["median"]
-        <= TARGETS["study_net_cpu_ms_per_attempt"],
-        "sweep_32_post_ms": s["sweep_32_post_ms"]["median"] <= TARGETS["sweep_32_post_ms"],
-        "sweep_1000_post_ms": s["sweep_1000_post_ms"]["median"] <= TARGETS["sweep_1000_post_ms"],
-        "sweep_first_start_vs_plain_ms": all(s[f"sweep_{n}_first_start_ms"]["median"] - plain
-                                             <= TARGETS["sweep_first_start_vs_plain_ms"] for n in (32, 1000)),
-        "readers_slowdown_pct": s["readers_slowdown_pct"]["median"] <= TARGETS["readers_slowdown_pct"],
+        "study_net_cpu_ms_per_attempt": met("study_net_cpu_ms_per_attempt", TARGETS["study_net_cpu_ms_per_attempt"]),
+        "sweep_32_post_ms": met("sweep_32_post_ms", TARGETS["sweep_32_post_ms"]),
+        "sweep_1000_post_ms": met("sweep_1000_post_ms", TARGETS["sweep_1000_post_ms"]),
+        "sweep_first_start_vs_plain_ms": None if plain is None else all(
+            s[f"sweep_{n}_first_start_ms"]["median"] - plain["median"] <= TARGETS["sweep_first_start_vs_plain_ms"]
+            for n in (32, 1000)),
+        "readers_slowdown_pct": met("readers_slowdown_pct", TARGETS["readers_slowdown_pct"]),
         "all_succeeded": all(x[k]["status"] == "succeeded" and x[k]["succeeded"] == x[k]["attempts"]
-                             for x in r["rounds"] for k in ("study", "study_with_readers"))
+                             for x in r["rounds"] for k in ("study", "study_with_readers", "study_with_full_readers"))
         and all(s_["queued_by_answer"] == s_["variants"] for s_ in r["sweeps"]),
     }
 
@@ -284,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-limit", type=int, default=8, help="the cpu queue's concurrent runs (default 8)")
     ap.add_argument("--concurrency", type=int, default=8, help="clients submitting the plain runs (default 8)")
     ap.add_argument("--repeat", type=int, default=3, help="rounds of every phase (default 3)")
+    ap.add_argument("--only", choices=("studies", "sweeps"), help="run only the study phases (1-3) or the sweeps (4)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each phase (default 600)")
     ap.add_argument("--out", help="also write the JSON to this file")
     args = ap.parse_args(argv)
@@ -298,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             parameters={"variants": args.variants, "repetitions": args.repetitions,
                         "attempts": args.variants * args.repetitions, "max_parallel_runs": PARALLEL,
                         "cpu_limit": args.cpu_limit, "concurrency": args.concurrency, "repeat": args.repeat,
+                        "only": args.only, "study_reader_views": ["summary", "full"],
                         "study_graph": "List -> Mean (cpu)", "sweep_graph": "Float (cpu), one param, grid",
                         "caps": {"CODEFY_MAX_SWEEP_RUNS": CAPS, "CODEFY_MAX_SWEEP_DOMAIN": CAPS},
                         "cpu": "server process, all threads (psutil utime + stime)"},

@@ -171,23 +171,23 @@ def _report(doc: dict[str, Any], action: str, followed: bool, args: argparse.Nam
 
 
 async def _follow(client: Any, study_id: str, quiet: bool) -> dict[str, Any]:
-    """Long-poll the audit log; after each page with news, one read of the study for the progress
-    line. The study as it ended."""
+    """Long-poll the audit log; after each page with news, one read of the study's summary form
+    for the progress line. The study as it ended (the full form)."""
     from ..kernel.study_report import progress_line
 
     last = None
     cursor = 0
-    doc = await client.get_study(study_id)
     while True:
         page = await client.study_events(study_id, cursor, wait=25.0)
         cursor = page["cursor"]
-        if page["events"] or page["status"] not in ACTIVE:
-            doc = await client.get_study(study_id)
+        ended = page["status"] not in ACTIVE and not page["more"]
+        if ended or page["events"] and not quiet:
+            doc = await client.get_study(study_id, view=None if ended else "summary")
             line = progress_line(doc)
             if not quiet and line != last:
                 out(line)
                 last = line
-        if page["status"] not in ACTIVE and not page["more"]:
+        if ended:
             return doc
 
 

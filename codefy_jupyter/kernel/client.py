@@ -311,9 +311,11 @@ class AsyncClient:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return await self._call("POST", "studies", load_study_spec(spec), headers=headers)
 
-    async def get_study(self, study_id: str) -> dict[str, Any]:
-        """The study: status, revision, counts, budget_usage, variants with every attempt, rankings."""
-        return await self._call("GET", f"studies/{study_id}")
+    async def get_study(self, study_id: str, *, view: str | None = None) -> dict[str, Any]:
+        """The study: status, revision, counts, budget_usage, variants with every attempt, rankings.
+        `view="summary"`: without each variant's attempts, a repetition's current attempt cut to
+        what a progress view draws (a tenth of the size of a large study; for following one)."""
+        return await self._call("GET", f"studies/{study_id}", view=view)
 
     async def list_studies(self, *, status: str | list[str] | None = None, offset: int = 0,
                            limit: int = 50) -> dict[str, Any]:
@@ -454,8 +456,8 @@ class Client:
     def study(self, spec: dict[str, Any] | str | Path, *, idempotency_key: str | None = None) -> dict[str, Any]:
         return self._run(self._async.study(spec, idempotency_key=idempotency_key))
 
-    def get_study(self, study_id: str) -> dict[str, Any]:
-        return self._run(self._async.get_study(study_id))
+    def get_study(self, study_id: str, *, view: str | None = None) -> dict[str, Any]:
+        return self._run(self._async.get_study(study_id, view=view))
 
     def list_studies(self, **kwargs: Any) -> dict[str, Any]:
         return self._run(self._async.list_studies(**kwargs))

@@ -108,9 +108,13 @@ class CodefyAPIHandler(CappedBody, ExtensionHandlerMixin, APIHandler):
 
     def send_encoded(self, status: int, body: bytes, etag: str) -> None:
         """A payload its service already encoded as `send` would, with its ETag (tornado would
-        otherwise hash the body on the event loop)."""
+        otherwise hash the body on the event loop). A GET whose If-None-Match names it is a 304
+        with no body: a poller of a settled study does not download it again."""
         self.set_status(status)
         self.set_header("Etag", etag)
+        if status == 200 and self.request.method in ("GET", "HEAD") and self.check_etag_header():
+            self.set_status(304)
+            return self.finish()
         self.finish(body)
 
     def fail(self, err: Exception) -> None:

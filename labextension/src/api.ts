@@ -139,8 +139,9 @@ export class CodefyApi {
     return (await this.json<{ studies: StudySummary[] }>(`${this.url('studies')}?limit=100`)).studies;
   }
 
+  // The study view polls a running study: the summary form (no per-attempt lists) is what it draws.
   getStudy(id: string): Promise<Study> {
-    return this.json<Study>(this.url('studies', encodeURIComponent(id)));
+    return this.json<Study>(`${this.url('studies', encodeURIComponent(id))}?view=summary`);
   }
 
   cancelStudy(id: string): Promise<Study> {

@@ -4,6 +4,7 @@ and ranking), and on a shared server only a study's owner or an admin may cancel
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -35,6 +36,48 @@ class TestRetention:
                 assert current["objective_value"] is not None and current["final_metrics"]["score"] is not None
                 assert current["fingerprint_digest"] and current["started_at"] and current["finished_at"]
                 assert current["run_exists"] is False and current["run_id"]
+
+
+    async def test_a_harvest_retention_could_not_finish_is_reported_on_the_study(self, jp_fetch, monkeypatch):
+        # The copy fails inside retention's transaction (the store's writer thread) only: a
+        # child's own ending, on the event loop, still copies what it can read before the prune.
+        from codefy_jupyter.core.experiments.studies import coordinator
+
+        real = coordinator.evidence
+        main = threading.main_thread()
+        broken_calls = []
+
+        def broken(run, points, objective):
+            if threading.current_thread() is not main:
+                broken_calls.append(run["id"])
+                raise RuntimeError("disk on fire")
+            return real(run, points, objective)
+
+        monkeypatch.setattr(coordinator, "evidence", broken)
+        register_probe_node()
+        code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=0.05)))
+        assert code == 201, study
+        done = await wait_study(jp_fetch, study["id"], {"succeeded", "failed", "halted", "interrupted"})
+        code, page = await call(jp_fetch, "api", "runs")
+        assert page["runs"] == []  # the deletes went ahead on schedule
+        assert broken_calls, done  # retention met children whose evidence was not copied yet
+        error = done["error"]
+        assert error["code"] == "harvest_failed" and "RuntimeError: disk on fire" in error["message"], error
+        # Counted across retention's passes (each may delete one child), this study's runs only.
+        runs = error["params"]["runs"]
+        assert len(broken_calls) <= runs <= 4 and f"retention deleted {runs} run" in error["message"]
+        assert done["status"] == "succeeded"
+        # Every attempt still says how its child ended. A value is kept where the study read it as
+        # the child ended (before the delete), and null where only retention could have copied it.
+        expected = {"one": 1.0, "three": 3.0}
+        for v in done["variants"]:
+            values = [rep["current"]["objective_value"] for rep in v["repetitions"]]
+            assert all(c is None or c == expected[v["label"]] for c in values), values
+            assert v["eligible"] == (None not in values)
+            for rep in v["repetitions"]:
+                assert rep["current"]["status"] == "succeeded" and rep["current"]["run_exists"] is False
+        code, events = await call(jp_fetch, "api", "studies", study["id"], "events")
+        assert [e["cursor"] for e in events["events"]] == list(range(1, len(events["events"]) + 1))
 
 
 class TestSharedServer:

@@ -229,6 +229,16 @@ REFUSALS = [
      "sweep_too_large", "sweep_spec.params"),
     ("domain cap", sweep_body(x_values([float(i) for i in range(33)])), "sweep_too_large",
      "sweep_spec.params[0].values"),
+    ("a subgraph instance's param", sweep_body([{"node_id": "g", "param": "graph", "values": ["x"]}],
+                                               graph={"nodes": GRAPH["nodes"] + [{"id": "g", "type": "Subgraph"}],
+                                                      "edges": []}),
+     "param_node_instance", "sweep_spec.params[0]"),
+    ("a preset instance's param", sweep_body([{"node_id": "q", "param": "preset", "values": ["x"]}],
+                                             graph={"nodes": GRAPH["nodes"] + [{"id": "q", "type": "Preset"}],
+                                                    "edges": []}),
+     "param_node_instance", "sweep_spec.params[0]"),
+    ("a node id twice in the graph", sweep_body(graph={"nodes": GRAPH["nodes"] * 2, "edges": []}),
+     "param_node_ambiguous", "sweep_spec.params[0]"),
     ("domain cap of a range", sweep_body([{"node_id": "s", "param": "x", "range": {"min": 0, "max": 1, "count": 40}}]),
      "sweep_too_large", "sweep_spec.params[0].range"),
 ]
@@ -245,6 +255,19 @@ async def test_a_sweep_that_cannot_be_honoured_is_a_400_and_writes_nothing(jp_fe
         setting = refusal["error"]["params"]["setting"]
         assert setting in refusal["error"]["message"] and f"CODEFY_{setting.upper()}" in refusal["error"]["message"]
     await nothing_written(jp_fetch)
+
+
+async def test_children_are_named_after_the_sweep_cut_to_fit_and_an_unnamed_sweeps_are_unnamed(jp_fetch):
+    long = "n" * 70
+    doc = await post_sweep(jp_fetch, sweep_body(name=long))
+    unnamed = await post_sweep(jp_fetch, {k: v for k, v in sweep_body().items() if k != "name"})
+    await wait_sweep(jp_fetch, doc["sweep_id"])
+    await wait_sweep(jp_fetch, unnamed["sweep_id"])
+    runs = await sweep_runs(jp_fetch)
+    named = sorted((r["sweep_variant"], r["name"]) for r in runs if r["sweep_id"] == doc["sweep_id"])
+    assert named == [(i, "n" * (64 - len(f" #{i + 1}")) + f" #{i + 1}") for i in range(3)]
+    assert all(len(name) == 64 for _, name in named)
+    assert [r["name"] for r in runs if r["sweep_id"] == unnamed["sweep_id"]] == [None] * 3
 
 
 async def test_grid_order_is_last_param_fastest_and_ranges_expand(jp_fetch):
@@ -304,6 +327,28 @@ async def test_an_objective_several_nodes_log_ranks_nothing_until_a_node_is_chos
     assert [(v["index"], v["rank"], v["objective"], v["objective_node_id"]) for v in done["variants"]] == [
         (1, 1, -5.0, "s"), (0, 2, 5.0, "s")]
     assert done["variants"][0]["final_metrics"]["score"] == -5.0 and done["objective_warning"] is None
+
+
+async def test_an_objective_node_inside_a_block_is_named_by_its_flattened_id(jp_fetch):
+    from codefy_jupyter.engine import Expand, default_registry, param
+
+    reg = default_registry()
+    if reg.get("ScoreBlock") is None:
+        @reg.node("ScoreBlock", outputs={"y": "float"}, params={"x": param.float(1.0, min=-100, max=100)})
+        def score_block(ctx, x):
+            return Expand({"nodes": [{"id": "inner", "type": "Score", "params": {"x": x, "k": 1}}], "edges": []},
+                          outputs={"y": ("inner", "y")})
+    # A top-level Score logs `score` too: by name alone the sweep could not rank.
+    graph = {"nodes": [{"id": "blk", "type": "ScoreBlock", "params": {"x": 1.0}},
+                       {"id": "s", "type": "Score", "params": {"x": 50.0, "k": 1}}], "edges": []}
+    body = sweep_body([{"node_id": "blk", "param": "x", "values": [3.0, 1.0, 2.0]}], graph=graph,
+                      objective={"metric": "score", "direction": "minimize", "node_id": "blk/inner"})
+    done = await wait_sweep(jp_fetch, (await post_sweep(jp_fetch, body))["sweep_id"])
+    assert [(v["index"], v["rank"], v["objective"]) for v in done["variants"]] == [(1, 1, 1.0), (2, 2, 2.0),
+                                                                                    (0, 3, 3.0)]
+    assert all(v["objective_node_id"] == "blk/inner" and v["ambiguous_producers"] is None for v in done["variants"])
+    assert all(v["final_metrics_node_id"] == "blk/inner" and v["final_metrics"]["score"] == v["objective"]
+               for v in done["variants"])
 
 
 async def test_no_variant_recording_the_metric_warns_with_the_series_recorded(jp_fetch):

@@ -102,7 +102,8 @@ class StudyView(ExperimentView):
             page = self._call(self._client.study_events, self.study_id, cursor, self.poll_s)
             cursor = page["cursor"]
             if page["events"] or page["status"] not in STUDY_ACTIVE:
-                self._apply(self._call(self._client.get_study, self.study_id))
+                # What the view draws is in the summary form, a tenth of a large study's full form.
+                self._apply(self._call(self._client.get_study, self.study_id, view="summary"))
                 self.cursor = cursor
             if page["status"] not in STUDY_ACTIVE and not page["more"]:
                 return

@@ -573,9 +573,22 @@ class Coordinator:
             db.change(conn, study_id, change, self.clock())
 
     def harvest_failed(self, conn: Any, run_ids: Any, error: Exception) -> None:
-        studies = {a["study_id"] for a in db.attempts_for_runs(conn, list(run_ids)) if not a["evidence_copied"]}
-        for study_id in studies:
-            info = {"code": "harvest_failed", "params": {"runs": len(run_ids)},
-                    "message": f"retention deleted {len(run_ids)} runs on schedule, but their evidence could not be "
-                               f"copied onto this study first ({error}); those values are lost"}
+        """Retention deleted children whose evidence could not be copied: say so on each study,
+        counting that study's runs across passes (a pass may hold one child). A study that
+        already carries another error (a failed submit) keeps it; the log has the harvest's."""
+        log.error("codefy: retention could not copy study evidence before deleting runs: %s", error)
+        counts: dict[str, int] = {}
+        for a in db.attempts_for_runs(conn, list(run_ids)):
+            if not a["evidence_copied"]:
+                counts[a["study_id"]] = counts.get(a["study_id"], 0) + 1
+        for study_id, n in counts.items():
+            study = db.get_study(conn, study_id)
+            before = study["error"] if study is not None else None
+            if before is not None and before.get("code") != "harvest_failed":
+                continue
+            total = n + (before["params"]["runs"] if before is not None else 0)
+            info = {"code": "harvest_failed", "params": {"runs": total},
+                    "message": f"retention deleted {total} run{'s' if total != 1 else ''} of this study on schedule "
+                               f"before their evidence could be copied onto it ({type(error).__name__}: {error}); "
+                               "a value the study had not read as its child ended is lost"}
             db.change(conn, study_id, db.Change(study={"error": info}), self.clock())

@@ -11,7 +11,9 @@ from typing import Any, Mapping
 
 from . import state as st
 from .plan import current_attempts
-from .views import attempt_view, encode, study_head, study_text
+from .views import attempt_view, encode, study_head, study_text, summary_attempt
+
+FULL, SUMMARY = "full", "summary"
 
 
 class RenderedStudy:
@@ -30,8 +32,14 @@ class RenderedStudy:
         self.heads = {v["variant"]: encode({"index": v["variant"], "label": v["label"], "ops": v["ops"]})[:-1]
                       for v in self.variants}
         self.dirty = set(self.attempts)  # attempt ids
-        self.body: tuple[bytes, str] | None = None  # the last rendering and its ETag, see reusable()
-        self.body_revision: int | None = None
+        # The summary form (views.study_summary_view) the same way: each attempt's cut view and
+        # each variant's repetitions list, encoded again only when they move.
+        self.summary_texts: dict[str, str] = {}  # attempt id -> encode(summary_attempt(...))
+        self.summary_reps: dict[int, str] = {}  # variant index -> its repetitions list, encoded
+        self.summary_dirty = set(self.attempts)  # attempt ids
+        self.result_texts: dict[str, tuple[Any, str]] = {}  # see views.study_text
+        # view -> (revision, (body, ETag)) of its last rendering, see reusable()
+        self.bodies: dict[str, tuple[int, tuple[bytes, str]]] = {}
 
     @property
     def cursor(self) -> int:
@@ -42,19 +50,50 @@ class RenderedStudy:
         for a in delta["attempts"]:
             self.attempts[a["id"]] = a
             self.dirty.add(a["id"])
+            self.summary_dirty.add(a["id"])
         self.runs.update(delta["runs"])
 
     def attempt_list(self) -> list[dict[str, Any]]:
         return list(self.attempts.values())
 
-    def reusable(self) -> tuple[bytes, str] | None:
-        """The last rendering, when it is this revision's and time cannot move it (nothing in
-        flight: budget_usage counts running children's seconds up to now)."""
-        if self.body is None or self.body_revision != self.study["revision"]:
+    def reusable(self, view: str = FULL) -> tuple[bytes, str] | None:
+        """The view's last rendering, when it is this revision's and time cannot move it (nothing
+        in flight: budget_usage counts running children's seconds up to now)."""
+        kept = self.bodies.get(view)
+        if kept is None or kept[0] != self.study["revision"]:
             return None
         if any(a["status"] in st.IN_FLIGHT for a in self.attempts.values()):
             return None
-        return self.body
+        return kept[1]
+
+    def _keep(self, view: str, body: bytes) -> tuple[bytes, str]:
+        kept = (body, f'"{hashlib.sha1(body).hexdigest()}"')
+        self.bodies[view] = (self.study["revision"], kept)
+        return kept
+
+    def render_summary(self, results: Mapping[str, Any], now: float) -> tuple[bytes, str]:
+        """The summary form and its ETag, as `render` (off the loop, no `apply` under way): the
+        text `encode(study_summary_view(...))` gives, from the variants' kept repetitions lists."""
+        attempts = self.attempt_list()
+        moved = {self.attempts[i]["variant"] for i in self.summary_dirty}
+        moved.update(v["variant"] for v in self.variants if v["variant"] not in self.summary_reps)
+        for attempt_id in self.summary_dirty:
+            self.summary_texts[attempt_id] = encode(summary_attempt(self.attempts[attempt_id], self.runs))
+        self.summary_dirty = set()
+        if moved:
+            current = current_attempts(a for a in attempts if a["variant"] in moved)
+            for index in moved:
+                reps = []
+                for r in range(self.study["repetitions"]):
+                    a = current.get((index, r))
+                    reps.append(f'{{"repetition": {r}, "seed": {encode(a["seed"])}, "current": '
+                                f'{self.summary_texts[a["id"]]}}}' if a else
+                                f'{{"repetition": {r}, "seed": null, "current": null}}')
+                self.summary_reps[index] = "[" + ", ".join(reps) + "]"
+        parts = [self.heads[v["variant"]] + ', "repetitions": ' + self.summary_reps[v["variant"]] + "}"
+                 for v in self.variants]
+        text = study_text(study_head(self.study, attempts, now), parts, results, self.labels, self.result_texts)
+        return self._keep(SUMMARY, text.encode())
 
     def render(self, results: Mapping[str, Any], now: float) -> tuple[bytes, str]:
         """The body and its ETag (as tornado computes it: the SHA-1 of the body), made off the
@@ -75,10 +114,8 @@ class RenderedStudy:
             for index in moved:
                 self.parts[index] = self._part(index, by_variant.get(index, []))
         text = study_text(study_head(self.study, attempts, now), [self.parts[v["variant"]] for v in self.variants],
-                          results, self.labels)
-        body = text.encode()
-        self.body, self.body_revision = (body, f'"{hashlib.sha1(body).hexdigest()}"'), self.study["revision"]
-        return self.body
+                          results, self.labels, self.result_texts)
+        return self._keep(FULL, text.encode())
 
     def _part(self, index: int, mine: list[dict[str, Any]]) -> str:
         """encode(variant_part(...)) from the attempts' texts."""

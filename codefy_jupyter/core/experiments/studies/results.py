@@ -22,6 +22,11 @@ def _finite(value: Any) -> float | None:
     return float(value)
 
 
+def _exactly(value: float | None) -> Any:
+    """A key that tells -0.0 from 0.0 (equal, but shown apart in `values`)."""
+    return value if value is None else (value, math.copysign(1.0, value))
+
+
 def ineligible_reasons(repetitions: int, current: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
     reasons = []
     for r in range(repetitions):
@@ -39,27 +44,36 @@ def study_results(labels: Sequence[str], repetitions: int, attempts: list[Mappin
     """{"variants": {label: {aggregate, eligible, ineligible_reasons, rank, tie, tied_with,
     average_rank, comparison}}, "rankings": [{label, rank, tie, tied_with, mean}], "best": label|None}
 
-    `memo` (a dict the caller keeps per study) holds the paired comparisons already computed: each
-    depends only on its variant's values and the best's, so a change to one variant recomputes
-    that one alone, not all of them."""
+    `memo` (a dict the caller keeps per study, for one computation at a time) holds what was
+    computed for earlier revisions: each variant's aggregate and eligibility (keyed by its
+    repetitions' statuses and values), the average ranks (keyed by the eligible variants' values)
+    and the paired comparisons (each depends only on its variant's values and the best's). A
+    running study changes a few repetitions between two reads, so a read recomputes those variants
+    alone (the exact sums and the bootstrap are most of the cost), not all of them."""
     current = current_attempts(attempts)
     per_variant: dict[str, dict[str, Any]] = {}
     values: dict[str, list[float | None]] = {}
     means: dict[str, float | None] = {}
+    known = memo.get("variants", {}) if memo is not None else {}
+    live: dict[Any, Any] = {}
     for index, label in enumerate(labels):
         mine = {r: current[(index, r)] for r in range(repetitions) if (index, r) in current}
         # A repetition's value is its current attempt's, failed ones included (shown, not ranked).
         values[label] = [_finite(mine[r].get("objective_value")) if r in mine else None
                          for r in range(repetitions)]
-        aggregate = stats.aggregate(values[label])
-        reasons = ineligible_reasons(repetitions, mine)
+        key = (label, tuple((mine[r]["status"], _exactly(values[label][r])) if r in mine else None
+                            for r in range(repetitions)))
+        found = live[key] = known.get(key) or (stats.aggregate(values[label]), ineligible_reasons(repetitions, mine))
+        aggregate, reasons = found
         per_variant[label] = {"aggregate": aggregate, "eligible": not reasons, "ineligible_reasons": reasons}
         means[label] = aggregate["mean"] if not reasons else None
+    if memo is not None:
+        memo["variants"] = live  # what no variant has any more goes
     ranks = stats.competition_ranks(means, direction)  # type: ignore[arg-type]
     for label in labels:
         per_variant[label].update(ranks[label].to_json())
     eligible = [label for label in labels if per_variant[label]["eligible"]]
-    average = stats.average_ranks({label: values[label] for label in eligible}, direction) if eligible else {}
+    average = _average_ranks({label: values[label] for label in eligible}, direction, memo) if eligible else {}
     best = stats.best_of({label: ranks[label] for label in eligible})
     compared = (_comparisons({label: values[label] for label in eligible}, best, memo)
                 if comparisons and best is not None else {})
@@ -76,10 +90,22 @@ def study_results(labels: Sequence[str], repetitions: int, attempts: list[Mappin
     }
 
 
+def _average_ranks(values: Mapping[str, list[float | None]], direction: str,
+                   memo: dict[Any, Any] | None) -> dict[str, Any]:
+    key = (direction, tuple((label, tuple(v)) for label, v in values.items()))
+    if memo is not None and memo.get("average", (None,))[0] == key:
+        return memo["average"][1]
+    average = stats.average_ranks(values, direction)
+    if memo is not None:
+        memo["average"] = (key, average)
+    return average
+
+
 def _comparisons(values: Mapping[str, list[float | None]], best: str,
                  memo: dict[Any, Any] | None) -> dict[str, dict[str, Any]]:
     if memo is None:
         return stats.paired_comparisons(values, best)
+    memo = memo.setdefault("comparisons", {})
     reference = tuple(values[best])
     out: dict[str, dict[str, Any]] = {}
     live = set()

@@ -15,13 +15,14 @@ from ...store import studies as db
 from . import state as st
 from .coordinator import Coordinator, new_attempt, new_id
 from .request import check_budget_covers, parse_budget, parse_study, seed_of
-from .rendered import RenderedStudy
+from .rendered import FULL, SUMMARY, RenderedStudy
 from .views import study_csv, study_view, summary
 
 EVENTS_PAGE = 500
-EVENTS_BATCH_S = 0.025  # how long a long-poll that found events waits for more (see events)
+EVENTS_BATCH_S = 0.1  # how long a long-poll that found events waits for more (see events)
 RENDERED_KEPT = 8  # studies whose rendered reads are kept (the ones being followed)
 WAIT_MAX_S = 60.0
+VIEWS = (FULL, SUMMARY)  # GET studies/{id}?view=
 LIST_LIMIT = 50
 INT64_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset or cursor cannot even be bound
 
@@ -115,11 +116,15 @@ class StudyService(Coordinator):
         results = await self.results(bundle["study"], labels, bundle["attempts"])
         return study_view(bundle, results, self.clock())
 
-    async def get_json(self, study_id: str) -> tuple[bytes, str]:
-        """GET studies/{id} as a JSON body and its ETag: what `get` gives, encoded. Pollers read it while the
+    async def get_json(self, study_id: str, view: str = FULL) -> tuple[bytes, str]:
+        """GET studies/{id} as a JSON body and its ETag: what `get` gives (view "full"), or its
+        summary form (view "summary", views.study_summary_view), encoded. Pollers read it while the
         study runs, so a read brings the study's RenderedStudy up to date with what changed since
         the previous read (one reader hop) and encodes again only the variants that moved, in a
         thread; a study with nothing in flight at an unchanged revision is the text served before."""
+        if view not in VIEWS:
+            raise BadRequest(f"view must be one of {', '.join(VIEWS)}", code="invalid_view",
+                             params={"field": "view", "allowed": list(VIEWS)})
         async with self._render_locks.setdefault(study_id, asyncio.Lock()):
             deleted = self.store.runs_deleted
             rendered = self._rendered.pop(study_id, None)
@@ -136,11 +141,12 @@ class StudyService(Coordinator):
             self._rendered[study_id] = rendered  # most recently read last
             while len(self._rendered) > RENDERED_KEPT:
                 self._rendered.pop(next(iter(self._rendered)))
-            body = rendered.reusable()
+            body = rendered.reusable(view)
             if body is not None:
                 return body
             results = await self.results(rendered.study, rendered.labels, rendered.attempt_list())
-            return await asyncio.to_thread(rendered.render, results, self.clock())
+            render = rendered.render if view == FULL else rendered.render_summary
+            return await asyncio.to_thread(render, results, self.clock())
 
     async def csv(self, study_id: str) -> str:
         return study_csv(await self.get(study_id))
