@@ -33,3 +33,31 @@ def test_every_reference_resolves():
         for part in ref.split("/"):
             node = node[part]
         assert node is not None
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A mapping that names a key twice is refused: YAML loaders keep the last one silently, so a
+    merge that brings the same rule twice would hide which one the spec means."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def test_no_mapping_names_a_key_twice():
+    text = (Path(__file__).resolve().parents[2] / "codefy_jupyter/server/openapi.yaml").read_text()
+    assert yaml.load(text, Loader=_StrictLoader) == SPEC
+
+
+def test_a_key_named_twice_is_caught():
+    try:
+        yaml.load("a:\n  if: 1\n  if: 2\n", Loader=_StrictLoader)
+    except yaml.constructor.ConstructorError as err:
+        assert "duplicate key 'if'" in str(err)
+    else:
+        raise AssertionError("a duplicate key was accepted")
