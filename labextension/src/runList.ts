@@ -2,8 +2,11 @@
 // and the drawing). A frame for a run the list does not hold yet asks for that one run (GET
 // runs/{id}) and the answer is placed in the list at once: waiting for the coalesced re-read of the
 // whole list put 250 ms and a list query between a short run's end and its row. One lookup per run,
-// however many frames it streams meanwhile; a status change of a listed run is written on its row
-// and leaves the re-read of the rest (actions, times, loss) to the coalesced refresh.
+// however many frames it streams meanwhile, and a few at a time: when many runs are new at once
+// (a sweep, a burst of submits) one list read at once brings them all, where a lookup each queued
+// behind the browser's few connections and redrew the table per answer. A status change of a listed
+// run is written on its row and leaves the re-read of the rest (actions, times, loss) to the
+// coalesced refresh.
 
 import { FILTERS, LIST_LIMIT } from './format';
 import type { Chip } from './format';
@@ -17,9 +20,21 @@ export interface FrameAction {
   status: boolean;
   /** schedule the coalesced re-read of the list */
   refresh: boolean;
+  /** read the list now: too many lookups are out already */
+  readNow: boolean;
 }
 
-const NOTHING: FrameAction = { fetch: false, status: false, refresh: false };
+const NOTHING: FrameAction = { fetch: false, status: false, refresh: false, readNow: false };
+
+/** Lookups out at once; the next new run is brought by a list read. */
+export const MAX_LOOKUPS = 2;
+
+interface Lookup {
+  /** the newest status a frame gave while the run is being read */
+  status: string;
+  /** left to the list read begun after this read number (not looked up alone) */
+  byRead?: number;
+}
 
 /** Later in a run's life is higher: a frame that arrives while its run is being read may be newer
  * than the answer. */
@@ -63,13 +78,12 @@ export function placeRun(page: RunPage, run: Run, chip: Chip, limit = LIST_LIMIT
 export class RunList {
   private current: RunPage | null = null;
   private statuses = new Map<string, string>();
-  /** runs being read, with the newest status a frame gave meanwhile */
-  private lookups = new Map<string, string>();
+  private lookups = new Map<string, Lookup>();
   /** runs placed from a lookup, with the list read that was in flight then */
   private placed = new Map<string, { run: Run; read: number }>();
   private reads = 0;
 
-  constructor(public chip: Chip = 'all') {}
+  constructor(public chip: Chip = 'all', private readonly maxLookups = MAX_LOOKUPS) {}
 
   get page(): RunPage | null {
     return this.current;
@@ -87,6 +101,12 @@ export class RunList {
   /** A list read's answer. A run placed while it was in flight and missing from it (the read
    * began before the run existed) is kept: nothing else would bring back a run that has ended. */
   listed(read: number, page: RunPage): void {
+    for (const [id, lookup] of this.lookups) {
+      // a read begun after the run was left to it has it, or it is not listed (its next frame asks again)
+      if (lookup.byRead !== undefined && lookup.byRead < read) {
+        this.lookups.delete(id);
+      }
+    }
     let next = page;
     for (const [id, entry] of this.placed) {
       if (entry.read < read) {
@@ -112,15 +132,24 @@ export class RunList {
   onFrame(runId: string, status: string): FrameAction {
     const known = this.statuses.get(runId);
     if (known === undefined) {
-      if (this.lookups.has(runId)) {
-        this.lookups.set(runId, status);
+      const lookup = this.lookups.get(runId);
+      if (lookup) {
+        lookup.status = status;
         return NOTHING;
       }
       if (!listedBy(this.chip, status)) {
         return NOTHING;
       }
-      this.lookups.set(runId, status);
-      return { fetch: true, status: false, refresh: false };
+      let out = 0;
+      for (const l of this.lookups.values()) {
+        out += l.byRead === undefined ? 1 : 0;
+      }
+      if (out >= this.maxLookups) {
+        this.lookups.set(runId, { status, byRead: this.reads });
+        return { ...NOTHING, readNow: true };
+      }
+      this.lookups.set(runId, { status });
+      return { ...NOTHING, fetch: true };
     }
     if (known === status) {
       return NOTHING;
@@ -130,14 +159,14 @@ export class RunList {
     if (run) {
       run.status = status;
     }
-    return { fetch: false, status: true, refresh: true };
+    return { ...NOTHING, status: true, refresh: true };
   }
 
   /** The answer of a lookup: `changed` when the list changed (redraw); `refresh` when a frame that
    * came meanwhile, or the list itself, was later than the answer (its status wins; the re-read
    * brings the rest). */
   fetched(run: Run): { changed: boolean; refresh: boolean } {
-    const framed = this.lookups.get(run.id);
+    const framed = this.lookups.get(run.id)?.status;
     this.lookups.delete(run.id);
     let refresh = false;
     for (const seen of [framed, this.statuses.get(run.id)]) {

@@ -40,6 +40,7 @@ export class RunsPanel extends Widget {
   private inFlight: Promise<void> | null = null;
   private again = false;
   private tick: ReturnType<typeof setInterval> | null = null;
+  private frame: number | null = null;
   private readonly body: HTMLElement;
 
   constructor(private readonly options: RunsPanelOptions) {
@@ -129,7 +130,9 @@ export class RunsPanel extends Widget {
     if (action.status) {
       this.showStatus(frame.run_id, frame.status);
     }
-    if (action.refresh) {
+    if (action.readNow) {
+      void this.refresh();
+    } else if (action.refresh) {
       this.scheduleRefresh();
     }
   }
@@ -149,7 +152,7 @@ export class RunsPanel extends Widget {
     }
     const { changed, refresh } = this.list.fetched(run);
     if (changed) {
-      this.draw();
+      this.drawSoon();
     }
     if (refresh) {
       this.scheduleRefresh();
@@ -281,6 +284,16 @@ export class RunsPanel extends Widget {
       h('tbody', {}, this.runs.flatMap((run, i) => this.row(run, i % 2 === 0, now))));
   }
 
+  /** One redraw at the next frame for the lookups that answer before it. */
+  private drawSoon(): void {
+    if (this.frame === null) {
+      this.frame = requestAnimationFrame(() => {
+        this.frame = null;
+        this.draw();
+      });
+    }
+  }
+
   private draw(): void {
     this.body.replaceChildren(...[
       h('div', { class: 'cdf-title' }, this.trans.__('Runs')),
@@ -302,6 +315,9 @@ export class RunsPanel extends Widget {
     }
     if (this.refreshTimer) {
       clearTimeout(this.refreshTimer);
+    }
+    if (this.frame !== null) {
+      cancelAnimationFrame(this.frame);
     }
     super.dispose();
   }

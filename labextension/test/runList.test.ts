@@ -37,14 +37,14 @@ describe('RunList', () => {
   it('looks a new run up once, however many frames it streams, and draws it without a re-read', () => {
     const list = new RunList();
     listed(list, [run('a', 10)], 1);
-    expect(list.onFrame('n', 'queued')).toEqual({ fetch: true, status: false, refresh: false });
+    expect(list.onFrame('n', 'queued')).toEqual({ fetch: true, status: false, refresh: false, readNow: false });
     for (let i = 0; i < 100; i++) {
-      expect(list.onFrame('n', 'running')).toEqual({ fetch: false, status: false, refresh: false });
+      expect(list.onFrame('n', 'running')).toEqual({ fetch: false, status: false, refresh: false, readNow: false });
     }
     expect(list.fetched(run('n', 20, 'running'))).toEqual({ changed: true, refresh: false });
     expect(ids(list.page)).toEqual(['n', 'a']);
     expect(list.page!.total).toBe(2);
-    expect(list.onFrame('n', 'running')).toEqual({ fetch: false, status: false, refresh: false });
+    expect(list.onFrame('n', 'running')).toEqual({ fetch: false, status: false, refresh: false, readNow: false });
   });
   it('shows a run that ended before it was listed as ended, from the lookup alone', () => {
     const list = new RunList();
@@ -73,8 +73,8 @@ describe('RunList', () => {
   it('writes a listed run\'s status change and asks for the coalesced re-read', () => {
     const list = new RunList();
     listed(list, [run('a', 10, 'running')]);
-    expect(list.onFrame('a', 'running')).toEqual({ fetch: false, status: false, refresh: false });
-    expect(list.onFrame('a', 'succeeded')).toEqual({ fetch: false, status: true, refresh: true });
+    expect(list.onFrame('a', 'running')).toEqual({ fetch: false, status: false, refresh: false, readNow: false });
+    expect(list.onFrame('a', 'succeeded')).toEqual({ fetch: false, status: true, refresh: true, readNow: false });
     expect(list.runs[0].status).toBe('succeeded');
   });
   it('ignores a new run the chip would not list', () => {
@@ -105,6 +105,34 @@ describe('RunList', () => {
     expect(list.fetched(run('n', 20)).changed).toBe(false);
     list.listed(read, page([run('a', 10)], 1));
     expect(ids(list.page)).toEqual(['n', 'a']);
+  });
+  it('leaves a burst of new runs beyond the few lookups to one list read at once', () => {
+    const list = new RunList('all', 2);
+    listed(list, [run('a', 10)], 1);
+    expect(list.onFrame('n1', 'running').fetch).toBe(true);
+    expect(list.onFrame('n2', 'running').fetch).toBe(true);
+    const third = list.onFrame('n3', 'running');
+    expect(third.fetch).toBe(false);
+    expect(third.readNow).toBe(true);
+    expect(list.onFrame('n3', 'succeeded').readNow).toBe(false);  // once per run
+    // the read that brings them all; then the lookups' answers change nothing but the rows
+    listed(list, [run('n3', 23, 'succeeded'), run('n2', 22, 'running'), run('n1', 21, 'running'), run('a', 10)], 4);
+    expect(list.statusOf('n3')).toBe('succeeded');
+    expect(list.fetched(run('n1', 21, 'running'))).toEqual({ changed: true, refresh: false });
+    expect(list.page!.total).toBe(4);
+    // a lookup answered frees its place: the next new run is read alone again
+    list.fetched(run('n2', 22, 'running'));
+    expect(list.onFrame('n4', 'running').fetch).toBe(true);
+  });
+  it('asks again for a run left to a list read that did not list it', () => {
+    const list = new RunList('all', 0);
+    listed(list, []);
+    const before = list.beginRead();  // a read already out when the frame came
+    expect(list.onFrame('n', 'running').readNow).toBe(true);
+    list.listed(before, page([]));
+    expect(list.onFrame('n', 'running').readNow).toBe(false);  // still left to the next read
+    listed(list, []);  // the read begun after it does not list it (deleted meanwhile)
+    expect(list.onFrame('n', 'running').readNow).toBe(true);
   });
   it('asks again after a failed lookup', () => {
     const list = new RunList();
