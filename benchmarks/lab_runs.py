@@ -9,7 +9,8 @@ tests' harness, tests/e2e/lab_server.py), with `--runs` runs (10,000) already in
   event carries) to the page showing it (Date.now() when a MutationObserver sees the change), both
   clocks this machine's: for the Runs panel, a run's closing event to its row reading succeeded
   (40 staggered runs); for the graph viewer, each node_status event of a watched 80-node run to the
-  node's box taking that state. p50 / p99 / max.
+  node's box taking that state. p50 / p99 / max. The Runs panel's also says when the socket frame
+  carrying the closing event reached the page (`frame_arrival`: the server's share of the latency).
 - `streaming`: 10 runs at once, each a chain of 200 short Sleep nodes (their events all go to the
   panel, which follows every run): the page's frames (gaps between animation frames: p50 / p99 /
   max), its long tasks (> 50 ms: count, total), Refresh → rows while they stream, and the closing
@@ -45,9 +46,27 @@ from lab_server import CHROMIUM, CHROMIUM_ARGS, QUICK, TOKEN, Lab, nap, running_
 P50_TARGET_MS, P99_TARGET_MS, OPEN_TARGET_MS = 100.0, 300.0, 300.0
 
 # Records when each run row shows a status and each graph node box a state, first time only, keyed
-# "run:<id>:<status>" / "node:<id>:<state>"; window.__seen is reset between measurements.
+# "run:<id>:<status>" / "node:<id>:<state>"; window.__seen is reset between measurements. The same
+# for the codefy socket's frames as they arrive (window.__arrived, "run:<id>:<status>"), so a slow
+# sample says whether the page or the delivery was slow.
 OBSERVER = """
-window.__seen = {};
+window.__seen = {}; window.__arrived = {};
+const PageSocket = window.WebSocket;
+window.WebSocket = class extends PageSocket {
+  constructor(...args) {
+    super(...args);
+    if (!String(args[0]).includes('/codefy/ws/')) return;
+    this.addEventListener('message', m => {
+      const now = Date.now();
+      if (typeof m.data !== 'string') return;
+      let f; try { f = JSON.parse(m.data); } catch { return; }
+      for (const x of (f.type === 'batch' ? f.frames : [f])) {
+        const key = x && x.run_id ? 'run:' + x.run_id + ':' + x.status : null;
+        if (key !== null && !(key in window.__arrived)) window.__arrived[key] = now;
+      }
+    });
+  }
+};
 const note = (el, now) => {
   if (!el.matches) return;
   let key = null;
@@ -163,6 +182,10 @@ def closing_latency(lab: Lab, seen: dict[str, float], run_ids: list[str]) -> lis
     return out
 
 
+def page_stamps(page: Any) -> tuple[dict[str, float], dict[str, float]]:
+    return page.evaluate("window.__seen"), page.evaluate("window.__arrived")
+
+
 def js_size() -> dict[str, Any]:
     """The installed extension's JavaScript. An editable install (`make venv`) holds the development
     build (webpack's module banners, unminified); the wheel's production build is smaller: both are
@@ -215,11 +238,13 @@ def main() -> None:
                     "chip_to_painted_ms": med([r["paint"] for r in chip])}
 
                 # Runs panel: 40 runs ending one after another, each closing event to its row.
-                page.evaluate("window.__seen = {}")
+                page.evaluate("window.__seen = {}; window.__arrived = {}")
                 staggered = [lab.submit(nap(1.0 + 0.1 * i), f"latency {i}") for i in range(40)]
                 idle(lab)
                 time.sleep(1.0)
-                panel_latency = closing_latency(lab, page.evaluate("window.__seen"), staggered)
+                seen, arrived = page_stamps(page)
+                panel_latency = closing_latency(lab, seen, staggered)
+                panel_arrival = closing_latency(lab, arrived, staggered)
 
                 # 10 runs streaming at once: frames, long tasks, Refresh, and their closing latency.
                 page.evaluate("window.__seen = {}")
@@ -260,6 +285,7 @@ def main() -> None:
     # Which of the staggered runs was slowest (0: the first to end, ~1 s after its submit).
     report["event_to_dom_ms"]["runs_panel"]["slowest_run_index"] = (
         max(range(len(panel_latency)), key=panel_latency.__getitem__) if panel_latency else None)
+    report["event_to_dom_ms"]["runs_panel"]["frame_arrival"] = spread(panel_arrival)
     report["streaming"] = {
         "runs": 10, "events": streamed, "frame_gap_ms": spread(frames["frames"]),
         "long_tasks": {"count": len(frames["long"]), "total_ms": round(sum(frames["long"]), 1),

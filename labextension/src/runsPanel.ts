@@ -1,8 +1,9 @@
 // The Runs panel (left sidebar): the newest 50 runs, newest first, with filter chips applied by
 // the server before the cut, "50 of 312" next to Refresh, Queue #N / Any queue #N with the queue
 // on hover, the queue_reason line under a waiting row, and Stop / Watch / CSV / Delete. Live: one
-// /ws/execution subscription to every run; a run that is new or changed status refreshes the list
-// (coalesced), and durations of active runs tick locally; no timer polls the server.
+// /ws/execution subscription to every run; a run new to the list is read alone and drawn at once, a
+// changed status is written on its row and refreshes the list (coalesced), and durations of active
+// runs tick locally; no timer polls the server.
 
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
@@ -11,11 +12,12 @@ import { ApiError, CodefyApi } from './api';
 import { download, h } from './dom';
 import {
   Action, allowedActions, budgetLabel, Chip, chipLabel, CHIPS, countLabel, csvFilename, devicesLabel, displayName,
-  durationOf, FILTERS, formatDuration, formatLoss, formatTime, isActive, queueLabel, Trans, workerLabel
+  durationOf, formatDuration, formatLoss, formatTime, isActive, queueLabel, Trans, workerLabel
 } from './format';
 import { LiveSocket } from './live';
 import { renderError, renderNotice } from './messages';
-import type { EventsFrame, Run, RunPage } from './types';
+import { RunList } from './runList';
+import type { EventsFrame, Run } from './types';
 
 export interface RunsPanelOptions {
   api: CodefyApi;
@@ -31,15 +33,14 @@ export interface RunsPanelOptions {
 const REFRESH_COALESCE_MS = 250;
 
 export class RunsPanel extends Widget {
-  private chip: Chip = 'all';
-  private page: RunPage | null = null;
+  private readonly list = new RunList('all');
   private error = '';
-  private statuses = new Map<string, string>();
   private live: LiveSocket | null = null;
   private refreshTimer: ReturnType<typeof setTimeout> | null = null;
   private inFlight: Promise<void> | null = null;
   private again = false;
   private tick: ReturnType<typeof setInterval> | null = null;
+  private frame: number | null = null;
   private readonly body: HTMLElement;
 
   constructor(private readonly options: RunsPanelOptions) {
@@ -73,11 +74,15 @@ export class RunsPanel extends Widget {
   }
 
   get runs(): Run[] {
-    return this.page?.runs ?? [];
+    return this.list.runs;
+  }
+
+  private get chip(): Chip {
+    return this.list.chip;
   }
 
   setChip(chip: Chip): Promise<void> {
-    this.chip = chip;
+    this.list.reset(chip);
     this.draw();
     return this.refresh();
   }
@@ -92,13 +97,13 @@ export class RunsPanel extends Widget {
       try {
         do {
           this.again = false;
+          const read = this.list.beginRead();
           try {
-            this.page = await this.options.api.listRuns(this.chip);
+            this.list.listed(read, await this.options.api.listRuns(this.chip));
             this.error = '';
           } catch (err) {
             this.error = err instanceof ApiError ? renderError(err.body, this.trans, err.message) : String(err);
           }
-          this.statuses = new Map(this.runs.map(r => [r.id, r.status]));
           this.draw();
         } while (this.again);
       } finally {
@@ -117,17 +122,39 @@ export class RunsPanel extends Widget {
     }
   }
 
-  /** A run that is new to the list (and the chip would list it) or changed status: re-read. */
   private onEvents(frame: EventsFrame): void {
-    const known = this.statuses.get(frame.run_id);
-    if (known === undefined) {
-      const statuses = FILTERS[this.chip];
-      if (statuses === null || statuses.includes(frame.status)) {
-        this.scheduleRefresh();
-      }
-    } else if (known !== frame.status) {
-      this.statuses.set(frame.run_id, frame.status);
+    const action = this.list.onFrame(frame.run_id, frame.status);
+    if (action.fetch) {
+      void this.lookUp(frame.run_id);
+    }
+    if (action.status) {
       this.showStatus(frame.run_id, frame.status);
+    }
+    if (action.readNow) {
+      void this.refresh();
+    } else if (action.refresh) {
+      this.scheduleRefresh();
+    }
+  }
+
+  /** A run the list does not hold yet, read alone and drawn as soon as it answers: a run that ended
+   * before the list showed it used to wait for the coalesced re-read of the whole list. */
+  private async lookUp(id: string): Promise<void> {
+    let run: Run;
+    try {
+      run = await this.options.api.getRun(id);
+    } catch {
+      this.list.lookupFailed(id);
+      return;
+    }
+    if (this.isDisposed) {
+      return;
+    }
+    const { changed, refresh } = this.list.fetched(run);
+    if (changed) {
+      this.drawSoon();
+    }
+    if (refresh) {
       this.scheduleRefresh();
     }
   }
@@ -135,10 +162,6 @@ export class RunsPanel extends Widget {
   /** The new status on its row at once; the coalesced re-read brings the rest (actions, times,
    * loss) a moment later. Without it a status waited out the coalescing and a round trip. */
   private showStatus(runId: string, status: string): void {
-    const run = this.runs.find(r => r.id === runId);
-    if (run) {
-      run.status = status;
-    }
     const row = this.node.querySelector<HTMLElement>(`tr.cdf-row[data-run-id="${CSS.escape(runId)}"]`);
     const pill = row?.querySelector('.cdf-col-status .cdf-status');
     if (row && pill) {
@@ -204,7 +227,7 @@ export class RunsPanel extends Widget {
         onclick: () => void this.setChip(chip)
       }, chipLabel(chip, t)))),
       h('span', { class: 'cdf-count', title: t.__('runs listed of the runs matching the filter') },
-        this.page ? countLabel(this.runs.length, this.page.total, t) : ''),
+        this.list.page ? countLabel(this.runs.length, this.list.page.total, t) : ''),
       h('button', { class: 'cdf-refresh', onclick: () => void this.refresh() }, t.__('Refresh')),
       this.options.newSweep ? h('button', { class: 'cdf-new-sweep', title: t.__('Sweep parameters of the open graph'),
         onclick: () => this.options.newSweep!() }, t.__('New sweep')) : null,
@@ -251,7 +274,7 @@ export class RunsPanel extends Widget {
   private table(): HTMLElement {
     const t = this.trans;
     if (!this.runs.length) {
-      return h('div', { class: 'cdf-empty' }, this.page ? t.__('no runs') : t.__('loading…'));
+      return h('div', { class: 'cdf-empty' }, this.list.page ? t.__('no runs') : t.__('loading…'));
     }
     const now = Date.now() / 1000;
     const headers = [t.__('Run'), t.__('Status'), t.__('Worker'), t.__('Devices'), t.__('Budget'), t.__('Started'),
@@ -259,6 +282,16 @@ export class RunsPanel extends Widget {
     return h('table', { class: 'cdf-table' },
       h('thead', {}, h('tr', {}, headers.map(label => h('th', {}, label)))),
       h('tbody', {}, this.runs.flatMap((run, i) => this.row(run, i % 2 === 0, now))));
+  }
+
+  /** One redraw at the next frame for the lookups that answer before it. */
+  private drawSoon(): void {
+    if (this.frame === null) {
+      this.frame = requestAnimationFrame(() => {
+        this.frame = null;
+        this.draw();
+      });
+    }
   }
 
   private draw(): void {
@@ -282,6 +315,9 @@ export class RunsPanel extends Widget {
     }
     if (this.refreshTimer) {
       clearTimeout(this.refreshTimer);
+    }
+    if (this.frame !== null) {
+      cancelAnimationFrame(this.frame);
     }
     super.dispose();
   }
