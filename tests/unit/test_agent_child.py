@@ -93,9 +93,9 @@ def test_events_are_the_control_planes_own_payloads_then_finished(make_child):
     messages = c.until_finished()
     assert c.close() == child.EXIT_OK
     kinds = [k for k, _ in messages]
-    assert set(kinds[:-1]) == {"event"} and kinds[-1] == "finished"
+    assert kinds[0] == "capped" and set(kinds[1:-1]) == {"event"} and kinds[-1] == "finished"
     # Each event is exactly what core.run_events builds from the engine's callback.
-    first = messages[0][1]
+    first = messages[1][1]
     raw = {"event": first["type"], **{k: v for k, v in first["payload"].items() if k != "run_id"}}
     assert ev.from_engine("run-1", raw) == ev.RunEvent(first["type"], first["payload"])
     finished = messages[-1][1]
