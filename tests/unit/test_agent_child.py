@@ -155,7 +155,8 @@ def test_metrics_and_warnings_travel_as_log_events(make_child):
 def test_the_run_process_ends_when_the_agent_goes_away(make_child):
     c = make_child()
     c.assign({"nodes": [{"id": "s", "type": "Stubborn", "params": {"seconds": 60}}], "edges": []})
-    c.next()  # running
+    while c.next()[0] != "event":  # past `capped`: the node is running
+        pass
     c.reader.close()
     c.ours.close()  # the agent is gone: cancel, then exit whatever the node does
     assert c.proc.wait(timeout=60) == child.EXIT_ORPHANED
