@@ -133,11 +133,11 @@ def test_run_started_carries_the_cap_facts():
 # -- the runner --------------------------------------------------------------------------------------
 
 class Harness:
-    def __init__(self, tmp_path: Path, **env: str) -> None:
+    def __init__(self, tmp_path: Path, *, real_torch: bool = False, **env: str) -> None:
         site = install_pack(tmp_path / "site")
         torch_dir, self.gate = fake_torch(tmp_path)
-        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(torch_dir), pythonpath(site)]),
-                        FAKE_TORCH_GATE=str(self.gate), **env)
+        path = [pythonpath(site)] if real_torch else [str(torch_dir), pythonpath(site)]
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), FAKE_TORCH_GATE=str(self.gate), **env)
         self.log: list[tuple[str, str, Any]] = []
         self.done: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.runner = Runner(tmp_path / "agent-runs", SpawnLauncher(), OFFERED, self.env,
@@ -149,10 +149,11 @@ class Harness:
         self.log.append((run_id, "finished", body))
         self.done[run_id].set_result(body)
 
-    def start(self, run_id: str, **kw: Any) -> asyncio.Future[dict[str, Any]]:
+    def start(self, run_id: str, graph: dict[str, Any] = SMALL, devices: tuple[str, ...] = ("cuda:0",),
+              **kw: Any) -> asyncio.Future[dict[str, Any]]:
         self.done[run_id] = asyncio.get_running_loop().create_future()
-        self.runner.start(RunRequest(run_id=run_id, graph=SMALL, device="cuda:0", devices=["cuda:0"], facts=True,
-                                     **kw))
+        self.runner.start(RunRequest(run_id=run_id, graph=graph, device=devices[0], devices=list(devices),
+                                     facts=True, **kw))
         return self.done[run_id]
 
     def of(self, run_id: str) -> list[tuple[str, Any]]:
@@ -238,5 +239,23 @@ def test_a_budgeted_run_cancelled_while_capping_ends_cancelled_without_starting(
         h.runner.cancel("stop", 0.0, "stop")
         body = await done
         assert [k for k, _ in h.of("stop")] == ["finished"] and body["status"] == "cancelled"
+
+    run_async(scenario)
+
+
+@pytest.mark.timeout(240)
+def test_a_budgeted_ddp_run_is_started_once_every_rank_has_capped(tmp_path):
+    from test_ddp import training
+
+    async def scenario() -> None:
+        h = Harness(tmp_path, real_torch=True)
+        body = await h.start("ddp", training(epochs=1, n_samples=32, batch_size=16), devices=("cuda:0", "cuda:1"),
+                             memory_budgets={"cuda:0": 1024, "cuda:1": 1024}, seed=3)
+        assert body["status"] == "succeeded", body
+        log = h.of("ddp")
+        # Both ranks train on gloo here (no CUDA): nothing capped, said once, before anything else.
+        assert log[0] == ("started", {"memory_limit": None, "reason": memory_cap.CPU_RANKS})
+        kinds = [k for k, _ in log]
+        assert kinds.count("started") == 1 and "facts" in kinds and "event" in kinds
 
     run_async(scenario)
