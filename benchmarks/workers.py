@@ -3,9 +3,10 @@
 1. start latency (the agent's runner, real run processes, no network): for each way of starting a
    run's process, `--starts` runs of Float -> Scale, then `--torch-starts` runs of a graph whose node
    imports torch (an MLP): assign -> run_started (the process exists), assign -> first event (the
-   engine runs), assign -> run_finished. `spawn` is a new interpreter per run; `warm` forks it from
-   the warm process (engine, node packs and torch imported, CUDA not initialised); its own start-up
-   is reported once as warm_ready_s.
+   engine runs), assign -> run_finished; `tiny_budgeted_ms`: the tiny graph with a memory budget,
+   reported started only once its process has capped its allocator. `spawn` is a new interpreter
+   per run; `warm` forks it from the warm process (engine, node packs and torch imported, CUDA not
+   initialised); its own start-up is reported once as warm_ready_s.
 2. frames/s: a real `codefy start` on loopback and one agent connection built from the agent's own
    delivery code (every frame numbered and appended to the run's spool.jsonl before it is sent, acks
    dropping them): `--frames` event frames of one run, first frame -> the control plane's ack of the
@@ -56,6 +57,11 @@ TORCH = {"nodes": [{"id": "data", "type": "SyntheticClassification",
          "edges": [edge("data", "dataset", "model", "dataset")]}
 
 
+# A memory budget (seed #788): run_started then waits for the run process's cap report (on a
+# machine without CUDA the cap imports torch and finds none), the hop runs without one skip.
+BUDGET = {"cuda:0": 1024}
+
+
 def spread(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
     return {"p50": round(statistics.median(ordered) * 1000, 1), "max": round(ordered[-1] * 1000, 1),
@@ -64,7 +70,8 @@ def spread(values: list[float]) -> dict[str, float]:
 
 # -- 1. start latency -----------------------------------------------------------------------------
 
-async def starts(tmp: Path, how: str, graph: dict[str, Any], count: int, launcher: Any) -> dict[str, Any]:
+async def starts(tmp: Path, how: str, graph: dict[str, Any], count: int, launcher: Any,
+                 budgets: dict[str, int] | None = None) -> dict[str, Any]:
     marks: dict[str, dict[str, float]] = {}
     done: dict[str, asyncio.Future[dict[str, Any]]] = {}
 
@@ -72,14 +79,14 @@ async def starts(tmp: Path, how: str, graph: dict[str, Any], count: int, launche
         marks[run].setdefault(what, time.perf_counter())
 
     runner = Runner(tmp / "agent-runs", launcher, {"cpu": CPU}, dict(os.environ),
-                    on_started=lambda run, pid, view: mark(run, "started"),
+                    on_started=lambda run, pid, view, capped: mark(run, "started"),
                     on_message=lambda run, kind, body: mark(run, "event"),
                     on_finished=lambda run, body: done[run].set_result(body))
     for i in range(count):
-        run = f"{how}-{graph is TORCH}-{i}"
+        run = f"{how}-{graph is TORCH}-{bool(budgets)}-{i}"
         marks[run] = {"assign": time.perf_counter()}
         done[run] = asyncio.get_running_loop().create_future()
-        runner.start(RunRequest(run_id=run, graph=graph, device="cpu"))
+        runner.start(RunRequest(run_id=run, graph=graph, device="cpu", memory_budgets=budgets))
         body = await done[run]
         marks[run]["finished"] = time.perf_counter()
         if body["status"] != "succeeded":
@@ -91,12 +98,14 @@ async def start_latency(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     spawn = SpawnLauncher()
     out["spawn"] = {"tiny_ms": await starts(tmp, "spawn", TINY, args.starts, spawn),
+                    "tiny_budgeted_ms": await starts(tmp, "spawn", TINY, args.starts, spawn, BUDGET),
                     "torch_ms": await starts(tmp, "spawn", TORCH, args.torch_starts, spawn)}
     warm = WarmLauncher(dict(os.environ))
     began = time.perf_counter()
     await warm.start()
     out["warm"] = {"warm_ready_s": round(time.perf_counter() - began, 2),
                    "tiny_ms": await starts(tmp, "warm", TINY, args.starts, warm),
+                   "tiny_budgeted_ms": await starts(tmp, "warm", TINY, args.starts, warm, BUDGET),
                    "torch_ms": await starts(tmp, "warm", TORCH, args.torch_starts, warm)}
     await warm.close()
     return out

@@ -4,8 +4,10 @@ torch and initialises CUDA.
 It is started either cold (`python -m codefy_jupyter.agent.child --fd N`, environment given at
 spawn) or forked from the agent's warm process (`warm.py`, which applies the environment before
 calling `serve`). Either way, before anything can initialise CUDA it (re)applies the device
-variables the agent chose, then reads the `assign` message from its socket, runs the engine with a
-sink that writes each event to the socket (`pipe.py`), and ends with one `finished` message.
+variables the agent chose, then reads the `assign` message from its socket, caps its allocator to
+the run's memory budgets and says so (`capped`, its first message: the agent reports a budgeted run
+started only then), runs the engine with a sink that writes each event to the socket (`pipe.py`),
+and ends with one `finished` message.
 
 Every engine event the log keeps becomes its log event here, once, with the same pure builders as
 the control plane's (`wire/run_events.py`): one `event` message `{"type", "payload"}`, exactly what
@@ -182,12 +184,15 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
     token = CancelToken()
     threading.Thread(target=_read_cancels, args=(link, token), name="codefy-cancel", daemon=True).start()
     sink = Sink(link, run_id, int(spec.get("payload_cap_bytes") or 0))
-    facts = _start_facts(link, spec) if spec.get("facts") else None
     started = time.monotonic()
     threads = spec.get("cpu_threads")
     ddp_node = ddp.plan(spec["graph"])
     world = ddp.world_size(list(spec.get("devices") or ()))
     if ddp_node is not None and world >= 2:
+        # The ranks cap themselves; run_ranks reports `capped` once all have, and the agent holds
+        # what comes before it (this fingerprint) until then.
+        facts = _start_facts(link, spec) if spec.get("facts") else None
+
         def warn(code: str, message: str, params: dict[str, Any]) -> None:
             sink({"event": "warning", "node_id": ddp_node, "code": code, "message": message, "params": params})
 
@@ -196,9 +201,10 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
         finally:
             if facts is not None:
                 facts.join(timeout=30)
-    limit = None
-    if spec.get("memory_budgets"):  # before any node can allocate on a shared card
-        limit = memory_cap.apply(spec["memory_budgets"], spec.get("aliases") or {}) or None
+    limit, failed = _cap(link, spec)  # before any node can allocate on a shared card
+    if failed is not None:
+        return failed
+    facts = _start_facts(link, spec) if spec.get("facts") else None
     try:
         result = asyncio.run(execute_graph(
             spec["graph"], seed=spec.get("seed"), device=spec.get("device") or "cpu",
@@ -224,6 +230,31 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
         "peak_memory": memory_cap.peak_memory(spec.get("aliases") or {}),
         "memory_limit": limit,
     }
+
+
+CAP_FAIL_ENV = "CODEFY_TEST_MEMORY_CAP_FAIL"
+
+
+def _cap(link: Link, spec: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """Cap the allocator and send `capped`, the run's first message: (its memory_limit, None); or,
+    when capping failed, (None, the failed run's report), and no `capped` is sent, so the agent
+    never reports the run started."""
+    budgets = spec.get("memory_budgets") or {}
+    try:
+        # Test hook: a cap that fails, which a machine without CUDA cannot otherwise produce.
+        if budgets and os.environ.get(CAP_FAIL_ENV):
+            raise RuntimeError(f"{CAP_FAIL_ENV} is set")
+        done = memory_cap.report(budgets, spec.get("aliases") or {})
+    except Exception as err:
+        traceback.print_exc()
+        return None, {"status": "failed", "executed": 0, "cached": 0, "metrics": {}, "duration_s": 0.0,
+                      "error": {"type": type(err).__name__, "code": "memory_cap_failed",
+                                "message": f"the run's process could not cap its memory to the budget: "
+                                           f"{type(err).__name__}: {err}",
+                                "params": {"reason": "cap_error", "budgets_mib": dict(budgets)},
+                                "traceback": traceback.format_exc()}}
+    link.send("capped", done)
+    return done["memory_limit"], None
 
 
 def _read_cancels(link: Link, token: Any) -> None:

@@ -533,8 +533,8 @@ class Agent:
         self.runner.start(request)
 
     # -- the runner's callbacks -------------------------------------------------------------------------
-    def _started(self, run_id: str, pid: int, view: Visibility) -> None:
-        self.deliveries.add(run_id, started_frame(run_id, pid, view))
+    def _started(self, run_id: str, pid: int, view: Visibility, capped: dict[str, Any] | None) -> None:
+        self.deliveries.add(run_id, started_frame(run_id, pid, view, capped))
 
     def _message(self, run_id: str, kind: str, body: dict[str, Any]) -> None:
         facts = bool(self.welcome and "run_facts" in self.welcome.capabilities)

@@ -19,7 +19,8 @@ the loopback interface, so what the ranks open is reachable from this machine on
   so the agent frees the cards after that. A rank whose parent (the run process) is gone exits
   within `ORPHAN_CHECK_S` of noticing, well inside the seed's 5 s.
 - Memory budgets per rank: each rank caps its own card to the run's budget there and the run's other
-  budgeted cards to zero; the run reports one `memory_limit` (per card, the owner's cap).
+  budgeted cards to zero; the run reports one `capped` once every rank has (the agent reports the
+  run started only then) and one `memory_limit` (per card, the owner's cap).
 - Peak memory: per device, the largest any rank reported.
 
 `plan` and `rank_graph` are pure; `run_ranks` and `rank_main` run processes.
@@ -139,6 +140,7 @@ def run_ranks(send: Callable[[str, dict[str, Any]], None], spec: dict[str, Any],
     remove = token.on_cancel(stop.set)
     started = time.monotonic()
     results: dict[int, dict[str, Any]] = {}
+    caps: dict[int, dict[str, Any]] = {}
     failures: list[tuple[int, bool, dict[str, Any]]] = []
     exited_at: dict[int, float] = {}
     stop_at: float | None = None
@@ -156,7 +158,11 @@ def run_ranks(send: Callable[[str, dict[str, Any]], None], spec: dict[str, Any],
             kind, rank, body = messages.get(timeout=timeout)
         except queue.Empty:
             return False
-        if kind == "event":
+        if kind == "capped":
+            caps[rank] = body
+            if len(caps) == world:  # every rank holds its cap: the run may be reported started
+                send("capped", memory_cap.merge_reports([caps[r] for r in sorted(caps)]))
+        elif kind == "event":
             send("event", body)
         elif kind == "done":
             results[rank] = body
@@ -271,12 +277,16 @@ def rank_main(rank: int, world: int, backend: str, device: str, store: str, spec
     try:
         import torch.distributed as dist
 
+        budgets = spec.get("memory_budgets") or {}
+        capped = {"memory_limit": None, "reason": memory_cap.CPU_RANKS if budgets else memory_cap.NO_BUDGET}
         if backend == "nccl":
             import torch
 
             torch.cuda.set_device(rank)
             # Its own card to its budget, the run's other budgeted cards to zero (seed #792).
-            limit = memory_cap.apply(spec.get("memory_budgets") or {}, spec.get("aliases") or {}, own=rank)
+            capped = memory_cap.report(budgets, spec.get("aliases") or {}, own=rank)
+            limit = capped["memory_limit"] or {}
+        messages.put(("capped", rank, capped))
         dist.init_process_group(backend, store=dist.FileStore(store, world), rank=rank, world_size=world,
                                 timeout=timedelta(seconds=INIT_TIMEOUT_S))
         distributed.set_rank(distributed.Rank(rank, world, backend))

@@ -37,9 +37,13 @@ def message_frame(run_id: str, kind: str, body: dict[str, Any], *, facts: bool) 
     return None
 
 
-def started_frame(run_id: str, pid: int, view: Visibility) -> RunStarted:
+def started_frame(run_id: str, pid: int, view: Visibility, capped: dict[str, Any] | None = None) -> RunStarted:
+    """`capped`: the run process's cap report (budgeted runs only; see runner.py)."""
+    capped = capped or {}
+    limit = capped.get("memory_limit")
     return RunStarted(run_id=run_id, pid=pid, visible_devices=list(view.visible_devices),
-                      device_aliases=dict(view.aliases))
+                      device_aliases=dict(view.aliases), memory_limit=limit if isinstance(limit, dict) else None,
+                      memory_cap=_opt_str(capped.get("reason")))
 
 
 def finished_frame(run_id: str, body: dict[str, Any]) -> RunFinished:

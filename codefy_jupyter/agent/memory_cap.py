@@ -5,7 +5,8 @@ the run's own process then holds itself to it with `torch.cuda.set_per_process_m
 an allocation past the budget fails in this run (an out-of-memory error) instead of starving the
 other runs on the card. The CUDA context is not governed by the cap (hence
 CODEFY_EXECUTION_CUDA_CONTEXT_MIB on the control plane). `fractions` is the pure decision; `apply`
-touches torch and runs in the run process before the graph.
+touches torch and runs in the run process before the graph, and before the agent reports
+the run started.
 """
 
 from __future__ import annotations
@@ -60,17 +61,38 @@ def merge_limits(parts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
 def apply(budgets_mib: Mapping[str, int], aliases: Mapping[str, str], own: int | None = None) -> dict[str, Any]:
     """Cap this process's allocator on each budgeted card (nothing without CUDA); the run's
     `memory_limit` (see `limits`)."""
+    return report(budgets_mib, aliases, own)["memory_limit"] or {}
+
+
+# Why a run's process set no cap (the `reason` of its `capped` report, and of run_started's `memory_cap`).
+APPLIED, NO_BUDGET, NO_CUDA, NO_BUDGETED_CARD, CPU_RANKS = "applied", "no_budget", "no_cuda", "no_budgeted_card", "cpu_ranks"
+
+
+def report(budgets_mib: Mapping[str, int], aliases: Mapping[str, str], own: int | None = None) -> dict[str, Any]:
+    """Cap the allocator as `apply` does and say what was done: `{"memory_limit": {...} | None,
+    "reason"}`. The run's process sends this (`capped`) before anything else, and the agent holds
+    run_started for a budgeted run until it arrives (seed #788: capped before run_started)."""
     if not budgets_mib:
-        return {}
+        return {"memory_limit": None, "reason": NO_BUDGET}
     import torch
 
     if not torch.cuda.is_available():
-        return {}
+        return {"memory_limit": None, "reason": NO_CUDA}
     totals = {i: int(torch.cuda.get_device_properties(i).total_memory) for i in range(torch.cuda.device_count())}
     caps = fractions(budgets_mib, aliases, totals, own)
     for index, fraction in caps.items():
         torch.cuda.set_per_process_memory_fraction(fraction, index)
-    return limits(caps, aliases, totals)
+    limit = limits(caps, aliases, totals)
+    return {"memory_limit": limit or None, "reason": APPLIED if limit else NO_BUDGETED_CARD}
+
+
+def merge_reports(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One `capped` report for a run of several ranks: their caps merged (`merge_limits`); without
+    any, the first rank's reason."""
+    limit = merge_limits([p.get("memory_limit") for p in parts])
+    if limit:
+        return {"memory_limit": limit, "reason": APPLIED}
+    return {"memory_limit": None, "reason": next((p.get("reason") for p in parts if p.get("reason")), NO_BUDGET)}
 
 
 def cpu_peak_bytes() -> int | None:
@@ -99,4 +121,4 @@ def peak_memory(aliases: dict[str, str]) -> dict[str, Any] | None:
     return out
 
 
-__all__ = ["apply", "cpu_peak_bytes", "fractions", "limits", "merge_limits", "peak_memory"]
+__all__ = ["apply", "cpu_peak_bytes", "fractions", "limits", "merge_limits", "merge_reports", "peak_memory", "report"]

@@ -6,7 +6,9 @@ agent -> run process   ["assign", {run_id, graph, device, seed, deterministic, m
                        ["cancel", {"reason"}]
                        ["read", {"id", "kind", "query"}]   a read of a record_outputs run's captures
                                                            while it writes them, after its report
-run process -> agent   ["event", {"type", "payload"}]   a log event as wire/run_events builds it (node
+run process -> agent   ["capped", {memory_limit, reason}]   first: its allocator caps (memory_cap.report);
+                                                         a budgeted run is reported started only then
+                       ["event", {"type", "payload"}]   a log event as wire/run_events builds it (node
                                                          status, progress, metric, artifact, run_warning...)
                        ["facts", {kind, facts}]
                        ["finished", {status, error, executed, cached, metrics, duration_s, peak_memory}]
@@ -24,7 +26,7 @@ from typing import Any
 # A line longer than this is a broken run process (payloads are capped far below it).
 MAX_LINE_BYTES = 32 * 1024 * 1024
 
-CHILD_KINDS = frozenset({"event", "facts", "finished", "answer"})
+CHILD_KINDS = frozenset({"capped", "event", "facts", "finished", "answer"})
 AGENT_KINDS = frozenset({"assign", "cancel", "read"})
 
 

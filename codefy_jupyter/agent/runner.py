@@ -79,7 +79,9 @@ class RunRequest:
     outputs_write_timeout_s: float = 300.0
 
 
-OnStarted = Callable[[str, int, Visibility], None]
+# (run id, pid, view, the process's `capped` report: None for a run without budgets, which is
+# reported started as soon as its process exists)
+OnStarted = Callable[[str, int, Visibility, "dict[str, Any] | None"], None]
 OnMessage = Callable[[str, str, dict[str, Any]], None]
 OnFinished = Callable[[str, dict[str, Any]], None]
 
@@ -124,6 +126,11 @@ class RunProcess:
         self.remote: InputCache | None = None  # the backend moving this run's files (RunTransfer, S3Transfer)
         self._reads: dict[int, asyncio.Future[tuple[int, dict[str, Any]]]] = {}
         self._read_ids = 0
+        # A budgeted run's messages that came before its process's `capped` (the DDP fingerprint),
+        # sent after run_started; None once the run is reported started (or has no budget).
+        self._held: list[tuple[str, dict[str, Any]]] | None = None
+        self._view: Visibility | None = None
+        self._transfer_facts: dict[str, Any] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -211,9 +218,11 @@ class RunProcess:
         env = child_environment(self.runner.base_env, view, extra=threads)
         launched = await self.runner.launcher.launch(self.run_id, env, self.log_path)
         self.launched = launched
-        self.runner.on_started(self.run_id, launched.pid, view)
-        if transfer_facts is not None:
-            self.runner.on_message(self.run_id, "facts", {"kind": "transfer", "facts": transfer_facts})
+        self._view, self._transfer_facts = view, transfer_facts
+        if r.memory_budgets:
+            self._held = []  # run_started waits for the cap (seed #788: capped before run_started)
+        else:  # nothing to wait for: no extra hop for runs without budgets
+            self._report_started(None)
         spec = {
             "run_id": r.run_id, "graph": graph, "device": view.engine_device, "seed": r.seed,
             "deterministic": r.deterministic, "max_parallel_nodes": r.max_parallel_nodes,
@@ -241,6 +250,27 @@ class RunProcess:
         if r.record_outputs and self.runner.on_outputs is not None:
             self.runner.on_outputs(self.run_id)
 
+    def _report_started(self, capped: dict[str, Any] | None) -> None:
+        assert self.launched is not None and self._view is not None
+        held, self._held = self._held or [], None
+        self.runner.on_started(self.run_id, self.launched.pid, self._view, capped)
+        if self._transfer_facts is not None:
+            self.runner.on_message(self.run_id, "facts", {"kind": "transfer", "facts": self._transfer_facts})
+        for kind, body in held:
+            self.runner.on_message(self.run_id, kind, body)
+
+    def _never_capped(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A budgeted run whose process reported its end before its cap: it failed, and was never
+        reported started. Its own error stands when it has a code (the cap's, a DDP rank's)."""
+        error = body.get("error") if isinstance(body.get("error"), dict) else None
+        if body.get("status") == "cancelled" or (error is not None and error.get("code")):
+            return body
+        return {**body, "status": "failed", "error": {
+            "type": "MemoryCapFailed", "code": "memory_cap_failed",
+            "message": "the run's process ended before it capped its memory to the budget"
+                       + (f": {error.get('message')}" if error and error.get("message") else ""),
+            "params": {"reason": "ended_before_cap"}}}
+
     async def _read(self, reader: asyncio.StreamReader) -> None:
         while True:
             try:
@@ -261,6 +291,12 @@ class RunProcess:
                 if waiting is not None and not waiting.done() and isinstance(body.get("body"), dict):
                     waiting.set_result((int(body.get("status") or 500), body["body"]))
                 continue
+            if kind == "capped":
+                if self._held is not None:
+                    self._report_started(body)
+                continue
+            if kind == "finished" and self._held is not None:
+                body = self._never_capped(body)
             if kind == "finished":
                 self.report = body
                 if self.request.record_outputs and self.transfer_dir is None:
@@ -271,6 +307,9 @@ class RunProcess:
                                               or time.monotonic() - self.started_at})
                     continue
                 self._after(EXIT_AFTER_FINISHED_S, self._kill_lingering)
+                continue
+            if self._held is not None:
+                self._held.append((kind, self._relative_artifact(kind, body)))
                 continue
             self.runner.on_message(self.run_id, kind, self._relative_artifact(kind, body))
 
@@ -302,13 +341,16 @@ class RunProcess:
                     "duration_s": duration, "exit_code": exit_.exit_code, "signal": exit_.signal,
                     "output_tail": tail}
         message = f"the run's process {exit_.describe()} before reporting a result"
+        code, params = "run_process_died", {"exit_code": exit_.exit_code, "signal": exit_.signal}
+        if self._held is not None:  # a budgeted run never reported started
+            message = f"the run's process {exit_.describe()} before it capped its memory to the budget"
+            code, params = "memory_cap_failed", {**params, "reason": "ended_before_cap"}
         if exit_.signal == signal.SIGKILL:
             message += " (killed from outside, for example by the out-of-memory killer)"
         elif exit_.signal == signal.SIGSEGV:
             message += " (a segmentation fault in native code)"
         return {"status": "failed",
-                "error": {"type": "RunProcessDied", "code": "run_process_died", "message": message,
-                          "params": {"exit_code": exit_.exit_code, "signal": exit_.signal}},
+                "error": {"type": "RunProcessDied", "code": code, "message": message, "params": params},
                 "executed": 0, "cached": 0, "metrics": {}, "duration_s": duration,
                 "exit_code": exit_.exit_code, "signal": exit_.signal, "output_tail": tail}
 

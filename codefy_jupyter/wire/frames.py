@@ -130,12 +130,17 @@ class RunAlive(Frame):
 class RunStarted(RunFrame):
     """The run's process started. `visible_devices`: the machine's cards the run sees, in order
     (CUDA_VISIBLE_DEVICES); `device_aliases`: the run's device name -> the machine's
-    (`{"cuda:0": "cuda:2"}`)."""
+    (`{"cuda:0": "cuda:2"}`). For a run with memory budgets it is sent only once the process has
+    capped its allocator: `memory_limit` the caps `{card: {bytes, fraction}}`, `memory_cap` why
+    there are none otherwise (`no_cuda`, `no_budgeted_card`, `cpu_ranks`) or `applied`; both absent
+    for a run without budgets."""
 
     type: ClassVar[str] = "run_started"
     pid: int | None = None
     visible_devices: list[str] = field(default_factory=list)
     device_aliases: dict[str, str] = field(default_factory=dict)
+    memory_limit: dict[str, Any] | None = None
+    memory_cap: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -93,9 +93,9 @@ def test_events_are_the_control_planes_own_payloads_then_finished(make_child):
     messages = c.until_finished()
     assert c.close() == child.EXIT_OK
     kinds = [k for k, _ in messages]
-    assert set(kinds[:-1]) == {"event"} and kinds[-1] == "finished"
+    assert kinds[0] == "capped" and set(kinds[1:-1]) == {"event"} and kinds[-1] == "finished"
     # Each event is exactly what core.run_events builds from the engine's callback.
-    first = messages[0][1]
+    first = messages[1][1]
     raw = {"event": first["type"], **{k: v for k, v in first["payload"].items() if k != "run_id"}}
     assert ev.from_engine("run-1", raw) == ev.RunEvent(first["type"], first["payload"])
     finished = messages[-1][1]
@@ -155,7 +155,8 @@ def test_metrics_and_warnings_travel_as_log_events(make_child):
 def test_the_run_process_ends_when_the_agent_goes_away(make_child):
     c = make_child()
     c.assign({"nodes": [{"id": "s", "type": "Stubborn", "params": {"seconds": 60}}], "edges": []})
-    c.next()  # running
+    while c.next()[0] != "event":  # past `capped`: the node is running
+        pass
     c.reader.close()
     c.ours.close()  # the agent is gone: cancel, then exit whatever the node does
     assert c.proc.wait(timeout=60) == child.EXIT_ORPHANED

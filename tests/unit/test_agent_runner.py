@@ -52,7 +52,7 @@ class Harness:
         self.log: list[tuple[str, str, Any]] = []
         self.done: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.runner = Runner(tmp_path / "agent-runs", self.launcher, OFFERED, self.env,
-                             on_started=lambda run, pid, view: self.log.append((run, "started", (pid, view))),
+                             on_started=lambda run, pid, view, capped: self.log.append((run, "started", (pid, view))),
                              on_message=lambda run, kind, body: self.log.append((run, kind, body)),
                              on_finished=self._finished, kill_policy=KillPolicy(kill_after_s=kill_after_s))
 

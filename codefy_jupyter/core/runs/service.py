@@ -39,7 +39,7 @@ from . import state as rs
 from ..config import Settings
 from ..errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError, Unavailable
 from ...wire import cpu_threads
-from . import endings, recovery
+from . import endings, record_rules, recovery
 from .event_log import EventLog
 from .executors import ExecutionOutcome, InProcessExecutor, RunHandle, RunSpec
 from .records import RunBook, RunRecord
@@ -258,6 +258,8 @@ class RunService:
         else:
             resolved = self.queue.resolve_target(worker, req.options.device, settings.get("device"),
                                                  target.devices if target else (), pool=pool)
+        if req.options.record_outputs and (worker is not None or pool is not None):
+            self._check_recordable_graph(graph, resolved.devices)
         if req.options.lane == "interactive" and not req.options.session:
             raise BadRequest("an interactive run needs options.session", code="session_required",
                              params={"field": "options.session"})
@@ -284,6 +286,15 @@ class RunService:
             raise BadRequest(f"options.record_outputs: worker {worker}'s agent cannot keep recorded outputs "
                              "(it does not list the record_outputs capability)", code="record_outputs_unsupported",
                              params={"field": "options.record_outputs", "worker": worker})
+
+    @staticmethod
+    def _check_recordable_graph(graph: dict[str, Any], devices: Any) -> None:
+        ddp = record_rules.unrecordable_ddp(graph, devices)
+        if ddp is not None:
+            raise BadRequest(f"options.record_outputs: node {ddp[0]} trains with DDP on {ddp[1]} cards, in rank "
+                             "processes whose outputs cannot be recorded; record without strategy ddp, or run it "
+                             "without record_outputs", code="record_outputs_ddp",
+                             params={"field": "options.record_outputs", "node_id": ddp[0], "ranks": ddp[1]})
 
     async def _files(self, graph: dict[str, Any]) -> Any:
         """What a worker run needs for its files (core/storage/run_needs.py), or None: it uses none."""

@@ -459,6 +459,10 @@ class WorkerExecutor:
             run.facts.update(visible_devices=list(frame.visible_devices), device_aliases=dict(frame.device_aliases))
             if frame.pid is not None:
                 run.facts["worker_pid"] = frame.pid
+            if frame.memory_cap is not None:  # the caps hold from the start (seed #788)
+                run.facts["memory_cap"] = frame.memory_cap
+            if frame.memory_limit:
+                run.facts["memory_limit"] = frame.memory_limit
             self._ensure_started(run)
             if run.storage is not None and run.storage.fallback:
                 self.host.events.emit(run.run_id, ev.run_warning(
