@@ -129,6 +129,7 @@ class RunProcess:
         self._reads: dict[int, asyncio.Future[tuple[int, dict[str, Any]]]] = {}
         self._read_ids = 0
         self.released = False  # `released` sent: the control plane has given its cards to others
+        self.upload_stop = False  # cancelled while its files upload: the rest stay on the worker
         self._ending: asyncio.Future[None] | None = None  # record_outputs + upload: ends from here
 
     @property
@@ -202,7 +203,7 @@ class RunProcess:
 
     def _upload_stopped(self) -> bool:
         # Read from the upload's thread; a bool set once on the loop's thread.
-        return self.cancel_requested
+        return self.upload_stop
 
     def _release(self, folder: Path) -> None:
         if self.released or self.runner.runs.get(self.run_id) is not self:
@@ -383,7 +384,12 @@ class RunProcess:
         return writer
 
     # -- cancel -----------------------------------------------------------------------------------------
-    def cancel(self, grace_s: float, reason: str) -> None:
+    def cancel(self, grace_s: float, reason: str, *, stop_upload: bool = True) -> None:
+        # A cancel once the graph is done (the run is uploading, or about to) stops the upload; one
+        # that stopped the graph leaves its files (interrupted checkpoints) to go home, and so does
+        # an agent stop (`stop_upload` False).
+        if stop_upload and (self.report is not None or (self.launched is not None and self.launched.exited.done())):
+            self.upload_stop = True
         if self.cancel_requested:
             # A second cancel can only shorten the grace (a cancel with grace 0 after a normal one).
             if grace_s <= 0:
@@ -520,7 +526,7 @@ class Runner:
 
     def cancel_all(self, grace_s: float, reason: str) -> None:
         for proc in list(self.runs.values()):
-            proc.cancel(grace_s, reason)
+            proc.cancel(grace_s, reason, stop_upload=False)
 
     async def wait_idle(self) -> None:
         await self._idle.wait()

@@ -124,3 +124,24 @@ def test_a_recording_run_releases_at_its_report_and_ends_once_its_files_are_home
             await h.close()
 
     run_async(scenario)
+
+
+def test_an_agent_stop_during_the_upload_lets_it_finish(tmp_path):
+    async def scenario() -> None:
+        h, upload = harness(tmp_path)
+        try:
+            done = h.start("r1", SAVE, storage=TRANSFER)
+            await asyncio.wait_for(h.wait_for("r1", "released"), 60)
+            assert upload.began.wait(10)
+            h.runner.cancel_all(10.0, "the worker agent is stopping")
+            await asyncio.sleep(0.3)
+            assert not done.done()  # still uploading
+            upload.go.set()
+            body = await asyncio.wait_for(done, 10)
+        finally:
+            upload.go.set()
+            await h.close()
+        assert body["status"] == "succeeded"
+        assert not [b for k, b in h.of("r1") if k == "event" and b["type"] == "run_warning"]
+
+    run_async(scenario)
