@@ -17,7 +17,14 @@ The control plane puts it in the bucket once (execution_facts.s3_inputs_uploaded
 agent downloads it from the bucket once (then its cache serves it); the bucket ends with one input
 object.
 
-    python benchmarks/storage.py [--mib 256] [--s3-runs 5] [--s3-mib 64] [--out FILE]
+Upload and slots (`--upload-hidden N`, 0 skips it): a server whose cpu queue admits one run, an
+agent with the transfer backend, a first run that saves an MLP (hidden N, two layers: about
+4*(N*N*2) bytes) and a second run queued behind it on the same slot. Measured: seconds from the
+first run's process exit (its pid polled every 2 ms) to the second run's `started_at`, with the
+agent offering `run_released` (the slot is freed as the process exits) and playing an older agent
+without it (the slot is held through the upload), `--upload-repeats` times each (median).
+
+    python benchmarks/storage.py [--mib 256] [--s3-runs 5] [--s3-mib 64] [--upload-hidden 4096] [--out FILE]
 """
 
 from __future__ import annotations
@@ -118,6 +125,76 @@ async def measure(state: dict[str, Any], data_dir: Path, agent_dir: Path, mib: i
             agent.kill()
 
 
+def saving(hidden: int) -> dict[str, Any]:
+    e = {"source": "model", "source_port": "model", "target": "save", "target_port": "model"}
+    return {"nodes": [{"id": "model", "type": "MLP", "params": {"in_features": hidden, "out_features": 2,
+                                                                "hidden": hidden, "layers": 2}},
+                      {"id": "save", "type": "SaveModel", "params": {"filename": "big.pt"}}], "edges": [e]}
+
+
+SMALL = {"nodes": [{"id": "k", "type": "Float", "params": {"value": 2}}], "edges": []}
+
+
+async def process_exit(http: Http, run_id: str, timeout: float = 600.0) -> float:
+    """time.time() when the run's process (execution_facts.worker_pid) is seen gone."""
+    deadline = time.monotonic() + timeout
+    pid = None
+    while pid is None:
+        _, run = await http.request("GET", f"runs/{run_id}")
+        pid = (run.get("execution_facts") or {}).get("worker_pid")
+        if run["status"] not in ("queued", "running") or time.monotonic() > deadline:
+            raise SystemExit(f"run {run_id} ended ({run['status']}) before its process was seen")
+        await asyncio.sleep(0.005)
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return time.time()
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the process of run {run_id} did not exit")
+        await asyncio.sleep(0.002)
+
+
+async def measure_upload_slot(state: dict[str, Any], agent_dir: Path, hidden: int, repeats: int) -> dict[str, Any]:
+    control = f"http://127.0.0.1:{state['port']}{state['base_url']}"
+    http = Http(state)
+    out: dict[str, Any] = {"hidden": hidden, "repeats": repeats}
+    try:
+        for label, extra in (("with_run_released", {}),
+                             ("without_run_released", {"CODEFY_AGENT_TEST_WITHOUT_CAPABILITIES": "run_released"})):
+            name = f"bench-{label.replace('_', '-')}"
+            env = {**os.environ, "CODEFY_AGENT_MACHINE_ID": f"storage-benchmark-{name}", **extra}
+            agent = subprocess.Popen([sys.executable, "-m", "codefy_jupyter.cli", "agent", "start", "--control",
+                                      control, "--token", state["token"], "--name", name, "--data-dir",
+                                      str(agent_dir / name)], env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+            try:
+                await connected(http, name)
+                rows = []
+                for _ in range(repeats):
+                    target = {"target": {"worker": name, "devices": ["cpu"]}}
+                    _, first = await http.request("POST", "runs", {"graph": saving(hidden), "options": target})
+                    _, second = await http.request("POST", "runs", {"graph": SMALL, "options": target})
+                    exited = await process_exit(http, first["id"])
+                    a, b = await wait_finished(http, first["id"]), await wait_finished(http, second["id"])
+                    if a["status"] != "succeeded" or b["status"] != "succeeded":
+                        raise SystemExit(f"runs ended {a['status']} / {b['status']}: {a.get('error')}")
+                    rows.append({"exit_to_next_start_s": round(b["started_at"] - exited, 4),
+                                 "exit_to_first_end_s": round(a["finished_at"] - exited, 4),
+                                 "upload_bytes": (a.get("execution_facts") or {}).get("released_upload_bytes")})
+                gaps = sorted(r["exit_to_next_start_s"] for r in rows)
+                out[label] = {"exit_to_next_start_s_median": gaps[len(gaps) // 2], "runs": rows}
+            finally:
+                agent.terminate()
+                try:
+                    agent.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    agent.kill()
+        return out
+    finally:
+        http.close()
+
+
 @contextlib.contextmanager
 def moto_server() -> Iterator[str]:
     """A local S3-compatible endpoint (moto_server, no authentication) with the bucket `bench`."""
@@ -200,6 +277,8 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=256)
     parser.add_argument("--s3-runs", type=int, default=5)
     parser.add_argument("--s3-mib", type=int, default=64)
+    parser.add_argument("--upload-hidden", type=int, default=4096)
+    parser.add_argument("--upload-repeats", type=int, default=3)
     parser.add_argument("--out")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -208,6 +287,11 @@ def main() -> None:
         data_dir, agent_dir = Path(tmp) / "data", Path(tmp) / "agent"
         with codefy_server(data_dir, cpu_limit=2) as state:
             sections["transfer"] = asyncio.run(measure(state, data_dir, agent_dir, args.mib))
+        if args.upload_hidden > 0:
+            data_dir, agent_dir = Path(tmp) / "data-upload", Path(tmp) / "agent-upload"
+            with codefy_server(data_dir, cpu_limit=1) as state:
+                sections["upload_slot"] = asyncio.run(measure_upload_slot(state, agent_dir, args.upload_hidden,
+                                                                          args.upload_repeats))
         if args.s3_runs > 0:
             data_dir, agent_dir = Path(tmp) / "data-s3", Path(tmp) / "agent-s3"
             with moto_server() as url:

@@ -537,8 +537,9 @@ class Agent:
         self.deliveries.add(run_id, started_frame(run_id, pid, view, capped))
 
     def _message(self, run_id: str, kind: str, body: dict[str, Any]) -> None:
-        facts = bool(self.welcome and "run_facts" in self.welcome.capabilities)
-        frame = message_frame(run_id, kind, body, facts=facts)
+        negotiated = self.welcome.capabilities if self.welcome else ()
+        frame = message_frame(run_id, kind, body, facts="run_facts" in negotiated,
+                              released="run_released" in negotiated)
         if frame is not None:
             self.deliveries.add(run_id, frame)
 
@@ -557,7 +558,9 @@ def offered_capabilities() -> list[str]:
     """What the hello offers: everything this version implements, `s3` only where boto3 imports."""
     from .s3 import available
 
-    return sorted(c for c in SUPPORTED_CAPABILITIES if c != "s3" or available())
+    # Tests and benchmarks play an older agent by leaving capabilities out (comma-separated names).
+    left_out = {c.strip() for c in os.environ.get("CODEFY_AGENT_TEST_WITHOUT_CAPABILITIES", "").split(",")}
+    return sorted(c for c in SUPPORTED_CAPABILITIES if (c != "s3" or available()) and c not in left_out)
 
 
 def machine_id() -> str | None:

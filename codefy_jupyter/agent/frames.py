@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..wire.frames import Event, RunFacts, RunFinished, RunFrame, RunStarted, RunWarning
+from ..wire.frames import Event, RunFacts, RunFinished, RunFrame, RunReleased, RunStarted, RunWarning
 from .isolation import Visibility
 
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
@@ -22,10 +22,14 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def message_frame(run_id: str, kind: str, body: dict[str, Any], *, facts: bool) -> RunFrame | None:
+def message_frame(run_id: str, kind: str, body: dict[str, Any], *, facts: bool,
+                  released: bool = False) -> RunFrame | None:
     """The frame for one message of a run's process, or None for one that is not sent (`facts`
-    when the control plane did not negotiate run_facts, a malformed body). An event travels as the
-    run process built it: the same `{"type", "payload"}`, for the control plane to log as is."""
+    when the control plane did not negotiate run_facts, `released` when it did not negotiate
+    run_released, a malformed body). An event travels as the run process built it: the same
+    `{"type", "payload"}`, for the control plane to log as is."""
+    if kind == "released":
+        return RunReleased(run_id=run_id, upload_bytes=_int(body.get("upload_bytes"))) if released else None
     if kind == "event":
         if not isinstance(body.get("type"), str) or not isinstance(body.get("payload"), dict):
             return None

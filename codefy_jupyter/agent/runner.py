@@ -7,6 +7,10 @@ socket, and every message it sends back handed to `on_message` in order. When th
 for a process that died without one (a segfault, the OOM killer), `failed` with the exit code or
 signal and the last 4 KB of output.log. Nothing a run does can end the agent or another run.
 
+Files (transfer and S3 backends) go home after the process has exited and before `on_finished`;
+the runner first says `released` (the control plane frees the run's cards for the next run), and
+a cancel during the upload stops it between files and ends the run cancelled.
+
 Cancel (seed: isolation, cancel): the `cancel` message first (cooperative, the engine's
 CancelToken), SIGTERM to the run's process group after `grace_s`, SIGKILL `kill_after_s` later
 (`KillPolicy`). A run stopped that way ends `cancelled`, as an in-process cancel does.
@@ -27,7 +31,7 @@ from typing import Any, Callable, Mapping
 from ..wire import run_events as ev
 from ..wire.cpu_threads import thread_environment
 from . import pipe
-from .transfer import InputCache, RunTransfer, TransferFailed, point_inputs
+from .transfer import InputCache, RunTransfer, TransferFailed, UploadStopped, point_inputs, upload_order
 from .isolation import OfferedDevice, Visibility, child_environment, visibility
 from .launch import LaunchError, Launched, ProcessExit
 
@@ -131,6 +135,9 @@ class RunProcess:
         self._held: list[tuple[str, dict[str, Any]]] | None = None
         self._view: Visibility | None = None
         self._transfer_facts: dict[str, Any] | None = None
+        self.released = False  # `released` sent: the control plane has given its cards to others
+        self.upload_stop = False  # cancelled while its files upload: the rest stay on the worker
+        self._ending: asyncio.Future[None] | None = None  # record_outputs + upload: ends from here
 
     @property
     def pid(self) -> int | None:
@@ -168,16 +175,19 @@ class RunProcess:
                  "seconds": round(fetched.seconds, 6)}
         return point_inputs(json_copy(graph), inputs, fetched.paths), facts
 
-    async def _upload(self) -> None:
+    async def _upload(self) -> bool:
         """Transfer and S3 backends: the run's files go home (to the control plane, or to the
-        bucket) before its run_finished, from a thread."""
+        bucket) before its run_finished, from a thread. Its cards are released first (the process
+        no longer uses them), so the next run on them starts while this one uploads. True when a
+        cancel stopped the upload."""
         transfer, folder = self.remote, self.transfer_dir
         if transfer is None or folder is None:
-            return
+            return False
+        self._release(folder)
         where = "the S3 bucket" if transfer is not self.runner.transfer else "the control plane"
         try:
             started = time.perf_counter()
-            sent = await asyncio.to_thread(transfer.upload_outputs, self.run_id, folder)
+            sent = await asyncio.to_thread(transfer.upload_outputs, self.run_id, folder, self._upload_stopped)
             if sent:
                 log.info("run %s: %d files (%d bytes) uploaded to %s in %.3f s", self.run_id, len(sent),
                          sum(n for _, n in sent), where, time.perf_counter() - started)
@@ -185,11 +195,38 @@ class RunProcess:
                 self.runner.on_message(self.run_id, "facts", {"kind": "s3", "facts": {
                     "uploaded": [[key, size] for key, size in sent],
                     "credential_updates": getattr(transfer, "updates", 0)}})
+        except UploadStopped as err:
+            log.info("run %s: %s", self.run_id, err)
+            event = ev.run_warning(self.run_id, err.code, f"the run was cancelled while its files were uploaded to "
+                                   f"{where}: the files not yet uploaded stay on the worker", {"reason": str(err)})
+            self.runner.on_message(self.run_id, "event", {"type": event.type, "payload": event.payload})
+            return True
         except TransferFailed as err:
             log.warning("run %s: %s", self.run_id, err)
             event = ev.run_warning(self.run_id, err.code, f"the run's files could not be uploaded to {where}: {err}",
                                    {"reason": str(err)})
             self.runner.on_message(self.run_id, "event", {"type": event.type, "payload": event.payload})
+        return False
+
+    def _upload_stopped(self) -> bool:
+        # Read from the upload's thread; a bool set once on the loop's thread.
+        return self.upload_stop
+
+    def _release(self, folder: Path) -> None:
+        if self.released or self.runner.runs.get(self.run_id) is not self:
+            return
+        self.released = True
+        try:
+            left = sum(p.stat().st_size for p in upload_order(folder))
+        except OSError:
+            left = None
+        self.runner.on_message(self.run_id, "released", {"upload_bytes": left})
+
+    async def _upload_then_finish(self, report: dict[str, Any]) -> None:
+        """record_outputs with an upload: the files are complete at the report, so they go home
+        while the process writes its outputs, and the run ends once they are home."""
+        stopped = await self._upload()
+        self.runner.finish(self, _stopped(report) if stopped else report)
 
     def _relative_artifact(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
         """Transfer backend: an artifact's path relative to the run's folder, which is where the
@@ -245,8 +282,12 @@ class RunProcess:
         await self._read(reader)
         exit_ = await self._exit_status()
         writer.close()
-        await self._upload()
-        self.runner.finish(self, self._finished_body(exit_))
+        if self._ending is not None:
+            await self._ending
+        else:
+            stopped = await self._upload()
+            body = self._finished_body(exit_)
+            self.runner.finish(self, _stopped(body) if stopped else body)
         if r.record_outputs and self.runner.on_outputs is not None:
             self.runner.on_outputs(self.run_id)
 
@@ -299,12 +340,16 @@ class RunProcess:
                 body = self._never_capped(body)
             if kind == "finished":
                 self.report = body
-                if self.request.record_outputs and self.transfer_dir is None:
+                if self.request.record_outputs:
                     # Its outputs are written after the report (seed: recorded outputs on a
-                    # worker): the run ends now, its process gets the write time to exit.
+                    # worker): the run ends now (or once its files are home), its process gets
+                    # the write time to exit.
                     self._after(self.request.outputs_write_timeout_s + EXIT_AFTER_FINISHED_S, self._kill_lingering)
-                    self.runner.finish(self, {**body, "duration_s": body.get("duration_s")
-                                              or time.monotonic() - self.started_at})
+                    report = {**body, "duration_s": body.get("duration_s") or time.monotonic() - self.started_at}
+                    if self.transfer_dir is None:
+                        self.runner.finish(self, report)
+                    else:
+                        self._ending = asyncio.ensure_future(self._upload_then_finish(report))
                     continue
                 self._after(EXIT_AFTER_FINISHED_S, self._kill_lingering)
                 continue
@@ -381,7 +426,12 @@ class RunProcess:
         return writer
 
     # -- cancel -----------------------------------------------------------------------------------------
-    def cancel(self, grace_s: float, reason: str) -> None:
+    def cancel(self, grace_s: float, reason: str, *, stop_upload: bool = True) -> None:
+        # A cancel once the graph is done (the run is uploading, or about to) stops the upload; one
+        # that stopped the graph leaves its files (interrupted checkpoints) to go home, and so does
+        # an agent stop (`stop_upload` False).
+        if stop_upload and (self.report is not None or (self.launched is not None and self.launched.exited.done())):
+            self.upload_stop = True
         if self.cancel_requested:
             # A second cancel can only shorten the grace (a cancel with grace 0 after a normal one).
             if grace_s <= 0:
@@ -420,6 +470,12 @@ class RunProcess:
 
     def _after(self, delay: float, fn: Callable[[], None]) -> None:
         self._timers.append(asyncio.get_running_loop().call_later(delay, fn))
+
+
+def _stopped(body: dict[str, Any]) -> dict[str, Any]:
+    """A succeeded run cancelled while its files uploaded ends cancelled (its result is not all
+    home); a failed one stays failed."""
+    return {**body, "status": "cancelled", "error": None} if body.get("status") == "succeeded" else body
 
 
 class Runner:
@@ -512,7 +568,7 @@ class Runner:
 
     def cancel_all(self, grace_s: float, reason: str) -> None:
         for proc in list(self.runs.values()):
-            proc.cancel(grace_s, reason)
+            proc.cancel(grace_s, reason, stop_upload=False)
 
     async def wait_idle(self) -> None:
         await self._idle.wait()

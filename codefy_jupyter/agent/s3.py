@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..wire import s3_keys
-from .transfer import CHUNK, InputCache, TransferFailed, upload_order
+from .transfer import CHUNK, InputCache, TransferFailed, before_upload, upload_order
 
 
 class S3TransferFailed(TransferFailed):
@@ -102,10 +102,12 @@ class S3Transfer(InputCache):
     def key_of(self, relative: str) -> str:
         return s3_keys.object_key(self.prefix, relative)
 
-    def upload_outputs(self, run_id: str, folder: Path) -> list[tuple[str, int]]:
+    def upload_outputs(self, run_id: str, folder: Path, stop: Callable[[], bool] | None = None
+                       ) -> list[tuple[str, int]]:
         """Every file under `folder` to its key (interrupted checkpoints last); (key, bytes) each."""
         sent = []
         for path in upload_order(folder):
+            before_upload(stop)
             key = self.key_of(path.relative_to(folder).as_posix())
             size = path.stat().st_size
             try:

@@ -33,6 +33,33 @@ class TransferFailed(Exception):
     code = "worker_transfer_failed"
 
 
+class UploadStopped(TransferFailed):
+    """The run was cancelled while its files uploaded: the rest stay on the worker."""
+
+    code = "worker_upload_stopped"
+
+
+# Tests and benchmarks only: seconds each file waits before its upload, so a run is reliably caught
+# mid-upload (a loopback upload is otherwise too quick to watch). Unset in production.
+UPLOAD_DELAY_ENV = "CODEFY_AGENT_TEST_UPLOAD_DELAY_S"
+
+
+def before_upload(stop: Callable[[], bool] | None) -> None:
+    """Between files: the test delay (if set), then UploadStopped if the run was cancelled."""
+    try:
+        delay = float(os.environ.get(UPLOAD_DELAY_ENV) or 0)
+    except ValueError:
+        delay = 0.0
+    deadline = time.monotonic() + delay
+    while True:
+        if stop is not None and stop():
+            raise UploadStopped("the run was cancelled while its files uploaded")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.05))
+
+
 @dataclass
 class Fetched:
     """What fetching a run's inputs did: the local path of each input entry, bytes downloaded,
@@ -65,7 +92,9 @@ class InputCache:
     def _download(self, run_id: str, item: dict[str, Any], out: Any) -> str:
         raise NotImplementedError
 
-    def upload_outputs(self, run_id: str, folder: Path) -> list[tuple[str, int]]:
+    def upload_outputs(self, run_id: str, folder: Path, stop: Callable[[], bool] | None = None
+                       ) -> list[tuple[str, int]]:
+        """Every file under `folder`; `stop` is asked between files (UploadStopped when true)."""
         raise NotImplementedError
 
     # -- inputs ---------------------------------------------------------------------------------
@@ -155,10 +184,12 @@ class RunTransfer(InputCache):
         return digest.hexdigest()
 
     # -- outputs --------------------------------------------------------------------------------
-    def upload_outputs(self, run_id: str, folder: Path) -> list[tuple[str, int]]:
+    def upload_outputs(self, run_id: str, folder: Path, stop: Callable[[], bool] | None = None
+                       ) -> list[tuple[str, int]]:
         """Upload every file under `folder`; (relative path, bytes) of each, in upload order."""
         sent = []
         for path in upload_order(folder):
+            before_upload(stop)
             rel = path.relative_to(folder).as_posix()
             size = path.stat().st_size
             conn = self._connection()

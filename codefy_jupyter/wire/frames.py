@@ -25,12 +25,13 @@ KILL_AFTER_TERMINATE_S = 5.0
 # Every capability the seed names. A capability is used only when both sides list it.
 KNOWN_CAPABILITIES: frozenset[str] = frozenset({
     "ack", "mounts", "transfer", "memory_budget", "one_shot", "s3", "record_outputs", "instances",
-    "run_facts", "batch",
+    "run_facts", "batch", "run_released",
 })
 # What this version of the code implements.
 # An agent offers `s3` only when boto3 imports there (agent/s3.py).
 SUPPORTED_CAPABILITIES: frozenset[str] = frozenset({"ack", "one_shot", "instances", "run_facts", "batch", "mounts",
-                                                    "transfer", "memory_budget", "s3", "record_outputs"})
+                                                    "transfer", "memory_budget", "s3", "record_outputs",
+                                                    "run_released"})
 
 
 def negotiate(offered: Iterable[str], supported: Iterable[str] = SUPPORTED_CAPABILITIES) -> list[str]:
@@ -221,6 +222,19 @@ class RunFinished(RunFrame):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RunReleased(RunFrame):
+    """The run's process is gone (or, with record_outputs, has reported and only writes its
+    outputs) but the run has not ended: its files still upload (transfer and S3 backends). The
+    control plane gives the run's device slots and card memory back now and keeps the run
+    `running` until its `run_finished` (capability `run_released`; ours, not the seed's). At most
+    one per run; a repeat or a late one changes nothing. Per-run, so it is spooled and replayed
+    like any other. `upload_bytes`: what is left to upload, when the agent knows it."""
+
+    type: ClassVar[str] = "run_released"
+    upload_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class OutputAnswer(Frame):
     """The answer to a `fetch_output`: its `http_status` and its JSON body in `chunk`s, in order, the
     last with `final` (wire/output_reads.py computes it, as the control plane does for its own runs)."""
@@ -384,7 +398,7 @@ AGENT_FRAMES: tuple[type[Frame], ...] = (Hello, Heartbeat, RunAlive, RunStarted,
 SERVER_FRAMES: tuple[type[Frame], ...] = (Welcome, Reject, Assign, Cancel, Drain, Ack, FetchOutput, CancelFetch,
                                           DropOutputs)
 # Frames of negotiated capabilities (not in the seed's table).
-CAPABILITY_FRAMES: tuple[type[Frame], ...] = (Batch, Credentials)
+CAPABILITY_FRAMES: tuple[type[Frame], ...] = (Batch, Credentials, RunReleased)
 FRAME_TYPES: dict[str, type[Frame]] = {cls.type: cls for cls in AGENT_FRAMES + SERVER_FRAMES + CAPABILITY_FRAMES}
 RUN_FINISHED_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 # The `error.code` of a `cancelled` run_finished whose run the agent stopped because the agent itself

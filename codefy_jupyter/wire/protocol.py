@@ -7,6 +7,8 @@ A frame is one JSON object per WebSocket text message with a `type` and that typ
     agent -> control plane   hello, heartbeat, run_alive, and per run: run_started, event, metrics,
                              artifact, warning, run_facts, run_finished
     control plane -> agent   welcome, reject, assign, cancel, drain, ack; credentials (capability s3)
+    agent -> control plane   run_released (capability run_released: the run's cards are free while
+                             its files upload; the run ends with its run_finished)
 
 Per-run frames carry `run_id` and `seq`: a gapless counter per run starting at 1, assigned by the
 agent's `Outbox`. The control plane records them through a `RunInbox`, which drops duplicates by
@@ -50,7 +52,7 @@ from .frames import (
     AGENT_FRAMES, AGENT_STOPPED, Ack, Artifact, Assign, Batch, CAPABILITY_FRAMES, Cancel, Credentials, DEFAULT_GRACE_S,
     DEFAULT_HEARTBEAT_S, Drain, Event, FRAME_TYPES, Frame, HEARTBEAT_MISSES, HELLO_TIMEOUT_S, Heartbeat,
     Hello, KILL_AFTER_TERMINATE_S, KNOWN_CAPABILITIES, Metrics, PROTOCOL_VERSION, ProtocolError,
-    RUN_FINISHED_STATUSES, Reject, RunAlive, RunFacts, RunFinished, RunFrame, RunStarted, RunWarning,
+    RUN_FINISHED_STATUSES, Reject, RunAlive, RunFacts, RunFinished, RunFrame, RunReleased, RunStarted, RunWarning,
     SERVER_FRAMES, SUPPORTED_CAPABILITIES, Welcome, negotiate,
 )
 
@@ -60,7 +62,7 @@ __all__ = [
     "DEFAULT_HEARTBEAT_S", "Drain", "Event", "FRAME_TYPES", "Frame", "HEARTBEAT_MISSES", "HELLO_TIMEOUT_S",
     "Heartbeat", "Hello", "INBOX_MAX_FRAMES", "KILL_AFTER_TERMINATE_S", "KNOWN_CAPABILITIES",
     "MAX_FRAME_BYTES", "Metrics", "Outbox", "PROTOCOL_VERSION", "ProtocolError", "RUN_FINISHED_STATUSES",
-    "Received", "Reject", "RunAlive", "RunFacts", "RunFinished", "RunFrame", "RunInbox", "RunStarted",
+    "Received", "Reject", "RunAlive", "RunFacts", "RunFinished", "RunFrame", "RunInbox", "RunReleased", "RunStarted",
     "RunWarning", "SERVER_FRAMES", "SUPPORTED_CAPABILITIES", "Welcome", "check_frame_size", "decode",
     "encode", "encode_batch", "from_dict", "negotiate", "numbered", "should_pause_reading", "to_dict",
     "unpack"

@@ -171,6 +171,8 @@ class RunService:
         self._order += 1
         run, slots = recovery.adopted_run(row, resume, self._order)
         self.queue.adopt(run, fate.worker, slots)
+        if "released_at" in (row.get("execution_facts") or {}):
+            self.queue.release(row["id"])  # its process had exited before the restart: its cards stay free
         self._runs.add(row["id"], status=fate.status, started=fate.started or self.clock(), worker=fate.worker,
                        handle=handle)
         await self.store.update_run(row["id"], status=fate.status)
@@ -209,6 +211,13 @@ class RunService:
 
     async def reschedule(self) -> None:
         await self._reschedule()
+
+    def release_slots(self, run_id: str) -> None:
+        """A worker run's cards are free before it ends (run_released): the next run may start."""
+        if self._runs.executing(run_id) is None or not self.queue.release(run_id):
+            return
+        log.info("run %s: its worker process has exited; its cards are free while its files upload", run_id)
+        self.keep(asyncio.get_running_loop().create_task(self._reschedule()))
 
     def worker_run_status(self, run_id: str, status: str) -> None:
         """A worker run's connection dropped (disconnected) or came back (running)."""

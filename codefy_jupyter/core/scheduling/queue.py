@@ -125,6 +125,8 @@ API for the control plane (RunService, WorkerRegistry):
   check_placeable(run, node_types=None, device_field=...)   (also done by submit(run, node_types))
   quotas = Quotas(...); check_owner_room(owner, adding), owner_counts(owner)   per-owner caps
   adopt(run, worker, slots)              a run already executing on a worker (after a restart)
+  release(run_id) -> bool                a worker run whose process exited while its files upload:
+                                         slots and card memory free, the run still executing until finish
   placement(run_id), slot_info(provider=None) -> [SlotInfo], same_machine(name), workers()
 """
 
@@ -168,6 +170,9 @@ class RunQueue:
         self._interactive_waiting: dict[str, Run] = {}
         self._waiting: dict[str, Run] = {}
         self._running: dict[str, Held] = {}
+        # Worker runs whose process has exited while their files upload (`release`): executing, but
+        # holding no device slot or card memory.
+        self._released: dict[str, Held] = {}
         # group -> slot -> executing runs on it: `_holding(self._running)` kept up to date as runs
         # start and finish rather than rebuilt on every pass.
         self._holding_now: dict[str, dict[str, int]] = {}
@@ -329,7 +334,7 @@ class RunQueue:
         `interactive_busy` / `session_busy`, status 503. A queued-lane run past its owner's
         `max_queued` is refused (429 `owner_queue_full`) unless `admitted` (a sweep's or study's
         child: its parent took the room up front with `check_owner_room`)."""
-        if run.run_id in self._waiting or run.run_id in self._running:
+        if run.run_id in self._waiting or run.run_id in self._running or run.run_id in self._released:
             raise ValueError(f"run {run.run_id!r} is already in the queue")
         if self._last_order is not None and run.order <= self._last_order:
             raise ValueError(f"submit order must increase: {run.order} after {self._last_order}")
@@ -386,7 +391,7 @@ class RunQueue:
         """Record a run that already executes on `worker` holding `slots` (`<worker>/<device>`), as
         after a control-plane restart. Call `set_worker` for it first (state `disconnected`, its
         devices with UUIDs from the resume point) so the slots join their groups."""
-        if run.run_id in self._waiting or run.run_id in self._running:
+        if run.run_id in self._waiting or run.run_id in self._running or run.run_id in self._released:
             raise ValueError(f"run {run.run_id!r} is already in the queue")
         slots = tuple(slots)
         if run.lane == QUEUED and (not slots or any(split_slot(s)[0] != worker for s in slots)):
@@ -401,17 +406,40 @@ class RunQueue:
         self._last_order = max(self._last_order or run.order, run.order)
 
     def finish(self, run_id: str) -> Run:
-        """An executing run ended: give its slots back. KeyError for a run that is not executing."""
-        held = self._running.pop(run_id)
+        """An executing run ended: give its slots back (if `release` has not already). KeyError for
+        a run that is not executing."""
+        held = self._released.pop(run_id, None)
+        if held is None:
+            held = self._running.pop(run_id)
+            self._give_back(held)
+        if held.run.lane == QUEUED:
+            _count(self._owner_running, held.run.owner, -1)
+        return held.run
+
+    def release(self, run_id: str) -> bool:
+        """A worker run's process has exited but the run has not ended (its files still upload):
+        its device slots and card memory go back now, while it stays executing (`is_running`,
+        `placement`, its owner's quota count) until `finish`. Only a worker run holding slots is
+        released, once; False otherwise (a local run, a second release, an unknown run). Call
+        `schedule()` after a True."""
+        held = self._running.get(run_id)
+        if held is None or held.worker == LOCAL or held.run.lane != QUEUED:
+            return False
+        del self._running[run_id]
+        self._give_back(held)
+        self._released[run_id] = held
+        return True
+
+    def is_released(self, run_id: str) -> bool:
+        return run_id in self._released
+
+    def _give_back(self, held: Held) -> None:
         for slot, group in zip(held.slots, held.groups):
             for counts, key in ((self._used, slot), (self._group_used, group)):
                 counts[key] -= 1
                 if not counts[key]:
                     del counts[key]
         self._note_holding(held, -1)
-        if held.run.lane == QUEUED:
-            _count(self._owner_running, held.run.owner, -1)
-        return held.run
 
     def _note_holding(self, held: Held, change: int) -> None:
         for slot, group in zip(held.slots, held.groups):
@@ -459,19 +487,19 @@ class RunQueue:
     # -- questions --
 
     def get(self, run_id: str) -> Run | None:
-        held = self._running.get(run_id)
+        held = self._running.get(run_id) or self._released.get(run_id)
         return self._waiting.get(run_id) or (held.run if held else None)
 
     def placement(self, run_id: str) -> Placement | None:
         """Where an executing run runs (None for a waiting or unknown run)."""
-        held = self._running.get(run_id)
+        held = self._running.get(run_id) or self._released.get(run_id)
         return self._placement(held) if held else None
 
     def is_waiting(self, run_id: str) -> bool:
         return run_id in self._waiting
 
     def is_running(self, run_id: str) -> bool:
-        return run_id in self._running
+        return run_id in self._running or run_id in self._released
 
     def waiting(self) -> list[Run]:
         return sorted(self._waiting.values(), key=lambda r: r.order)

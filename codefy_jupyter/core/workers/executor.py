@@ -23,6 +23,10 @@ its unacked frames; past the grace the run ends interrupted (worker_gone) and it
 after the closing event. A run the worker reports that is not tracked here gets a `cancel` with
 grace 0.
 
+Released cards (capability `run_released`): a run whose process has exited while the agent
+uploads its files sends `run_released`; its slots and card memory go back to the queue at once
+(RunService.release_slots, once) and the run stays running until `run_finished`.
+
 Adoption: after a hard stop of the control plane, `adopt` takes a row that has a resume point: the
 run waits `disconnected` (no assign is sent) for its worker's `run_alive`, and ends interrupted
 (worker_lost_after_restart) if the worker is not back within the grace.
@@ -45,8 +49,8 @@ from .handshake import check_graph_types, graph_node_types
 from .host import RunHost
 from .records import RESUME, WorkerRun, facts_doc
 from ...wire.protocol import (
-    INBOX_MAX_FRAMES, Ack, Assign, Cancel, Drain, RunAlive, RunFacts, RunFinished, RunFrame, RunInbox, RunStarted,
-    should_pause_reading,
+    INBOX_MAX_FRAMES, Ack, Assign, Cancel, Drain, RunAlive, RunFacts, RunFinished, RunFrame, RunInbox, RunReleased,
+    RunStarted, should_pause_reading,
 )
 from .registry import Worker, WorkerRegistry
 from ..storage.plan import S3, TRANSFER, StoragePlan
@@ -471,7 +475,9 @@ class WorkerExecutor:
                     {"worker": run.worker, "backend": TRANSFER}))
             return
         self._ensure_started(run)
-        if isinstance(frame, RunFacts):
+        if isinstance(frame, RunReleased):
+            self._released(run, frame)
+        elif isinstance(frame, RunFacts):
             self._run_facts(run, frame)
         elif isinstance(frame, RunFinished):
             if frame.peak_memory is not None:
@@ -484,6 +490,17 @@ class WorkerExecutor:
                 self.host.events.emit(run.run_id, event)
                 if event.type == "artifact":
                     self._record_artifact(run.run_id, event.payload, run.storage)
+
+    def _released(self, run: WorkerRun, frame: RunReleased) -> None:
+        """The run's process is gone while its files upload: its cards go to the next run now; the
+        run stays running until run_finished. `released_at` persists with the facts, so a run
+        adopted after a restart does not take its cards again."""
+        if "released_at" in run.facts:
+            return
+        run.facts["released_at"] = self.host.clock()
+        if frame.upload_bytes is not None:
+            run.facts["released_upload_bytes"] = frame.upload_bytes
+        self.host.release_slots(run.run_id)
 
     def _log(self, run_id: str, event: ev.RunEvent) -> None:
         self.host.events.emit(run_id, event)

@@ -36,6 +36,10 @@ class RunHost(Protocol):
     def fail_waiting(self, run_id: str, code: str, message: str, params: dict[str, Any]) -> Awaitable[None]:
         """A waiting run that can no longer run ends failed with `code`."""
 
+    def release_slots(self, run_id: str) -> None:
+        """A worker run's process is gone while its files upload: free its device slots (and card
+        memory) for the next run; the run stays running. Idempotent."""
+
     def worker_run_status(self, run_id: str, status: str) -> None:
         """A worker run's connection dropped (`disconnected`) or came back (`running`)."""
 
