@@ -9,7 +9,8 @@ signed and checked against the caller's IAM policies: a run's STS credentials ge
 allows. moto does not apply an AssumeRole *session policy* (it evaluates the role's own policies
 only: moto/iam/access_control.py `AssumedRoleAccessKey.collect_policies`), nor does it expire STS
 credentials, so the narrowing to one run's prefix is checked where it is decided
-(tests/unit/test_storage_s3.py), and here only what the endpoint truly enforces is asserted.
+(tests/unit/test_storage_s3.py) and by moto's own policy evaluator on the exact policy STS received
+(tests/integration/test_s3_session_policy_eval.py); here only what the endpoint truly enforces is asserted.
 """
 
 from __future__ import annotations
