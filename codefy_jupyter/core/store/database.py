@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from . import workers as store_workers
 from .checkpoints import CheckpointPolicy
-from .writer import Outcomes, Write, WriterThread, settle
+from .writer import BUSY_TIMEOUT_MS, Outcomes, Write, WriterThread, settle
 from .migrations import SCHEMA_VERSION, SchemaVersionError, migrate, read_schema_version
 from .queries import (
     EVENT_ENVELOPE_BYTES,
@@ -131,7 +131,7 @@ class _ConnectionThread:
 def _connect_writer(path: Path, synchronous: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)  # autocommit: we issue BEGIN ourselves
     try:
-        conn.execute("PRAGMA busy_timeout = 5000")
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         # Read the version before anything writes: a newer file must stay untouched.
         version = read_schema_version(conn)
         if version > SCHEMA_VERSION:

@@ -36,6 +36,9 @@ class Write:
     after_commit: Callable[[Any], None] | None
 
 
+BUSY_TIMEOUT_MS = 5000  # the writer connection's, as database.py sets it
+RESTART_WAIT_MS = 100   # the longest a RESTART checkpoint waits for the readers reading now
+
 _STOP = object()   # commit what is queued before this, then report drained
 _CLOSE = object()  # close the connection and end the thread
 
@@ -145,16 +148,23 @@ class WriterThread:
         policy.committed(commits)
         if not policy.due(idle=self._queue.empty()):
             return
+        mode = policy.mode()
         try:
-            _busy, wal_frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if mode != "PASSIVE":  # it waits for readers: briefly, a held snapshot must not stall writes
+                conn.execute(f"PRAGMA busy_timeout = {RESTART_WAIT_MS}")
+            try:
+                busy, wal_frames, copied = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+            finally:
+                if mode != "PASSIVE":
+                    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         except sqlite3.Error:  # the commits are safe in the WAL; a later try copies them back
             log.exception("store: a WAL checkpoint failed")
             policy.checkpointed(1, 0)
             return
         self.checkpoint_runs += 1
-        if copied < wal_frames:
+        if busy or copied < wal_frames:
             self.checkpoint_short += 1
-        policy.checkpointed(wal_frames, copied)
+        policy.checkpointed(wal_frames, -1 if busy else copied)
 
     @staticmethod
     def _apply(conn: sqlite3.Connection, batch: Sequence[Write]) -> Outcomes:
