@@ -28,8 +28,9 @@ IDLE_AFTER = 200
 FORCE_AFTER = 2_000
 # After a checkpoint a reader cut short: commits before the next try.
 RETRY_AFTER = 25
-# WAL frames (pages) past which the next checkpoint waits for readers (RESTART): 16 MiB of 4 KiB pages.
-RESTART_FRAMES = 4_096
+# WAL frames (pages) past which the next checkpoint waits for readers (RESTART): SQLite's own
+# auto-checkpoint threshold, 4 MiB of 4 KiB pages.
+RESTART_FRAMES = 1_000
 
 
 @dataclass
