@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/cpu_threads.py
 	$(PY) benchmarks/discovery.py
 	$(PY) benchmarks/experiments.py
+	$(PY) benchmarks/store_readers.py
 	$(PY) benchmarks/lab_graph.py
 	$(PY) benchmarks/lab_runs.py
 	$(PY) benchmarks/storage.py

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from . import workers as store_workers
-from .writer import Outcomes, Write, WriterThread, settle
+from .checkpoints import CheckpointPolicy
+from .writer import BUSY_TIMEOUT_MS, Outcomes, Write, WriterThread, settle
 from .migrations import SCHEMA_VERSION, SchemaVersionError, migrate, read_schema_version
 from .queries import (
     EVENT_ENVELOPE_BYTES,
@@ -87,6 +88,8 @@ class StoreStatistics:
     failed_writes: int  # writes whose own transaction failed (their callers got the error)
     largest_batch: int  # most writes committed in one transaction
     queued: int         # writes waiting for the writer now
+    checkpoints: int = 0        # WAL checkpoints the writer ran (checkpoints.py)
+    short_checkpoints: int = 0  # of those, cut short by a reader's snapshot (tried again later)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,7 +131,7 @@ class _ConnectionThread:
 def _connect_writer(path: Path, synchronous: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)  # autocommit: we issue BEGIN ourselves
     try:
-        conn.execute("PRAGMA busy_timeout = 5000")
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         # Read the version before anything writes: a newer file must stay untouched.
         version = read_schema_version(conn)
         if version > SCHEMA_VERSION:
@@ -137,6 +140,8 @@ def _connect_writer(path: Path, synchronous: str) -> sqlite3.Connection:
         if str(mode).lower() != "wal":
             raise StoreError(f"{path}: SQLite would not switch to WAL mode (got {mode!r})", path=path)
         conn.execute(f"PRAGMA synchronous = {synchronous}")
+        # The writer thread checkpoints between batches (checkpoints.py), not inside a COMMIT.
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
         migrate(conn)
         return conn
     except BaseException:
@@ -206,13 +211,15 @@ class Store:
 
     @classmethod
     async def open(cls, path: str | Path, *, clock: Clock = time.time, synchronous: str = "FULL",
-                   batch_window_s: float = 0.0, max_batch: int = 512) -> "Store":
+                   batch_window_s: float = 0.0, max_batch: int = 512,
+                   checkpoints: CheckpointPolicy | None = None) -> "Store":
         """Open (creating and migrating as needed) the store at `path`.
 
         Raises StoreError, without writing to the file, when it is not SQLite or its schema is
         newer than this code. `synchronous` is SQLite's: FULL makes a commit survive power loss;
         NORMAL survives a process crash only. `batch_window_s` > 0 makes the writer wait that long
-        after the first queued write to gather more (larger batches, added latency).
+        after the first queued write to gather more (larger batches, added latency). `checkpoints`:
+        when the writer checkpoints the WAL (default: checkpoints.py's figures).
         """
         synchronous = synchronous.upper()
         if synchronous not in ("NORMAL", "FULL", "EXTRA"):
@@ -225,7 +232,8 @@ class Store:
         _make_private(path)
         try:
             writer = await WriterThread.start("codefy-store-writer", partial(_connect_writer, path, synchronous),
-                                              batch_window_s=batch_window_s, max_batch=max_batch)
+                                              batch_window_s=batch_window_s, max_batch=max_batch,
+                                              checkpoints=checkpoints or CheckpointPolicy())
         except SchemaVersionError as exc:
             raise StoreError(f"{path} was written by a newer codefy-jupyter ({exc}); refusing to open it",
                              path=path) from exc
@@ -291,7 +299,8 @@ class Store:
             settle(w.future, result)
 
     def statistics(self) -> StoreStatistics:
-        return StoreStatistics(self._commits, self._writes, self._failed, self._largest, self._writer.queued())
+        return StoreStatistics(self._commits, self._writes, self._failed, self._largest, self._writer.queued(),
+                               self._writer.checkpoint_runs, self._writer.checkpoint_short)
 
     async def close(self) -> None:
         """Commit every write submitted so far, then close both connections. Idempotent."""

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from .checkpoints import CheckpointPolicy
 from .queries import apply_batch
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,9 @@ class Write:
     after_commit: Callable[[Any], None] | None
 
 
+BUSY_TIMEOUT_MS = 5000  # the writer connection's, as database.py sets it
+RESTART_WAIT_MS = 100   # the longest a RESTART checkpoint waits for the readers reading now
+
 _STOP = object()   # commit what is queued before this, then report drained
 _CLOSE = object()  # close the connection and end the thread
 
@@ -43,16 +47,21 @@ class WriterThread:
     """Start with `await WriterThread.start(...)`; `put` writes (loop thread only); `await
     drain()` commits everything queued so far and takes no more; `await close()` then closes
     the connection. `deliver(batch, outcomes)`, set by the owner before the first `put`, runs on
-    the loop after each commit, in commit order."""
+    the loop after each commit, in commit order. With a `checkpoints` policy the thread
+    checkpoints the WAL itself (the connection should have `wal_autocheckpoint` off; see
+    checkpoints.py), after handing the batch's outcomes back, so no write waits inside a COMMIT
+    for a checkpoint."""
 
     deliver: Callable[[list[Write], Outcomes], None]
 
     def __init__(self, name: str, connect: Callable[[], sqlite3.Connection], *, batch_window_s: float,
-                 max_batch: int) -> None:
+                 max_batch: int, checkpoints: CheckpointPolicy | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._connect = connect
         self._batch_window_s = batch_window_s
         self._max_batch = max_batch
+        self._checkpoints = checkpoints
+        self.checkpoint_runs = self.checkpoint_short = 0  # read by the owner for its statistics
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._opened = self._loop.create_future()
         self._drained = self._loop.create_future()
@@ -61,9 +70,9 @@ class WriterThread:
 
     @classmethod
     async def start(cls, name: str, connect: Callable[[], sqlite3.Connection], *, batch_window_s: float = 0.0,
-                    max_batch: int = 512) -> "WriterThread":
+                    max_batch: int = 512, checkpoints: CheckpointPolicy | None = None) -> "WriterThread":
         """The thread, once its connection is open; raises what `connect` raised."""
-        writer = cls(name, connect, batch_window_s=batch_window_s, max_batch=max_batch)
+        writer = cls(name, connect, batch_window_s=batch_window_s, max_batch=max_batch, checkpoints=checkpoints)
         writer._thread.start()
         await writer._opened
         return writer
@@ -126,9 +135,36 @@ class WriterThread:
                     stopping = True
                     break
                 batch.append(item)
-            self._post(self.deliver, batch, self._apply(conn, batch))
+            outcomes = self._apply(conn, batch)
+            self._post(self.deliver, batch, outcomes)
+            if self._checkpoints is not None:
+                self._maybe_checkpoint(conn, len(outcomes[1]))
             if stopping:
                 return
+
+    def _maybe_checkpoint(self, conn: sqlite3.Connection, commits: int) -> None:
+        policy = self._checkpoints
+        assert policy is not None
+        policy.committed(commits)
+        if not policy.due(idle=self._queue.empty()):
+            return
+        mode = policy.mode()
+        try:
+            if mode != "PASSIVE":  # it waits for readers: briefly, a held snapshot must not stall writes
+                conn.execute(f"PRAGMA busy_timeout = {RESTART_WAIT_MS}")
+            try:
+                busy, wal_frames, copied = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+            finally:
+                if mode != "PASSIVE":
+                    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        except sqlite3.Error:  # the commits are safe in the WAL; a later try copies them back
+            log.exception("store: a WAL checkpoint failed")
+            policy.checkpointed(1, 0)
+            return
+        self.checkpoint_runs += 1
+        if busy or copied < wal_frames:
+            self.checkpoint_short += 1
+        policy.checkpointed(wal_frames, -1 if busy else copied)
 
     @staticmethod
     def _apply(conn: sqlite3.Connection, batch: Sequence[Write]) -> Outcomes:
