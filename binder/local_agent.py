@@ -21,17 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-
-def alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+from codefy_jupyter.wire.local_server import pid_alive
 
 
 def listed_servers(runtime_dir: Path) -> list[dict[str, Any]]:
@@ -42,7 +32,7 @@ def listed_servers(runtime_dir: Path) -> list[dict[str, Any]]:
             info = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # written as we read it; the next look finds it whole
-        if isinstance(info, dict) and alive(info.get("pid")) and info.get("url"):
+        if isinstance(info, dict) and pid_alive(info.get("pid")) and info.get("url"):
             found.append(info)
     return found
 

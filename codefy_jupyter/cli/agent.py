@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..agent.retention import DEFAULT_KEEP_RUNS
+from ..wire.local_server import pid_alive
 from .args import EXIT_FAILED, EXIT_OK, EXIT_USAGE, seconds
 
 log = logging.getLogger("codefy.agent")
@@ -207,7 +208,7 @@ def local_control() -> tuple[str | None, Path]:
     path = local_server.state_path()
     state = _read_state(path)
     pid, url = state.get("pid"), state.get("url")
-    if not isinstance(pid, int) or pid <= 0 or not isinstance(url, str) or not url or not _alive(pid):
+    if not isinstance(pid, int) or pid <= 0 or not isinstance(url, str) or not url or not pid_alive(pid):
         return None, path
     return url, path
 
@@ -292,20 +293,6 @@ def _read_state(path: Path) -> dict[str, Any]:
 
 # -- stop ---------------------------------------------------------------------------------------------
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours (tests) counts as gone
-        import psutil
-
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except Exception:
-        return True
-
 
 def stop(args: argparse.Namespace) -> int:
     agent_dir = Path(args.data_dir).expanduser() if args.data_dir else default_agent_dir()
@@ -317,7 +304,7 @@ def stop(args: argparse.Namespace) -> int:
     for path in paths:
         state = _read_state(path)
         pid = state.get("pid")
-        if isinstance(pid, int) and pid > 0 and _alive(pid):
+        if isinstance(pid, int) and pid > 0 and pid_alive(pid):
             targets.append((path, state.get("name", path.stem), pid))
         else:
             path.unlink(missing_ok=True)  # a stale file of an agent that is gone
@@ -331,9 +318,9 @@ def stop(args: argparse.Namespace) -> int:
     code = EXIT_OK
     deadline = time.monotonic() + args.timeout
     for path, name, pid in targets:
-        while _alive(pid) and time.monotonic() < deadline:
+        while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _alive(pid):
+        if pid_alive(pid):
             print(f"agent {name} (pid {pid}) did not exit within {args.timeout:g} s: SIGKILL", file=sys.stderr)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

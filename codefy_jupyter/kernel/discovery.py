@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..wire import local_server
+from ..wire.local_server import pid_alive
 from .errors import CodefyError
 
 PROBE_TIMEOUT_S = 1.0  # a loopback server answers in milliseconds; a hung one must not hold every command
@@ -196,18 +197,6 @@ def _state_file(data_dir: str | None) -> Path:
     return local_server.state_path(data_dir)
 
 
-def _pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, someone else's
-        return True
-    return True
-
-
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -224,7 +213,7 @@ def _codefy_start_state(data_dir: str | None) -> ServerInfo | None:
 
 def _codefy_start_candidate(path: Path) -> Candidate | None:
     state = _read_json(path)
-    if state is None or not _pid_alive(state.get("pid")) or not state.get("url"):
+    if state is None or not pid_alive(state.get("pid")) or not state.get("url"):
         return None
     return Candidate(_base(state["url"]), str(state.get("token") or ""), CODEFY_START, str(path),
                      pid=state["pid"], started_at=float(state.get("started_at") or 0.0))
@@ -245,7 +234,7 @@ def _jupyter_candidates() -> list[Candidate]:
     found = []
     for path in paths:
         info = _read_json(path)
-        if info is None or not _pid_alive(info.get("pid")) or not str(info.get("url", "")).startswith("http"):
+        if info is None or not pid_alive(info.get("pid")) or not str(info.get("url", "")).startswith("http"):
             continue
         try:
             started = path.stat().st_mtime

@@ -42,6 +42,7 @@ from typing import Any, TextIO
 from ..core.store.lock import DATABASE_FILE, WHERE_ELSE, held_message, holder_of
 from ..wire import local_server
 from ..wire.local_server import STATE_FILE
+from ..wire.local_server import pid_alive
 from .event_loop import LOOP_ENV, LoopChoiceError, loop_choice, new_server_loop
 from .hub_service import HubService, HubServiceError, hub_service, server_config
 
@@ -176,17 +177,6 @@ def _open_log(path: Path) -> TextIO:
 
 
 # -- processes ------------------------------------------------------------------------------------
-def _pid_alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie (an orphaned server whose reaper has not
-    collected it yet is gone for our purposes)."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:  # someone else's process: it exists
-        return True
 
 
 def _lock_held(data_dir: Path) -> bool | None:
@@ -216,7 +206,7 @@ def _lock_held(data_dir: Path) -> bool | None:
 def _server_alive(data_dir: Path, pid: int) -> bool:
     # A free lock means no server serves this data dir, even if the recorded pid now names some
     # other process.
-    return _lock_held(data_dir) is not False and _pid_alive(pid)
+    return _lock_held(data_dir) is not False and pid_alive(pid)
 
 
 def _acquire_lock(data_dir: Path) -> int:
@@ -541,7 +531,7 @@ def stop(*, data_dir: Path, timeout: float = STOP_TIMEOUT_S) -> tuple[dict[str, 
 
 def _wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while _pid_alive(pid):
+    while pid_alive(pid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)

@@ -35,3 +35,23 @@ def data_dir(chosen: str | os.PathLike[str] | None = None, env: Mapping[str, str
 def state_path(folder: str | os.PathLike[str] | None = None) -> Path:
     """The `server.json` of the data dir `folder` (as `data_dir` resolves it)."""
     return data_dir(folder) / STATE_FILE
+
+
+def pid_alive(pid: object) -> bool:
+    """Whether the process a state file names still runs. Someone else's process counts (it exists);
+    a zombie does not (a server that exited and was not reaped yet is gone for whoever reads its file)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    try:  # Linux: the state letter follows the command name's closing parenthesis
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 1:].split()[:1] != ["Z"]
