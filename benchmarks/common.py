@@ -1,5 +1,5 @@
-"""What every benchmark here shares: a description of the machine, and the JSON report (printed,
-and saved when asked)."""
+"""What every benchmark here shares: a description of the machine, the JSON report (printed,
+and saved when asked), a free loopback port and the `codefy` command."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import datetime as dt
 import json
 import os
 import platform
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,3 +32,16 @@ def publish(out: str | None, started: float, **sections: Any) -> None:
     print(text)
     if out:
         Path(out).write_text(text + "\n", encoding="utf-8")
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the server binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def codefy(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The `codefy` command of this interpreter, its output captured."""
+    return subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=120)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import publish
+from common import codefy, free_port, publish
 
 TARGET_MS = 200.0
 
@@ -66,17 +65,6 @@ from jupyter_server.serverapp import list_running_servers
 servers = list(list_running_servers())
 print(json.dumps({"ms": (time.perf_counter() - t0) * 1000, "servers": len(servers)}))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def codefy(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", *args], env=env, capture_output=True,
-                          text=True, timeout=120)
 
 
 def start(env: dict[str, str], data_dir: Path) -> None:

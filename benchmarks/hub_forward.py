@@ -20,31 +20,17 @@ import argparse
 import http.client
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from common import publish
+from common import codefy, free_port, publish
 
 TOKEN = "bench-forward-" + "0" * 32
 GRAPH = {"graph": {"nodes": [{"id": "k", "type": "Float", "params": {"value": 1}}], "edges": []}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def codefy(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", *args], env=env, capture_output=True,
-                          text=True, timeout=120)
 
 
 def start(env: dict[str, str], data_dir: Path) -> str:

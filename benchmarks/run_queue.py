@@ -40,7 +40,6 @@ import json
 import math
 import multiprocessing
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,7 +51,7 @@ from typing import Any, Iterator
 import psutil
 
 from codefy_jupyter.server.headless import read_state
-from common import publish
+from common import free_port, publish
 from ws_client import WsReader
 
 TARGETS = {"submit_p50_ms": 5.0, "runs_per_s": 200.0, "events_per_s": 20_000.0, "rss_growth_mb": 50.0}
@@ -69,12 +68,6 @@ MB = 1024 * 1024
 
 
 # -- the server -----------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def codefy_server(data_dir: Path, cpu_limit: int, extra_env: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
     """A `codefy start` on `data_dir` (retention off) for the duration; its server.json state."""

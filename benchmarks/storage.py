@@ -41,8 +41,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from common import publish
-from run_queue import Http, codefy_server, free_port
+from common import free_port, publish
+from run_queue import Http, codefy_server
 
 TARGETS = {"transfer_mb_per_s": 200.0}
 
@@ -87,14 +87,21 @@ def transfer_facts(run: dict[str, Any]) -> dict[str, Any]:
     raise SystemExit(f"run {run['id']} reported no transfer: {run.get('error')}")
 
 
+def start_agent(state: dict[str, Any], name: str, agent_dir: Path, machine_id: str,
+                extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A real `codefy agent start` on loopback, enrolled with the server's own token; its own
+    machine id, so it counts as another machine (the transfer backend, not a borrowed folder)."""
+    control = f"http://127.0.0.1:{state['port']}{state['base_url']}"
+    env = {**os.environ, "CODEFY_AGENT_MACHINE_ID": machine_id, **(extra_env or {})}
+    return subprocess.Popen([sys.executable, "-m", "codefy_jupyter.cli", "agent", "start", "--control", control,
+                             "--token", state["token"], "--name", name, "--data-dir", str(agent_dir)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 async def measure(state: dict[str, Any], data_dir: Path, agent_dir: Path, mib: int) -> dict[str, Any]:
     upload = data_dir / "uploads" / "big.bin"
     write_input(upload, mib)
-    control = f"http://127.0.0.1:{state['port']}{state['base_url']}"
-    env = {**os.environ, "CODEFY_AGENT_MACHINE_ID": "storage-benchmark-worker"}
-    agent = subprocess.Popen([sys.executable, "-m", "codefy_jupyter.cli", "agent", "start", "--control", control,
-                              "--token", state["token"], "--name", "bench", "--data-dir", str(agent_dir)],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent = start_agent(state, "bench", agent_dir, "storage-benchmark-worker")
     http = Http(state)
     try:
         await connected(http, "bench")
@@ -156,18 +163,13 @@ async def process_exit(http: Http, run_id: str, timeout: float = 600.0) -> float
 
 
 async def measure_upload_slot(state: dict[str, Any], agent_dir: Path, hidden: int, repeats: int) -> dict[str, Any]:
-    control = f"http://127.0.0.1:{state['port']}{state['base_url']}"
     http = Http(state)
     out: dict[str, Any] = {"hidden": hidden, "repeats": repeats}
     try:
         for label, extra in (("with_run_released", {}),
                              ("without_run_released", {"CODEFY_AGENT_TEST_WITHOUT_CAPABILITIES": "run_released"})):
             name = f"bench-{label.replace('_', '-')}"
-            env = {**os.environ, "CODEFY_AGENT_MACHINE_ID": f"storage-benchmark-{name}", **extra}
-            agent = subprocess.Popen([sys.executable, "-m", "codefy_jupyter.cli", "agent", "start", "--control",
-                                      control, "--token", state["token"], "--name", name, "--data-dir",
-                                      str(agent_dir / name)], env=env, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+            agent = start_agent(state, name, agent_dir / name, f"storage-benchmark-{name}", extra)
             try:
                 await connected(http, name)
                 rows = []
@@ -228,11 +230,7 @@ async def measure_s3(state: dict[str, Any], url: str, data_dir: Path, agent_dir:
 
     upload = data_dir / "uploads" / "shared.bin"
     write_input(upload, mib)
-    control = f"http://127.0.0.1:{state['port']}{state['base_url']}"
-    env = {**os.environ, "CODEFY_AGENT_MACHINE_ID": "storage-benchmark-s3-worker"}
-    agent = subprocess.Popen([sys.executable, "-m", "codefy_jupyter.cli", "agent", "start", "--control", control,
-                              "--token", state["token"], "--name", "bench-s3", "--data-dir", str(agent_dir)],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent = start_agent(state, "bench-s3", agent_dir, "storage-benchmark-s3-worker")
     http = Http(state)
     try:
         await connected(http, "bench-s3")
