@@ -9,6 +9,7 @@ dist-info folder with an entry point, on the server's PYTHONPATH.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -50,11 +51,12 @@ def probe(value: float = 1.0, key: str = "", seconds: float = 0.8) -> dict[str, 
                                                                      "seconds": seconds}}], "edges": []}
 
 
-def spec(key: str, base_secret: str = SECRET, variant_secret: str = VARIANT_SECRET, **extra: Any) -> dict[str, Any]:
+def spec(key: str, base_secret: str = SECRET, variant_secret: str = VARIANT_SECRET, seconds: float = 0.8,
+         **extra: Any) -> dict[str, Any]:
     return {"name": "restarts", "objective": {"node_id": "p", "metric": "score", "direction": "minimize"},
-            "base_graph": probe(key=base_secret),
+            "base_graph": probe(key=base_secret, seconds=seconds),
             "variants": [{"label": "base", "ops": []},
-                         {"label": "keyed", "graph": probe(value=3.0, key=variant_secret)}],
+                         {"label": "keyed", "graph": probe(value=3.0, key=variant_secret, seconds=seconds)}],
             "repetitions": 2, "seed": 5, "idempotency_key": key, **extra}
 
 
@@ -113,8 +115,6 @@ def database_bytes(data_dir: Path) -> bytes:
 
 
 def stored_graphs(data_dir: Path, study_id: str) -> list[dict[str, Any]]:
-    import json
-
     conn = sqlite3.connect(f"file:{data_dir / 'codefy.sqlite'}?mode=ro", uri=True)
     try:
         rows = conn.execute("SELECT graph FROM study_variants WHERE study_id = ? ORDER BY variant",
@@ -236,8 +236,8 @@ def test_an_auto_study_whose_budget_the_restart_finds_used_up_halts_instead_of_r
 def test_an_auto_study_with_budget_left_resumes_itself_and_may_use_its_last_run(servers):
     state = servers.start()
     # One child at a time: the kill interrupts exactly one attempt, and max_runs has room for
-    # exactly one retry.
-    body = spec("auto-room", resume_policy="auto", budget={"max_parallel_runs": 1, "max_runs": 5})
+    # exactly one retry. Long children, so the kill lands inside the one seen running.
+    body = spec("auto-room", seconds=2.0, resume_policy="auto", budget={"max_parallel_runs": 1, "max_runs": 5})
     code, created = api(state, "POST", "studies", body)
     assert code == 201, created
     study_id = created["id"]
