@@ -48,3 +48,13 @@ def sweep_child_name(sweep_name: str | None, index: int) -> str | None:
 def study_child_name(study_name: str | None, label: str, repetition: int) -> str:
     """`<study> / <label> / r<n>`."""
     return f"{study_name or 'study'} / {label} / r{repetition}"
+
+
+def child_placement(run: Any) -> dict[str, Any]:
+    """Where a child runs: worker_id, devices and queue_key of its run row. The run row leaves an
+    `any` run's worker_id empty until it is placed; a sweep's table shows `any` there instead,
+    so a waiting any sweep variant does not read as one on this server."""
+    worker, key = run.get("worker_id"), run.get("queue_key")
+    if worker is None and run.get("status") == "queued" and isinstance(key, str) and key.startswith("any/"):
+        worker = "any"
+    return {"worker_id": worker, "devices": run.get("devices"), "queue_key": key}

@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
 from ...runs import state as rs
+from ..children import child_placement
 from ..objective import RUN_LEVEL, final_metrics, read_objective, series_names
 from ..statistics import competition_ranks
 
@@ -84,7 +85,7 @@ def variant_view(sweep: Mapping[str, Any], variant: Mapping[str, Any], run: Mapp
         if node is None and variant.get("harvested") and not reading["ambiguous_producers"]:
             node = reading["objective_node_id"] if reading["objective_node_id"] != RUN_LEVEL else None
         view.update(final_metrics=final_metrics(points or (), node), final_metrics_node_id=node,
-                    worker_id=run.get("worker_id"), devices=run.get("devices"), queue_key=run.get("queue_key"))
+                    **child_placement(run))
     return view
 
 
