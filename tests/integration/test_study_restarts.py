@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from test_headless import Servers, api, wait_gone
+from test_study_crash import study, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -73,22 +74,6 @@ def servers(tmp_path, request) -> Servers:
     s.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), s.env.get("PYTHONPATH", "")) if p)
     request.addfinalizer(s.kill_leftovers)
     return s
-
-
-def study(state, study_id) -> dict[str, Any]:
-    code, body = api(state, "GET", f"studies/{study_id}")
-    assert code == 200, body
-    return body
-
-
-def wait_for(state, study_id, check, timeout=60.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        current = study(state, study_id)
-        if check(current):
-            return current
-        assert time.monotonic() < deadline, current
-        time.sleep(0.05)
 
 
 def events(state, study_id) -> list[dict[str, Any]]:

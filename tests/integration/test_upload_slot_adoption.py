@@ -12,25 +12,11 @@ from tornado.websocket import websocket_connect
 from codefy_jupyter._version import __version__
 from codefy_jupyter.wire import protocol as wp
 
-from test_headless import SMALL, Servers, api, wait_status
-from test_worker_adoption import kill_hard
+from test_headless import SMALL, api, wait_status
+from test_worker_adoption import _close_agents, kill_hard, servers  # noqa: F401  (fixtures)
 from test_worker_handlers import RawAgent
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def servers(tmp_path, request) -> Servers:
-    s = Servers(tmp_path)
-    request.addfinalizer(s.kill_leftovers)
-    return s
-
-
-@pytest.fixture(autouse=True)
-def _close_agents():
-    yield
-    while RawAgent.opened:
-        RawAgent.opened.pop().close()
 
 
 async def connect(state, capabilities: list[str]) -> tuple[RawAgent, wp.Welcome]:
