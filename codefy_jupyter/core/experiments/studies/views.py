@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from typing import Any, Mapping
 
+from ..children import child_placement
 from . import state as st
 from .plan import budget_usage, current_attempts
 from .request import Budget
@@ -22,8 +23,8 @@ def attempt_view(a: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) ->
     view.update(repetition=a["repetition"], seed=a["seed"])
     run = runs.get(a["run_id"]) if a["status"] not in (st.PENDING, st.LOST) else None
     view["run_exists"] = run is not None
-    if run is not None:  # where it runs, while its child exists (as for a sweep variant)
-        view.update(worker_id=run.get("worker_id"), devices=run.get("devices"), queue_key=run.get("queue_key"))
+    if run is not None:  # where it runs while its child exists; a waiting `any` child shows `any`
+        view.update(child_placement(run))
     return view
 
 
