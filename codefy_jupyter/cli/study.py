@@ -15,6 +15,7 @@ import asyncio
 import json
 import sys
 import uuid
+from contextlib import aclosing
 from typing import Any
 
 from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, int_in, seconds
@@ -24,7 +25,6 @@ from .servers import add_server_arguments, server_from_arguments
 _positive_seconds = seconds(allow_zero=False)
 ACTIONS = ("show", "cancel", "resume", "ls")
 SUBMIT_TRIES = 5  # a POST whose answer was lost is sent again (same key) this many times in all
-ACTIVE = ("queued", "running", "cancel_requested")
 ALREADY = " (already submitted with this key: not started again)"
 
 
@@ -171,24 +171,22 @@ def _report(doc: dict[str, Any], action: str, followed: bool, args: argparse.Nam
 
 
 async def _follow(client: Any, study_id: str, quiet: bool) -> dict[str, Any]:
-    """Long-poll the audit log; after each page with news, one read of the study's summary form
-    for the progress line. The study as it ended (the full form)."""
+    """The study as it ended (the full form). Quiet, by its audit log's long-poll (a small page per
+    batch of news); else by the study's own long-poll in the summary form, a progress line per
+    change (a few a second at most), never a read per run."""
     from ..kernel.study_report import progress_line
 
-    last = None
-    cursor = 0
-    while True:
-        page = await client.study_events(study_id, cursor, wait=25.0)
-        cursor = page["cursor"]
-        ended = page["status"] not in ACTIVE and not page["more"]
-        if ended or page["events"] and not quiet:
-            doc = await client.get_study(study_id, view=None if ended else "summary")
+    if quiet:
+        return await client.wait_study(study_id)
+    last, doc = None, None
+    async with aclosing(client.watch_study(study_id)) as docs:
+        async for doc in docs:
             line = progress_line(doc)
-            if not quiet and line != last:
+            if line != last:
                 out(line)
                 last = line
-        if ended:
-            return doc
+    assert doc is not None  # watch_study yields at least the stopped study
+    return doc
 
 
 def _list(page: dict[str, Any], args: argparse.Namespace, server: Any) -> int:

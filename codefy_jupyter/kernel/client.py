@@ -311,11 +311,44 @@ class AsyncClient:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return await self._call("POST", "studies", load_study_spec(spec), headers=headers)
 
-    async def get_study(self, study_id: str, *, view: str | None = None) -> dict[str, Any]:
+    async def get_study(self, study_id: str, *, view: str | None = None, revision: int | None = None,
+                        wait: float = 0.0) -> dict[str, Any]:
         """The study: status, revision, counts, budget_usage, variants with every attempt, rankings.
         `view="summary"`: without each variant's attempts, a repetition's current attempt cut to
-        what a progress view draws (a tenth of the size of a large study; for following one)."""
-        return await self._call("GET", f"studies/{study_id}", view=view)
+        what a progress view draws (a quarter of the size of a large study; for following one).
+        With `revision` (the one held) and `wait`, a long-poll: answered once the study is past
+        that revision (or has stopped), at most `wait` s later."""
+        return await self._call("GET", f"studies/{study_id}", view=view, revision=revision,
+                                wait=wait or None, timeout=self.timeout + wait)
+
+    async def watch_study(self, study_id: str, *, view: str | None = "summary", wait: float = 25.0,
+                          reconnect_s: float = 30.0) -> AsyncIterator[dict[str, Any]]:
+        """The study at once, then each time it changes (one long-poll per change, a few a second
+        at most while it is busy), until it has stopped: the last one yielded is the stopped study,
+        in the full form. A dropped server is asked again for up to `reconnect_s`, then
+        CodefyError("unreachable")."""
+        revision: int | None = None
+        lost_since: float | None = None
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                doc = await self.get_study(study_id, view=view, revision=revision,
+                                           wait=wait if revision is not None else 0.0)
+            except CodefyError as err:
+                if err.code != "unreachable":
+                    raise
+                lost_since = lost_since or loop.time()
+                if loop.time() - lost_since > reconnect_s:
+                    raise
+                await asyncio.sleep(0.5)
+                continue
+            lost_since = None
+            if doc["status"] not in STUDY_ACTIVE:
+                yield doc if view in (None, "full") else await self.get_study(study_id)
+                return
+            if doc["revision"] != revision:
+                yield doc
+            revision = doc["revision"]
 
     async def list_studies(self, *, status: str | list[str] | None = None, offset: int = 0,
                            limit: int = 50) -> dict[str, Any]:
@@ -456,8 +489,16 @@ class Client:
     def study(self, spec: dict[str, Any] | str | Path, *, idempotency_key: str | None = None) -> dict[str, Any]:
         return self._run(self._async.study(spec, idempotency_key=idempotency_key))
 
-    def get_study(self, study_id: str, *, view: str | None = None) -> dict[str, Any]:
-        return self._run(self._async.get_study(study_id, view=view))
+    def get_study(self, study_id: str, **kwargs: Any) -> dict[str, Any]:
+        return self._run(self._async.get_study(study_id, **kwargs))
+
+    def watch_study(self, study_id: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        agen = self._async.watch_study(study_id, **kwargs)
+        while True:
+            try:
+                yield self._run(agen.__anext__())
+            except StopAsyncIteration:
+                return
 
     def list_studies(self, **kwargs: Any) -> dict[str, Any]:
         return self._run(self._async.list_studies(**kwargs))

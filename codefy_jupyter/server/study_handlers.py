@@ -40,7 +40,10 @@ class StudyHandler(CodefyAPIHandler):
             raise ServiceError("format must be json or csv", code="invalid_format", params={"field": "format"})
         studies = self.experiments.studies
         if fmt == "json":
-            return self.send_encoded(200, *await studies.get_json(study_id, self.get_argument("view", "full")))
+            revision = self.get_argument("revision", None)
+            return self.send_encoded(200, *await studies.get_json(
+                study_id, self.get_argument("view", "full"), wait=self.float_arg("wait", 0.0),
+                revision=None if revision is None else self.int_arg("revision", 0)))
         text = await studies.csv(study_id)
         self.set_header("Content-Disposition", f'attachment; filename="study-{study_id}.csv"')
         self.finish(text, set_content_type="text/csv; charset=utf-8")

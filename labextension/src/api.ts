@@ -139,9 +139,16 @@ export class CodefyApi {
     return (await this.json<{ studies: StudySummary[] }>(`${this.url('studies')}?limit=100`)).studies;
   }
 
-  // The study view polls a running study: the summary form (no per-attempt lists) is what it draws.
-  getStudy(id: string): Promise<Study> {
-    return this.json<Study>(`${this.url('studies', encodeURIComponent(id))}?view=summary`);
+  // The study view follows a running study: the summary form (no per-attempt lists) is what it draws.
+  // With `follow` (the revision on screen), a long-poll: answered once the study is past that revision
+  // (then up to 250 ms later, with the changes that followed) or has stopped, or after `wait` seconds.
+  getStudy(id: string, follow?: { revision: number; wait: number; signal?: AbortSignal }): Promise<Study> {
+    const path = `${this.url('studies', encodeURIComponent(id))}?view=summary`;
+    if (!follow) {
+      return this.json<Study>(path);
+    }
+    return this.json<Study>(`${path}&revision=${follow.revision}&wait=${follow.wait}`,
+      follow.signal ? { signal: follow.signal } : {});
   }
 
   cancelStudy(id: string): Promise<Study> {

@@ -2,7 +2,8 @@
 // view: status, objective, counts, the variants ranked with ties (=1), mean ± std, average rank,
 // the paired difference against the best with its 95% interval and p-value (as GET studies/{id}
 // computes them), each repetition's value with Open run, Stop and Download CSV, and the values per
-// repetition as curves. A study still in flight is read again every 2 seconds.
+// repetition as curves. A study still in flight is followed by long-poll: read again as it changes
+// (a few times a second at most while it is busy), not on a timer.
 
 import { Widget } from '@lumino/widgets';
 
@@ -14,7 +15,8 @@ import { formatLoss, formatTime, Trans } from './format';
 import { renderError } from './messages';
 import type { Study, StudySummary, StudyVariant } from './types';
 
-const POLL_MS = 2000;
+const WAIT_S = 25; // a follow's long-poll
+const RETRY_MS = 2000; // after a read that failed
 const IN_FLIGHT = new Set(['queued', 'running', 'cancel_requested']);
 
 function errorText(err: unknown, t: Trans): string {
@@ -78,6 +80,7 @@ export class StudyView extends Widget {
   private error = '';
   private sort: { column: StudyColumn; direction: SortDirection } = { column: 'rank', direction: 'asc' };
   private timer: ReturnType<typeof setTimeout> | null = null;
+  private follow: AbortController | null = null; // the read in flight, dropped when another starts
   private readonly body: HTMLElement;
 
   constructor(private readonly api: CodefyApi, private readonly trans: Trans, readonly studyId: string,
@@ -95,16 +98,26 @@ export class StudyView extends Widget {
 
   private async poll(): Promise<void> {
     this.timer = null;
+    this.follow?.abort();
+    const follow = new AbortController();
+    this.follow = follow;
+    const held = this.study;
+    let delay = 0;
     try {
-      this.study = await this.api.getStudy(this.studyId);
+      this.study = await this.api.getStudy(this.studyId, held?.revision !== undefined && IN_FLIGHT.has(held.status)
+        ? { revision: held.revision, wait: WAIT_S, signal: follow.signal } : undefined);
       this.title.label = this.study.name || this.trans.__('Study %1', this.studyId.slice(0, 12));
       this.error = '';
     } catch (err) {
+      if (follow.signal.aborted) {
+        return; // Stop, Resume or closing the view started another read, or none
+      }
       this.error = errorText(err, this.trans);
+      delay = RETRY_MS;
     }
     this.draw();
     if (!this.isDisposed && (!this.study || IN_FLIGHT.has(this.study.status))) {
-      this.timer = setTimeout(() => void this.poll(), POLL_MS);
+      this.timer = setTimeout(() => void this.poll(), delay);
     }
   }
 
@@ -117,6 +130,7 @@ export class StudyView extends Widget {
     if (this.timer) {
       clearTimeout(this.timer);
     }
+    this.draw(); // now: the next read may be a long-poll that waits for the study to move
     void this.poll();
   }
 
@@ -131,6 +145,7 @@ export class StudyView extends Widget {
     if (this.timer) {
       clearTimeout(this.timer);
     }
+    this.draw(); // now: the next read may be a long-poll that waits for the study to move
     void this.poll();
   }
 
@@ -214,6 +229,7 @@ export class StudyView extends Widget {
     if (this.timer) {
       clearTimeout(this.timer);
     }
+    this.follow?.abort();
     super.dispose();
   }
 }

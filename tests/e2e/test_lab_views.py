@@ -201,8 +201,12 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             expect(view.locator('[data-role="state"]')).to_have_text("cancelled", timeout=30_000)
             expect(view.locator("button.cdf-stop-study")).to_have_count(0)
             page.screenshot(path=str(ARTIFACTS / "6b-study-stopped.png"))
+            follows: list[str] = []  # the view's reads while the study runs: long-polls at its revision
+            page.on("request", lambda r: follows.append(r.url) if "/studies/" in r.url and "revision=" in r.url
+                    else None)
             view.locator("button.cdf-resume-study").click()
             expect(view.locator('[data-role="state"]')).to_have_text("succeeded", timeout=90_000)
+            assert follows and all("view=summary" in u and "wait=25" in u for u in follows), follows
             expect(view.locator("button.cdf-resume-study")).to_have_count(0)
             resumed = lab.api("GET", f"studies/{naps['id']}")
             assert resumed["status"] == "succeeded" and resumed["revision"] > stopped["revision"], resumed

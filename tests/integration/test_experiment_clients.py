@@ -179,6 +179,18 @@ def test_client_study_methods_follow_the_audit_log(client):
     assert err.value.code == "study_succeeded"
 
 
+def test_client_watch_study_yields_each_change_then_the_stopped_study_in_full(client):
+    created = client.study(study_spec(nap=0.2))
+    docs = list(client.watch_study(created["id"], wait=5))
+    revisions = [d["revision"] for d in docs]
+    assert revisions == sorted(set(revisions)) and len(docs) >= 2, revisions
+    following, final = docs[:-1], docs[-1]
+    assert following[0]["status"] in ("queued", "running")
+    assert all("attempts" not in v for d in following for v in d["variants"])  # the summary form
+    assert final["status"] == "succeeded" and all(len(v["attempts"]) == 2 for v in final["variants"])
+    assert final == client.get_study(created["id"])
+
+
 def test_graph_study_is_checked_against_the_catalog_and_runs(client):
     g = Graph.from_dict(mean_graph([2, 4]))
     body = g.study({"base": {}, "low": Graph.from_dict(mean_graph([1, 2]))}, node="m", metric="mean",

@@ -115,3 +115,86 @@ async def test_an_unknown_view_is_refused_and_changes_nothing(jp_fetch):
     assert code == 200 and after == done
     code, err = await call(jp_fetch, "api", "studies", "nope", view="summary")
     assert code == 404 and err["error"]["code"] == "study_not_found"
+
+
+# -- the long-poll: ?revision=&wait= ---------------------------------------------------------------
+async def test_a_follower_at_the_current_revision_is_answered_at_the_next_change(jp_fetch):
+    register_probe_node()
+    code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=0.3),
+                                                        budget={"max_parallel_runs": 1}))
+    assert code == 201, study
+    revision, seen = study["revision"], []
+    deadline = asyncio.get_running_loop().time() + 60
+    while True:
+        response = await fetch(jp_fetch, study["id"], view="summary", revision=revision, wait=30)
+        assert response.code == 200
+        doc = json.loads(response.body)
+        if doc["status"] not in ("queued", "running"):
+            break
+        # Answered only once the study moved past the revision held (or the wait ran out, which
+        # 30 s never does for a study whose children end every 0.3 s).
+        assert doc["revision"] > revision, (revision, doc["revision"])
+        seen.append(doc["revision"])
+        revision = doc["revision"]
+        assert asyncio.get_running_loop().time() < deadline
+    assert doc["status"] == "succeeded" and seen == sorted(set(seen)) and seen
+    code, full = await call(jp_fetch, "api", "studies", study["id"])
+    assert cut(full) == doc
+
+
+async def test_a_follower_behind_or_of_a_settled_study_is_answered_at_once(jp_fetch):
+    code, study = await post_study(jp_fetch, spec())
+    assert code == 201, study
+    done = await wait_study(jp_fetch, study["id"], {"succeeded"})
+    loop = asyncio.get_running_loop()
+    for revision in (1, done["revision"]):  # behind; at the settled study's own revision
+        t0 = loop.time()
+        response = await fetch(jp_fetch, study["id"], revision=revision, wait=60)
+        assert response.code == 200 and json.loads(response.body) == done
+        assert loop.time() - t0 < 30  # not held for the wait: the study will not move by itself
+    # The wait is not needed for If-None-Match: the held body is current, so a 304.
+    first = await fetch(jp_fetch, study["id"], view="summary")
+    again = await fetch(jp_fetch, study["id"], headers={"If-None-Match": first.headers["Etag"]}, view="summary",
+                        revision=done["revision"], wait=5)
+    assert again.code == 304
+
+
+async def test_a_long_poll_with_nothing_moving_answers_when_its_wait_runs_out(jp_fetch):
+    register_probe_node()
+    # One child that runs for 20 s: after its start, nothing changes in the study for a while.
+    code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=20), repetitions=1,
+                                                        budget={"max_parallel_runs": 1}))
+    assert code == 201, study
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        code, doc = await call(jp_fetch, "api", "studies", study["id"], view="summary")
+        current = doc["variants"][0]["repetitions"][0]["current"]
+        if current and current["status"] == "running":
+            break
+        assert asyncio.get_running_loop().time() < deadline, doc
+        await asyncio.sleep(0.05)
+    response = await fetch(jp_fetch, study["id"], view="summary", revision=doc["revision"], wait=0.5,
+                           headers={"If-None-Match": "\"held\""})
+    assert response.code == 200
+    still = json.loads(response.body)
+    assert still["revision"] == doc["revision"] and still["status"] == "running"
+    code, _ = await call(jp_fetch, "api", "studies", study["id"], "cancel", method="POST", body={})
+    assert code == 200
+
+
+async def test_bad_revision_and_wait_are_refused_naming_the_field_and_change_nothing(jp_fetch):
+    code, study = await post_study(jp_fetch, spec())
+    assert code == 201, study
+    done = await wait_study(jp_fetch, study["id"], {"succeeded"})
+    for params, field, code_name in (({"revision": "-1", "wait": "1"}, "revision", "invalid_revision"),
+                                     ({"revision": "x", "wait": "1"}, "revision", "invalid_revision"),
+                                     ({"revision": "1", "wait": "61"}, "wait", "invalid_wait"),
+                                     ({"revision": "1", "wait": "nan"}, "wait", "invalid_wait"),
+                                     ({"revision": "1", "wait": "soon"}, "wait", "invalid_wait")):
+        code, err = await call(jp_fetch, "api", "studies", study["id"], **params)
+        assert code == 400, (params, err)
+        assert err["error"]["code"] == code_name and err["error"]["params"]["field"] == field, err
+    code, err = await call(jp_fetch, "api", "studies", "nope", revision=1, wait=5)
+    assert code == 404 and err["error"]["code"] == "study_not_found"
+    code, after = await call(jp_fetch, "api", "studies", study["id"])
+    assert code == 200 and after == done

@@ -4,8 +4,8 @@ ranked, the paired difference against the best with its 95 % interval and p, ave
 sortable by its headers, the objective values per repetition as a chart, Cancel / Resume and
 Download CSV.
 
-It follows the study's audit log by long-poll (`GET studies/{id}/events?cursor=&wait=`) and reads
-the study once per page of news, until the study stops."""
+It follows the study by long-poll (`GET studies/{id}?view=summary&revision=&wait=`: one read per
+change, a few a second at most while the study is busy) until the study stops."""
 
 from __future__ import annotations
 
@@ -35,7 +35,6 @@ class StudyView(ExperimentView):
     budget_text = t.Unicode("").tag(sync=True)
     halt = t.Dict(default_value=None, allow_none=True).tag(sync=True)
     series = t.Dict().tag(sync=True)  # label -> [[repetition, value], ...]
-    cursor = t.Int(0).tag(sync=True)
 
     def __init__(self, study_id: str, client: Client | None = None) -> None:
         if not isinstance(study_id, str) or not study_id.strip():
@@ -96,14 +95,10 @@ class StudyView(ExperimentView):
         self._thread.start()
 
     def _follow(self) -> None:
-        self._apply(self._call(self._client.get_study, self.study_id))
-        cursor = self.cursor
-        while not self._closing.is_set():
-            page = self._call(self._client.study_events, self.study_id, cursor, self.poll_s)
-            cursor = page["cursor"]
-            if page["events"] or page["status"] not in STUDY_ACTIVE:
-                # What the view draws is in the summary form, a tenth of a large study's full form.
-                self._apply(self._call(self._client.get_study, self.study_id, view="summary"))
-                self.cursor = cursor
-            if page["status"] not in STUDY_ACTIVE and not page["more"]:
-                return
+        doc = self._call(self._client.get_study, self.study_id)
+        self._apply(doc)
+        while not self._closing.is_set() and doc["status"] in STUDY_ACTIVE:
+            # What the view draws is in the summary form, a quarter of a large study's full form.
+            doc = self._call(self._client.get_study, self.study_id, view="summary", revision=doc["revision"],
+                             wait=self.poll_s)
+            self._apply(doc)  # also at an unchanged revision: budget use counts running seconds

@@ -20,6 +20,9 @@ from .views import study_csv, study_view, summary
 
 EVENTS_PAGE = 500
 EVENTS_BATCH_S = 0.1  # how long a long-poll that found events waits for more (see events)
+# How long a GET long-poll that waited for a change waits for the ones that follow (see
+# wait_past): a follower's reads of a busy study come at most this often, each a whole document.
+READ_BATCH_S = 0.25
 RENDERED_KEPT = 8  # studies whose rendered reads are kept (the ones being followed)
 WAIT_MAX_S = 60.0
 VIEWS = (FULL, SUMMARY)  # GET studies/{id}?view=
@@ -116,15 +119,24 @@ class StudyService(Coordinator):
         results = await self.results(bundle["study"], labels, bundle["attempts"])
         return study_view(bundle, results, self.clock())
 
-    async def get_json(self, study_id: str, view: str = FULL) -> tuple[bytes, str]:
+    async def get_json(self, study_id: str, view: str = FULL, *, revision: int | None = None,
+                       wait: float = 0.0) -> tuple[bytes, str]:
         """GET studies/{id} as a JSON body and its ETag: what `get` gives (view "full"), or its
         summary form (view "summary", views.study_summary_view), encoded. Pollers read it while the
         study runs, so a read brings the study's RenderedStudy up to date with what changed since
         the previous read (one reader hop) and encodes again only the variants that moved, in a
-        thread; a study with nothing in flight at an unchanged revision is the text served before."""
+        thread; a study with nothing in flight at an unchanged revision is the text served before.
+        With `revision` (the one the caller holds) and `wait`, a long-poll: see wait_past."""
         if view not in VIEWS:
             raise BadRequest(f"view must be one of {', '.join(VIEWS)}", code="invalid_view",
                              params={"field": "view", "allowed": list(VIEWS)})
+        check_wait(wait)
+        if revision is not None:
+            if not 0 <= revision <= INT64_MAX:
+                raise BadRequest("revision must be from 0 to 2^63-1", code="invalid_revision",
+                                 params={"field": "revision"})
+            if wait > 0:
+                await self.wait_past(study_id, revision, wait)
         async with self._render_locks.setdefault(study_id, asyncio.Lock()):
             deleted = self.store.runs_deleted
             rendered = self._rendered.pop(study_id, None)
@@ -148,6 +160,38 @@ class StudyService(Coordinator):
             render = rendered.render if view == FULL else rendered.render_summary
             return await asyncio.to_thread(render, results, self.clock())
 
+    async def wait_past(self, study_id: str, revision: int, wait: float) -> None:
+        """Return once the study is past `revision`, or is not active, or `wait` seconds have gone
+        by. A caller that had to wait (it is up to date: a follower) then waits READ_BATCH_S more
+        for the changes that follow: a busy study changes every few ms, and a follower answered
+        at each change would read the whole document for each one or two attempts (the readers'
+        reads were what slowed a study they followed). A caller behind is answered at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        waited = False
+        while True:
+            changed = self.changed(study_id)  # before the read: a change committed after it sets this
+            row = self._rows.get(study_id) if study_id in self._tallies else None
+            study = row if row is not None else await self.store.read(db.get_study, study_id)
+            if study is None:
+                self._changed.pop(study_id, None)
+                raise NotFound(f"no study {study_id}", code="study_not_found", params={"study_id": study_id})
+            active = study["status"] in st.ACTIVE
+            left = deadline - loop.time()
+            # Past it, not merely other than it: the row held in memory may lag the stored one by a
+            # retention harvest (written outside _change) until the study's next change.
+            if study["revision"] > revision or not active:
+                if waited and active and left > 0:
+                    await asyncio.sleep(min(READ_BATCH_S, left))
+                return
+            if left <= 0:
+                return
+            try:
+                await asyncio.wait_for(changed.wait(), left)
+            except asyncio.TimeoutError:
+                return
+            waited = True
+
     async def csv(self, study_id: str) -> str:
         return study_csv(await self.get(study_id))
 
@@ -166,9 +210,7 @@ class StudyService(Coordinator):
     async def events(self, study_id: str, cursor: int = 0, wait: float = 0.0) -> dict[str, Any]:
         if not 0 <= cursor <= INT64_MAX:
             raise BadRequest("cursor must be from 0 to 2^63-1", code="invalid_cursor", params={"field": "cursor"})
-        if not 0 <= wait <= WAIT_MAX_S:
-            raise BadRequest(f"wait must be from 0 to {WAIT_MAX_S:g} seconds", code="invalid_wait",
-                             params={"field": "wait"})
+        check_wait(wait)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         lingered = False
@@ -258,6 +300,12 @@ class StudyService(Coordinator):
             if await self.resume_locked(study_id, budget, expected_revision=expected) is None:
                 raise Conflict(f"study {study_id} moved", code="revision_moved", params={"field": "expected_revision"})
         return await self.get(study_id)
+
+
+def check_wait(wait: float) -> None:
+    if not 0 <= wait <= WAIT_MAX_S:  # NaN too
+        raise BadRequest(f"wait must be from 0 to {WAIT_MAX_S:g} seconds", code="invalid_wait",
+                         params={"field": "wait"})
 
 
 def _command_body(body: Any, extra: tuple[str, ...]) -> int | None:
