@@ -19,11 +19,13 @@ Mean, the Mean logs `mean`, the objective): what is measured is control-plane ov
      decisions, attempt rows, audit log, evidence and ranking). Phase 1's figure includes the
      HTTP submit each plain run needs and a study child does not, so net is a slight
      under-estimate by about one request's handling (`request_floor_cpu_ms`, measured too).
-  3. the same study again with two readers: one GETs studies/{id}?view=summary (what the CLI,
-     Client, StudyView and the Lab study view poll while a study runs) back to back with a 50 ms
-     pause, the other follows studies/{id}/events?wait=10 with its cursor; the study's wall time
-     with vs. without them (phase 2). Then once more with the first reader on the full form
-     (every attempt of every variant, 1.15 MB at 1,024 attempts), for comparison.
+  3. the same study again with two readers, as the clients read it (`codefy study`, Client.watch_study,
+     StudyView and the Lab's study view): one follows GET studies/{id}?view=summary by its long-poll
+     (`&revision=R&wait=10`, back to back, R the revision of its last answer), the other follows
+     studies/{id}/events?wait=10 with its cursor; the study's wall time with vs. without them
+     (phase 2): the target. Then once more with the first reader polling instead, the summary form
+     back to back with a 50 ms pause and no long-poll (a client of its own that ignores it), for
+     comparison.
   4. sweeps of 32 and 1,000 variants (one Float param, grid): POST -> answer (every child queued
      when the 201 is written), and POST -> the first child's started_at (server clock, same machine)
      vs. a plain run's POST -> its started_at, on the idle server.
@@ -122,20 +124,28 @@ class Bench:
                 "repetitions": self.args.repetitions, "seed": 1, "budget": {"max_parallel_runs": PARALLEL}}
 
     async def study(self, name: str, readers: str | None) -> dict[str, Any]:
-        """`readers`: None, or the view the GET reader asks for ("summary" or "full")."""
+        """`readers`: None, "follow" (the GET reader on the long-poll) or "poll" (every 50 ms)."""
         attempts = self.args.variants * self.args.repetitions
         stop = asyncio.Event()
         counts: dict[str, Any] = {"gets": 0, "get_ms": [], "event_polls": 0, "events": 0}
 
         async def getter(study_id: str) -> None:
-            conn = Http(self.state)
+            conn, revision = Http(self.state), None
             try:
                 while not stop.is_set():
+                    follow = readers == "follow" and revision is not None
                     t = time.perf_counter()
-                    await self.ok("GET", f"studies/{study_id}?view={readers}", conn=conn)
-                    counts["get_ms"].append((time.perf_counter() - t) * 1000)
+                    doc = await self.ok("GET", f"studies/{study_id}?view=summary"
+                                        + (f"&revision={revision}&wait=10" if follow else ""), conn=conn)
+                    if not follow:  # a long-poll's time is mostly its wait
+                        counts["get_ms"].append((time.perf_counter() - t) * 1000)
                     counts["gets"] += 1
-                    await asyncio.sleep(0.05)
+                    revision = doc["revision"]
+                    if readers == "follow":
+                        if doc["status"] not in ("queued", "running", "cancel_requested"):
+                            return
+                    else:
+                        await asyncio.sleep(0.05)
             finally:
                 conn.close()
 
@@ -223,13 +233,13 @@ async def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, An
             unseeded = await b.plain(args.variants * args.repetitions, seeded=False)
             plain = await b.plain(args.variants * args.repetitions)
             alone = await b.study("alone", readers=None)
-            read = await b.study("read", readers="summary")
-            full = await b.study("read-full", readers="full")
+            read = await b.study("read", readers="follow")
+            polled = await b.study("polled", readers="poll")
             net = alone["cpu_ms_per_attempt"] - plain["cpu_ms_per_run"]
             rounds.append({"plain": plain, "plain_unseeded": unseeded, "study": alone, "study_with_readers": read,
-                           "study_with_full_readers": full, "net_cpu_ms_per_attempt": round(net, 3),
+                           "study_with_pollers": polled, "net_cpu_ms_per_attempt": round(net, 3),
                            "readers_slowdown_pct": round((read["wall_s"] / alone["wall_s"] - 1) * 100, 1),
-                           "full_readers_slowdown_pct": round((full["wall_s"] / alone["wall_s"] - 1) * 100, 1)})
+                           "pollers_slowdown_pct": round((polled["wall_s"] / alone["wall_s"] - 1) * 100, 1)})
         sweeps: list[dict[str, Any]] = []
         plain_starts: list[float] = []
         for _ in range(args.repeat if args.only != "studies" else 0):
@@ -260,12 +270,12 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
         "plain_wall_s": span([x["plain"]["wall_s"] for x in rounds]),
         "study_with_readers_wall_s": span([x["study_with_readers"]["wall_s"] for x in rounds]),
         "readers_slowdown_pct": span([x["readers_slowdown_pct"] for x in rounds]),
-        "study_with_full_readers_wall_s": span([x["study_with_full_readers"]["wall_s"] for x in rounds]),
-        "full_readers_slowdown_pct": span([x["full_readers_slowdown_pct"] for x in rounds]),
-        "study_get_ms_summary": span([x["study_with_readers"]["readers"]["study_get_ms"]["p50"] for x in rounds
-                                      if x["study_with_readers"]["readers"]["study_get_ms"]]),
-        "study_get_ms_full": span([x["study_with_full_readers"]["readers"]["study_get_ms"]["p50"] for x in rounds
-                                   if x["study_with_full_readers"]["readers"]["study_get_ms"]]),
+        "study_with_pollers_wall_s": span([x["study_with_pollers"]["wall_s"] for x in rounds]),
+        "pollers_slowdown_pct": span([x["pollers_slowdown_pct"] for x in rounds]),
+        "study_gets_following": span([x["study_with_readers"]["readers"]["study_gets"] for x in rounds]),
+        "study_gets_polling": span([x["study_with_pollers"]["readers"]["study_gets"] for x in rounds]),
+        "study_get_ms_polling": span([x["study_with_pollers"]["readers"]["study_get_ms"]["p50"] for x in rounds
+                                      if x["study_with_pollers"]["readers"]["study_get_ms"]]),
         "plain_first_start_ms": span(r["plain_first_start_ms"]),
     }
     for n in (32, 1000):
@@ -289,7 +299,7 @@ def verdict(s: dict[str, Any], r: dict[str, Any]) -> dict[str, bool | None]:
             for n in (32, 1000)),
         "readers_slowdown_pct": met("readers_slowdown_pct", TARGETS["readers_slowdown_pct"]),
         "all_succeeded": all(x[k]["status"] == "succeeded" and x[k]["succeeded"] == x[k]["attempts"]
-                             for x in r["rounds"] for k in ("study", "study_with_readers", "study_with_full_readers"))
+                             for x in r["rounds"] for k in ("study", "study_with_readers", "study_with_pollers"))
         and all(s_["queued_by_answer"] == s_["variants"] for s_ in r["sweeps"]),
     }
 
@@ -316,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             parameters={"variants": args.variants, "repetitions": args.repetitions,
                         "attempts": args.variants * args.repetitions, "max_parallel_runs": PARALLEL,
                         "cpu_limit": args.cpu_limit, "concurrency": args.concurrency, "repeat": args.repeat,
-                        "only": args.only, "study_reader_views": ["summary", "full"],
+                        "only": args.only, "study_readers": ["follow (long-poll)", "poll (50 ms)"],
                         "study_graph": "List -> Mean (cpu)", "sweep_graph": "Float (cpu), one param, grid",
                         "caps": {"CODEFY_MAX_SWEEP_RUNS": CAPS, "CODEFY_MAX_SWEEP_DOMAIN": CAPS},
                         "cpu": "server process, all threads (psutil utime + stime)"},

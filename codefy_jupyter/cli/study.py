@@ -173,7 +173,7 @@ def _report(doc: dict[str, Any], action: str, followed: bool, args: argparse.Nam
 async def _follow(client: Any, study_id: str, quiet: bool) -> dict[str, Any]:
     """The study as it ended (the full form). Quiet, by its audit log's long-poll (a small page per
     batch of news); else by the study's own long-poll in the summary form, a progress line per
-    change (a few a second at most), never a read per run."""
+    change (twice a second at most), never a read per run."""
     from ..kernel.study_report import progress_line
 
     if quiet:

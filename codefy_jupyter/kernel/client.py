@@ -323,7 +323,7 @@ class AsyncClient:
 
     async def watch_study(self, study_id: str, *, view: str | None = "summary", wait: float = 25.0,
                           reconnect_s: float = 30.0) -> AsyncIterator[dict[str, Any]]:
-        """The study at once, then each time it changes (one long-poll per change, a few a second
+        """The study at once, then each time it changes (one long-poll per change, twice a second
         at most while it is busy), until it has stopped: the last one yielded is the stopped study,
         in the full form. A dropped server is asked again for up to `reconnect_s`, then
         CodefyError("unreachable")."""

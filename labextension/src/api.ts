@@ -141,7 +141,7 @@ export class CodefyApi {
 
   // The study view follows a running study: the summary form (no per-attempt lists) is what it draws.
   // With `follow` (the revision on screen), a long-poll: answered once the study is past that revision
-  // (then up to 250 ms later, with the changes that followed) or has stopped, or after `wait` seconds.
+  // (500 ms later, with the changes of those 500 ms) or has stopped, or after `wait` seconds.
   getStudy(id: string, follow?: { revision: number; wait: number; signal?: AbortSignal }): Promise<Study> {
     const path = `${this.url('studies', encodeURIComponent(id))}?view=summary`;
     if (!follow) {

@@ -3,7 +3,7 @@
 // the paired difference against the best with its 95% interval and p-value (as GET studies/{id}
 // computes them), each repetition's value with Open run, Stop and Download CSV, and the values per
 // repetition as curves. A study still in flight is followed by long-poll: read again as it changes
-// (a few times a second at most while it is busy), not on a timer.
+// (twice a second at most while it is busy), not on a timer.
 
 import { Widget } from '@lumino/widgets';
 

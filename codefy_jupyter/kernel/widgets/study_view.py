@@ -5,7 +5,7 @@ sortable by its headers, the objective values per repetition as a chart, Cancel 
 Download CSV.
 
 It follows the study by long-poll (`GET studies/{id}?view=summary&revision=&wait=`: one read per
-change, a few a second at most while the study is busy) until the study stops."""
+change, twice a second at most while the study is busy) until the study stops."""
 
 from __future__ import annotations
 

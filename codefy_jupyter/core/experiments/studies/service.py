@@ -19,10 +19,11 @@ from .rendered import FULL, SUMMARY, RenderedStudy
 from .views import study_csv, study_view, summary
 
 EVENTS_PAGE = 500
-EVENTS_BATCH_S = 0.1  # how long a long-poll that found events waits for more (see events)
-# How long a GET long-poll that waited for a change waits for the ones that follow (see
-# wait_past): a follower's reads of a busy study come at most this often, each a whole document.
-READ_BATCH_S = 0.25
+EVENTS_BATCH_S = 0.25  # how long a long-poll that found events waits for more (see events)
+# How long a GET long-poll waits, once the study is past the caller's revision, for the changes
+# that follow (see wait_past): a follower reads a busy study at most twice a second, each read a
+# whole document; a progress view needs no more.
+READ_BATCH_S = 0.5
 RENDERED_KEPT = 8  # studies whose rendered reads are kept (the ones being followed)
 WAIT_MAX_S = 60.0
 VIEWS = (FULL, SUMMARY)  # GET studies/{id}?view=
@@ -162,13 +163,12 @@ class StudyService(Coordinator):
 
     async def wait_past(self, study_id: str, revision: int, wait: float) -> None:
         """Return once the study is past `revision`, or is not active, or `wait` seconds have gone
-        by. A caller that had to wait (it is up to date: a follower) then waits READ_BATCH_S more
-        for the changes that follow: a busy study changes every few ms, and a follower answered
-        at each change would read the whole document for each one or two attempts (the readers'
-        reads were what slowed a study they followed). A caller behind is answered at once."""
+        by. Past it while it runs, READ_BATCH_S more for the changes that follow: a busy study
+        changes every few ms, so a follower that comes back finds it moved already, and answered
+        at once it would read the whole document for every one or two attempts (those reads
+        were what slowed a study two readers followed)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        waited = False
         while True:
             changed = self.changed(study_id)  # before the read: a change committed after it sets this
             row = self._rows.get(study_id) if study_id in self._tallies else None
@@ -181,7 +181,7 @@ class StudyService(Coordinator):
             # Past it, not merely other than it: the row held in memory may lag the stored one by a
             # retention harvest (written outside _change) until the study's next change.
             if study["revision"] > revision or not active:
-                if waited and active and left > 0:
+                if active and left > 0:
                     await asyncio.sleep(min(READ_BATCH_S, left))
                 return
             if left <= 0:
@@ -190,7 +190,6 @@ class StudyService(Coordinator):
                 await asyncio.wait_for(changed.wait(), left)
             except asyncio.TimeoutError:
                 return
-            waited = True
 
     async def csv(self, study_id: str) -> str:
         return study_csv(await self.get(study_id))
