@@ -123,8 +123,15 @@ export class CodefyApi {
     return this.json(this.url('sweeps'), { method: 'POST', body: JSON.stringify(body) });
   }
 
-  getSweep(id: string): Promise<Sweep> {
-    return this.json<Sweep>(this.url('sweeps', encodeURIComponent(id)));
+  // With `follow` (the `changes` on screen), a long-poll: answered once a child starts or ends, or
+  // after `wait` seconds.
+  getSweep(id: string, follow?: { changes: number; wait: number; signal?: AbortSignal }): Promise<Sweep> {
+    const path = this.url('sweeps', encodeURIComponent(id));
+    if (!follow) {
+      return this.json<Sweep>(path);
+    }
+    return this.json<Sweep>(`${path}?changes=${follow.changes}&wait=${follow.wait}`,
+      follow.signal ? { signal: follow.signal } : {});
   }
 
   cancelSweep(id: string): Promise<unknown> {

@@ -1,7 +1,8 @@
 // A sweep's view (main area): its state, objective, a count per status, the variants' table
 // (params, objective, rank, final metrics, Worker and Devices; Rank, Status and Objective sort it,
 // empty cells stay at the bottom), the objective curves below, Open run per row, Stop sweep and
-// Download CSV. It reads the sweep again every 2 seconds until it has finished.
+// Download CSV. Until the sweep has settled it follows it by long-poll: read again as soon as a child
+// starts or ends, and every 2 seconds while one runs (for its objective curve).
 
 import { Widget } from '@lumino/widgets';
 
@@ -13,7 +14,9 @@ import { formatLoss, Trans } from './format';
 import { renderError } from './messages';
 import type { Sweep, SweepVariant } from './types';
 
-const POLL_MS = 2000;
+const WAIT_S = 25; // a follow's long-poll when no variant runs
+const CURVES_S = 2; // ... and while one runs: its curve grows without the sweep changing
+const RETRY_MS = 2000; // after a read that failed
 const SETTLED = new Set(['finished', 'failed']);
 
 export class SweepView extends Widget {
@@ -21,6 +24,7 @@ export class SweepView extends Widget {
   private error = '';
   private sort: { column: SweepColumn; direction: SortDirection } = { column: 'rank', direction: 'asc' };
   private timer: ReturnType<typeof setTimeout> | null = null;
+  private follow: AbortController | null = null; // the read in flight, dropped when another starts
   private readonly curves = new Map<string, Series>();
   private readonly finishedCurves = new Set<string>();
   private readonly body: HTMLElement;
@@ -40,17 +44,28 @@ export class SweepView extends Widget {
 
   private async poll(): Promise<void> {
     this.timer = null;
+    this.follow?.abort();
+    const follow = new AbortController();
+    this.follow = follow;
+    const held = this.sweep;
+    let delay = 0;
     try {
-      this.sweep = await this.api.getSweep(this.sweepId);
+      const wait = held?.variants.some(v => v.status === 'running') ? CURVES_S : WAIT_S;
+      this.sweep = await this.api.getSweep(this.sweepId, held?.changes !== undefined && !SETTLED.has(held.state)
+        ? { changes: held.changes, wait, signal: follow.signal } : undefined);
       this.title.label = this.trans.__('Sweep %1', this.sweep.name || this.sweepId.slice(0, 12));
       this.error = '';
       await this.readCurves(this.sweep);
     } catch (err) {
+      if (follow.signal.aborted) {
+        return; // Stop or closing the view started another read, or none
+      }
       this.error = err instanceof ApiError ? renderError(err.body, this.trans, err.message) : String(err);
+      delay = RETRY_MS;
     }
     this.draw();
     if (!this.isDisposed && !(this.sweep && SETTLED.has(this.sweep.state))) {
-      this.timer = setTimeout(() => void this.poll(), POLL_MS);
+      this.timer = setTimeout(() => void this.poll(), delay);
     }
   }
 
@@ -85,6 +100,7 @@ export class SweepView extends Widget {
     if (this.timer) {
       clearTimeout(this.timer);
     }
+    this.draw(); // now: the next read may be a long-poll
     void this.poll();
   }
 
@@ -166,6 +182,7 @@ export class SweepView extends Widget {
     if (this.timer) {
       clearTimeout(this.timer);
     }
+    this.follow?.abort();
     super.dispose();
   }
 }

@@ -139,10 +139,15 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             expect(dialog.locator(".cdf-variant-count [data-variants]")).to_have_text("3 variants")
             dialog.locator("input[name=metric]").fill("mean")
             page.screenshot(path=str(ARTIFACTS / "4-new-sweep.png"))
+            sweep_reads: list[str] = []  # the view's reads of its sweep: after the first, long-polls
+            page.on("request", lambda r: sweep_reads.append(r.url) if "/codefy/api/sweeps/" in r.url
+                    and r.method == "GET" and "format=" not in r.url else None)
             page.locator(".jp-Dialog").get_by_role("button", name="Start sweep").click()
             made = page.locator(".cdf-sweep-view").filter(has_text="tiny.codefy.json")
             expect(made.locator(".cdf-sweep-table tbody tr")).to_have_count(3, timeout=30_000)
             expect(made.locator('[data-role="state"]')).to_have_text("finished", timeout=60_000)
+            assert sweep_reads and "changes=" not in sweep_reads[0], sweep_reads
+            assert all("changes=" in u and ("wait=2" in u or "wait=25" in u) for u in sweep_reads[1:]), sweep_reads
 
             # A sweep made through the API; a child's detail leads back to it (Open parent sweep).
             sweep = lab.api("POST", "sweeps", {
