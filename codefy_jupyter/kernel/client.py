@@ -239,11 +239,20 @@ class AsyncClient:
         """Pages of a log read with `read(cursor)`, each from where the last one ended, for ever
         (the caller stops). A server that drops is asked again from the last cursor for up to
         `reconnect_s`, then CodefyError("unreachable") is raised."""
-        lost_since: float | None = None
+        while True:
+            page = await self._through_drops(lambda: read(cursor), reconnect_s)
+            yield page
+            cursor = page["cursor"]
+
+    @staticmethod
+    async def _through_drops(read: Callable[[], Awaitable[dict[str, Any]]], reconnect_s: float) -> dict[str, Any]:
+        """`read()`, asked again every 0.5 s while the server is unreachable, for up to
+        `reconnect_s`; then CodefyError("unreachable")."""
         loop = asyncio.get_running_loop()
+        lost_since: float | None = None
         while True:
             try:
-                page = await read(cursor)
+                return await read()
             except CodefyError as err:
                 if err.code != "unreachable":
                     raise
@@ -251,10 +260,6 @@ class AsyncClient:
                 if loop.time() - lost_since > reconnect_s:
                     raise
                 await asyncio.sleep(0.5)
-                continue
-            lost_since = None
-            yield page
-            cursor = page["cursor"]
 
     async def metrics(self, run_id: str, *, csv: bool = False) -> Any:
         if csv:
@@ -328,21 +333,9 @@ class AsyncClient:
         in the full form. A dropped server is asked again for up to `reconnect_s`, then
         CodefyError("unreachable")."""
         revision: int | None = None
-        lost_since: float | None = None
-        loop = asyncio.get_running_loop()
         while True:
-            try:
-                doc = await self.get_study(study_id, view=view, revision=revision,
-                                           wait=wait if revision is not None else 0.0)
-            except CodefyError as err:
-                if err.code != "unreachable":
-                    raise
-                lost_since = lost_since or loop.time()
-                if loop.time() - lost_since > reconnect_s:
-                    raise
-                await asyncio.sleep(0.5)
-                continue
-            lost_since = None
+            doc = await self._through_drops(lambda: self.get_study(
+                study_id, view=view, revision=revision, wait=wait if revision is not None else 0.0), reconnect_s)
             if doc["status"] not in STUDY_ACTIVE:
                 yield doc if view in (None, "full") else await self.get_study(study_id)
                 return
