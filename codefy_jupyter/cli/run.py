@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from . import interrupts
 from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SEED_MAX, device_list, int_in, seconds
 from .output import announce, dump, error_doc, fail, out, row, value_text
 from .servers import add_server_arguments, reconnect_s, server_from_arguments
@@ -89,7 +90,7 @@ def run_command(args: argparse.Namespace) -> int:
     watcher = RunWatcher(server, graph=graph, graph_name=Path(args.graph).name, options=submit_options(args),
                          detach=args.detach, timeout=args.timeout, as_json=args.json)
     try:
-        return asyncio.run(watcher.main())
+        return interrupts.run(watcher.main())
     except KeyboardInterrupt:
         return watcher.interrupted()
 
@@ -108,7 +109,7 @@ def watch_command(args: argparse.Namespace) -> int:
     watcher = RunWatcher(server, graph=None, graph_name=None, options={}, detach=False, timeout=args.timeout,
                          as_json=args.json)
     try:
-        return asyncio.run(watcher.main(args.run_id))
+        return interrupts.run(watcher.main(args.run_id))
     except KeyboardInterrupt:
         return watcher.interrupted()
 

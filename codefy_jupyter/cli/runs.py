@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import sys
 import time
 from typing import Any, Callable
 
+from . import interrupts
 from .args import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, int_in, seconds
 from .output import announce, dump, duration, error_doc, fail, out, row, timestamp, value_text
 from .servers import add_server_arguments, reconnect_s, server_from_arguments
@@ -124,7 +124,7 @@ def _run_client(args: argparse.Namespace, as_json: bool, body: Callable[[Any], A
             await client.close()
 
     try:
-        return asyncio.run(main())
+        return interrupts.run(main())
     except CodefyError as err:
         return fail(describe(err, server.url), as_json, error_doc(err), server)
     except KeyboardInterrupt:

@@ -18,6 +18,7 @@ import uuid
 from contextlib import aclosing
 from typing import Any
 
+from . import interrupts
 from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, int_in, seconds
 from .output import announce, dump, error_doc, fail, out, timestamp
 from .servers import add_server_arguments, server_from_arguments
@@ -86,7 +87,7 @@ def command(args: argparse.Namespace) -> int:
     if not args.json:
         announce(server)
     try:
-        return asyncio.run(_main(server, action, spec, budget, args))
+        return interrupts.run(_main(server, action, spec, budget, args))
     except KeyboardInterrupt:
         if not args.json:
             out("stopped watching; the study keeps running on the server"

@@ -12,6 +12,7 @@ import asyncio
 import sys
 from typing import Any
 
+from . import interrupts
 from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, seconds
 from .output import announce, dump, error_doc, fail, out, value_text
 from .servers import add_server_arguments, server_from_arguments
@@ -53,7 +54,7 @@ def command(args: argparse.Namespace) -> int:
     if not args.json:
         announce(server)
     try:
-        return asyncio.run(_main(server, spec, args))
+        return interrupts.run(_main(server, spec, args))
     except KeyboardInterrupt:
         if not args.json:
             out("stopped watching; the sweep keeps running on the server", sys.stderr)
