@@ -6,7 +6,8 @@ may deliver the signal to any thread of the process (the default executor's, whe
 resolves each connection's host), and then the loop sleeps on until its next event: for a follower
 in a 25 s long-poll, up to 25 s after Ctrl+C. The loop's own signal handling writes to its wakeup
 pipe from whichever thread takes the signal, so the loop wakes and the main task is cancelled at
-once; that cancellation comes out as KeyboardInterrupt, as from asyncio.run."""
+once; that cancellation comes out as KeyboardInterrupt, as from asyncio.run, and a second Ctrl+C
+stops at once even if the first one's cleanup is still under way."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ def run(main: Coroutine[Any, Any, T]) -> T:
 
         def on_sigint() -> None:
             nonlocal interrupted
+            if interrupted:  # a second Ctrl+C does not wait for the first one's cleanup
+                raise KeyboardInterrupt
             interrupted = True
             task.cancel()
 

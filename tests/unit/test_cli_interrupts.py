@@ -38,6 +38,21 @@ def test_ctrl_c_on_another_thread_interrupts_a_long_wait_at_once():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back afterwards
 
 
+def test_a_second_ctrl_c_does_not_wait_for_the_first_ones_cleanup():
+    async def stubborn() -> None:
+        sigint_on_another_thread(0.2)
+        try:
+            await asyncio.sleep(LONG_WAIT_S)
+        finally:  # a cleanup that takes long; the second Ctrl+C cuts it short
+            sigint_on_another_thread(0.2)
+            await asyncio.shield(asyncio.sleep(LONG_WAIT_S))
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.run(stubborn())
+    assert time.monotonic() - started < LONG_WAIT_S / 3
+
+
 def test_a_coroutine_that_ends_or_fails_by_itself_is_untouched():
     async def answer() -> int:
         await asyncio.sleep(0)
