@@ -10,6 +10,7 @@ import { Widget } from '@lumino/widgets';
 import { ApiError, CodefyApi } from './api';
 import { lineChart } from './chart';
 import { download, h } from './dom';
+import { Follow } from './follow';
 import { canResumeStudy, comparisonLabel, meanLabel, rankLabel, sortRows, SortDirection, StudyColumn, studyKey } from './experiments';
 import { formatLoss, formatTime, Trans } from './format';
 import { renderError } from './messages';
@@ -76,11 +77,9 @@ export class StudiesPanel extends Widget {
 }
 
 export class StudyView extends Widget {
-  private study: Study | null = null;
   private error = '';
   private sort: { column: StudyColumn; direction: SortDirection } = { column: 'rank', direction: 'asc' };
-  private timer: ReturnType<typeof setTimeout> | null = null;
-  private follow: AbortController | null = null; // the read in flight, dropped when another starts
+  private readonly follow: Follow<Study>;
   private readonly body: HTMLElement;
 
   constructor(private readonly api: CodefyApi, private readonly trans: Trans, readonly studyId: string,
@@ -93,32 +92,23 @@ export class StudyView extends Widget {
     this.title.closable = true;
     this.body = h('div', { class: 'cdf-panel-body' });
     this.node.append(this.body);
-    void this.poll();
+    this.follow = new Follow<Study>({
+      read: (held, signal) => this.api.getStudy(this.studyId, held?.revision !== undefined && IN_FLIGHT.has(held.status)
+        ? { revision: held.revision, wait: WAIT_S, signal } : undefined),
+      live: study => IN_FLIGHT.has(study.status),
+      show: (study, err) => {
+        if (study) {
+          this.title.label = study.name || this.trans.__('Study %1', this.studyId.slice(0, 12));
+        }
+        this.error = err === null ? '' : errorText(err, this.trans);
+        this.draw();
+      }
+    }, RETRY_MS);
+    this.follow.now();
   }
 
-  private async poll(): Promise<void> {
-    this.timer = null;
-    this.follow?.abort();
-    const follow = new AbortController();
-    this.follow = follow;
-    const held = this.study;
-    let delay = 0;
-    try {
-      this.study = await this.api.getStudy(this.studyId, held?.revision !== undefined && IN_FLIGHT.has(held.status)
-        ? { revision: held.revision, wait: WAIT_S, signal: follow.signal } : undefined);
-      this.title.label = this.study.name || this.trans.__('Study %1', this.studyId.slice(0, 12));
-      this.error = '';
-    } catch (err) {
-      if (follow.signal.aborted) {
-        return; // Stop, Resume or closing the view started another read, or none
-      }
-      this.error = errorText(err, this.trans);
-      delay = RETRY_MS;
-    }
-    this.draw();
-    if (!this.isDisposed && (!this.study || IN_FLIGHT.has(this.study.status))) {
-      this.timer = setTimeout(() => void this.poll(), delay);
-    }
+  private get study(): Study | null {
+    return this.follow.doc;
   }
 
   private async stop(): Promise<void> {
@@ -127,26 +117,20 @@ export class StudyView extends Widget {
     } catch (err) {
       this.error = errorText(err, this.trans);
     }
-    if (this.timer) {
-      clearTimeout(this.timer);
-    }
     this.draw(); // now: the next read may be a long-poll that waits for the study to move
-    void this.poll();
+    this.follow.now();
   }
 
   /** Resume at the revision on screen: a study that moved since is refused (revision_moved), shown. */
   private async resume(): Promise<void> {
     try {
-      this.study = await this.api.resumeStudy(this.studyId, this.study?.revision);
+      this.follow.hold(await this.api.resumeStudy(this.studyId, this.study?.revision));
       this.error = '';
     } catch (err) {
       this.error = errorText(err, this.trans);
     }
-    if (this.timer) {
-      clearTimeout(this.timer);
-    }
     this.draw(); // now: the next read may be a long-poll that waits for the study to move
-    void this.poll();
+    this.follow.now();
   }
 
   private async csv(): Promise<void> {
@@ -226,10 +210,7 @@ export class StudyView extends Widget {
   }
 
   dispose(): void {
-    if (this.timer) {
-      clearTimeout(this.timer);
-    }
-    this.follow?.abort();
+    this.follow.dispose();
     super.dispose();
   }
 }

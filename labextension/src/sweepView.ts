@@ -9,6 +9,7 @@ import { Widget } from '@lumino/widgets';
 import { ApiError, CodefyApi } from './api';
 import { lineChart } from './chart';
 import { download, h } from './dom';
+import { Follow } from './follow';
 import { Series, sortRows, SortDirection, SweepColumn, sweepKey, variantNumber } from './experiments';
 import { formatLoss, Trans } from './format';
 import { renderError } from './messages';
@@ -20,11 +21,9 @@ const RETRY_MS = 2000; // after a read that failed
 const SETTLED = new Set(['finished', 'failed']);
 
 export class SweepView extends Widget {
-  private sweep: Sweep | null = null;
   private error = '';
   private sort: { column: SweepColumn; direction: SortDirection } = { column: 'rank', direction: 'asc' };
-  private timer: ReturnType<typeof setTimeout> | null = null;
-  private follow: AbortController | null = null; // the read in flight, dropped when another starts
+  private readonly follow: Follow<Sweep>;
   private readonly curves = new Map<string, Series>();
   private readonly finishedCurves = new Set<string>();
   private readonly body: HTMLElement;
@@ -39,34 +38,29 @@ export class SweepView extends Widget {
     this.title.closable = true;
     this.body = h('div', { class: 'cdf-panel-body' });
     this.node.append(this.body);
-    void this.poll();
+    this.follow = new Follow<Sweep>({
+      read: async (held, signal) => {
+        const wait = held?.variants.some(v => v.status === 'running') ? CURVES_S : WAIT_S;
+        const sweep = await this.api.getSweep(this.sweepId, held?.changes !== undefined && !SETTLED.has(held.state)
+          ? { changes: held.changes, wait, signal } : undefined);
+        await this.readCurves(sweep);
+        return sweep;
+      },
+      live: sweep => !SETTLED.has(sweep.state),
+      show: (sweep, err) => {
+        if (sweep) {
+          this.title.label = this.trans.__('Sweep %1', sweep.name || this.sweepId.slice(0, 12));
+        }
+        this.error = err === null ? '' : err instanceof ApiError ? renderError(err.body, this.trans, err.message)
+          : String(err);
+        this.draw();
+      }
+    }, RETRY_MS);
+    this.follow.now();
   }
 
-  private async poll(): Promise<void> {
-    this.timer = null;
-    this.follow?.abort();
-    const follow = new AbortController();
-    this.follow = follow;
-    const held = this.sweep;
-    let delay = 0;
-    try {
-      const wait = held?.variants.some(v => v.status === 'running') ? CURVES_S : WAIT_S;
-      this.sweep = await this.api.getSweep(this.sweepId, held?.changes !== undefined && !SETTLED.has(held.state)
-        ? { changes: held.changes, wait, signal: follow.signal } : undefined);
-      this.title.label = this.trans.__('Sweep %1', this.sweep.name || this.sweepId.slice(0, 12));
-      this.error = '';
-      await this.readCurves(this.sweep);
-    } catch (err) {
-      if (follow.signal.aborted) {
-        return; // Stop or closing the view started another read, or none
-      }
-      this.error = err instanceof ApiError ? renderError(err.body, this.trans, err.message) : String(err);
-      delay = RETRY_MS;
-    }
-    this.draw();
-    if (!this.isDisposed && !(this.sweep && SETTLED.has(this.sweep.state))) {
-      this.timer = setTimeout(() => void this.poll(), delay);
-    }
+  private get sweep(): Sweep | null {
+    return this.follow.doc;
   }
 
   /** The objective series of each variant's run; a finished run's is read once. */
@@ -97,11 +91,8 @@ export class SweepView extends Widget {
     } catch (err) {
       this.error = err instanceof ApiError ? renderError(err.body, this.trans, err.message) : String(err);
     }
-    if (this.timer) {
-      clearTimeout(this.timer);
-    }
     this.draw(); // now: the next read may be a long-poll
-    void this.poll();
+    this.follow.now();
   }
 
   private async csv(): Promise<void> {
@@ -179,10 +170,7 @@ export class SweepView extends Widget {
   }
 
   dispose(): void {
-    if (this.timer) {
-      clearTimeout(this.timer);
-    }
-    this.follow?.abort();
+    this.follow.dispose();
     super.dispose();
   }
 }
