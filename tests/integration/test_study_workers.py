@@ -4,13 +4,12 @@ on loopback: its attempts say where they run as a sweep's variants do, `any` whi
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 
 from test_server_runs import call
-from test_sweep_workers import NAPPING_MEAN, jp_server_config, one_card  # noqa: F401  (fixture)
+from test_sweep_workers import NAPPING_MEAN, jp_server_config, one_card, until  # noqa: F401  (fixture)
 from test_worker_placement_e2e import start_agent
 from test_workers_e2e import agents, control, server_token, until_connected  # noqa: F401  (fixtures)
 
@@ -32,14 +31,8 @@ def attempts(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def until_study(jp_fetch, study_id: str, test, timeout: float = 60.0) -> dict[str, Any]:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        doc = await read_study(jp_fetch, study_id)
-        if test(doc):
-            return doc
-        assert asyncio.get_running_loop().time() < deadline, [
-            (a["run_id"], a["status"], a.get("worker_id"), a.get("queue_key")) for a in attempts(doc)]
-        await asyncio.sleep(0.1)
+    return await until(lambda: read_study(jp_fetch, study_id), test, lambda doc: [
+        (a["run_id"], a["status"], a.get("worker_id"), a.get("queue_key")) for a in attempts(doc)], timeout)
 
 
 async def test_a_waiting_any_study_attempt_shows_any_then_its_worker(jp_fetch, agents, tmp_path):

@@ -68,15 +68,20 @@ async def read_sweep(jp_fetch, sweep_id: str) -> dict[str, Any]:
     return doc
 
 
-async def until_sweep(jp_fetch, sweep_id: str, test, timeout: float = 60.0) -> dict[str, Any]:
+async def until(read, test, describe, timeout: float = 60.0) -> dict[str, Any]:
+    """`await read()` every 0.1 s until `test` holds of it; past `timeout`, fails with `describe(doc)`."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        doc = await read_sweep(jp_fetch, sweep_id)
+        doc = await read()
         if test(doc):
             return doc
-        assert asyncio.get_running_loop().time() < deadline, (doc["counts"], [
-            (v["index"], v["status"], v["worker_id"], v["queue_key"]) for v in doc["variants"]])
+        assert asyncio.get_running_loop().time() < deadline, describe(doc)
         await asyncio.sleep(0.1)
+
+
+async def until_sweep(jp_fetch, sweep_id: str, test, timeout: float = 60.0) -> dict[str, Any]:
+    return await until(lambda: read_sweep(jp_fetch, sweep_id), test, lambda doc: (doc["counts"], [
+        (v["index"], v["status"], v["worker_id"], v["queue_key"]) for v in doc["variants"]]), timeout)
 
 
 def settled(doc: dict[str, Any]) -> bool:
