@@ -17,24 +17,12 @@ import pytest
 from test_server_runs import all_events, call, wait_status
 from test_worker_placement_e2e import start_agent
 from test_workers_e2e import (  # noqa: F401  (fixtures)
-    agents, control, edge, server_token, until_connected, until_event,
+    agents, control, edge, jp_server_config, server_token, settings, until_connected, until_event,
 )
 
 pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-@pytest.fixture
-def jp_server_config(tmp_path, request):
-    codefy = {"data_dir": str(tmp_path / "codefy")}
-    codefy.update(getattr(request, "param", {}))
-    return {"ServerApp": {"jpserver_extensions": {"codefy_jupyter": True}}, "CodefyApp": codefy}
-
-
-def settings(**values: Any):
-    return pytest.mark.parametrize("jp_server_config", [values], indirect=True,
-                                   ids=[",".join(f"{k}={v}" for k, v in values.items())])
 
 
 # Node types every agent has (the catalog a worker must match for `any`): a list held for

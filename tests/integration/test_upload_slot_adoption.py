@@ -6,28 +6,17 @@ plane the adopted run does not take its released slot again."""
 from __future__ import annotations
 
 import pytest
-from tornado.httpclient import HTTPRequest
-from tornado.websocket import websocket_connect
 
-from codefy_jupyter._version import __version__
 from codefy_jupyter.wire import protocol as wp
 
 from test_headless import SMALL, api, wait_status
 from test_worker_adoption import _close_agents, kill_hard, servers  # noqa: F401  (fixtures)
+from test_worker_adoption import hello as connect
 from test_worker_handlers import RawAgent
 
 pytestmark = pytest.mark.slow
 
 
-async def connect(state, capabilities: list[str]) -> tuple[RawAgent, wp.Welcome]:
-    url = state["url"].replace("http://", "ws://") + "codefy/ws/worker"
-    agent = RawAgent(await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {state['token']}"})))
-    code, nodes = api(state, "GET", "nodes")
-    assert code == 200
-    await agent.send(wp.Hello(name="box", version=__version__, protocol_version=wp.PROTOCOL_VERSION,
-                              catalog_hash=nodes["catalog"]["hash"], node_types=nodes["catalog"]["types"],
-                              devices=[{"device": "cpu"}], capabilities=capabilities))
-    return agent, await agent.expect(wp.Welcome)
 
 
 def taken(state) -> int:

@@ -35,16 +35,21 @@ def _close_agents():
         RawAgent.opened.pop().close()
 
 
-async def connect(state) -> RawAgent:
-    """An agent on this machine, with the server's own token, saying hello as `box`."""
+async def hello(state, capabilities: list[str]) -> tuple[RawAgent, wp.Welcome]:
+    """An agent on this machine, with the server's own token, saying hello as `box` with
+    `capabilities`; the agent and the server's Welcome."""
     url = state["url"].replace("http://", "ws://") + "codefy/ws/worker"
     agent = RawAgent(await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {state['token']}"})))
     code, nodes = api(state, "GET", "nodes")
     assert code == 200
     await agent.send(wp.Hello(name="box", version=__version__, protocol_version=wp.PROTOCOL_VERSION,
                               catalog_hash=nodes["catalog"]["hash"], node_types=nodes["catalog"]["types"],
-                              devices=[{"device": "cpu"}], capabilities=["ack"]))
-    await agent.expect(wp.Welcome)
+                              devices=[{"device": "cpu"}], capabilities=capabilities))
+    return agent, await agent.expect(wp.Welcome)
+
+
+async def connect(state) -> RawAgent:
+    agent, _ = await hello(state, ["ack"])
     return agent
 
 
