@@ -4,6 +4,8 @@ them, and the server renders each in one shape: `{"error": {"code", "message", "
 
 from __future__ import annotations
 
+import errno
+import sqlite3
 from typing import Any
 
 
@@ -91,3 +93,38 @@ class Unavailable(ServiceError):
 class TooManyRequests(ServiceError):
     status = 429
     code = "rate_limited"
+
+
+# Seconds a client is told to wait before submitting again while the disk is full (Retry-After).
+STORAGE_FULL_RETRY_S = 5
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class StorageFull(ServiceError):
+    """The file system under the data dir has no room for a write (SQLite's SQLITE_FULL, or ENOSPC
+    or EDQUOT from a plain file). 507, with Retry-After: the same request can succeed once space
+    returns, and nothing it asked for was written."""
+
+    status = 507
+    code = "storage_full"
+
+    def __init__(self, message: str, *, params: dict[str, Any] | None = None) -> None:
+        super().__init__(message, params=params, retry_after_s=STORAGE_FULL_RETRY_S)
+
+
+def is_storage_full(exc: BaseException | None) -> bool:
+    """Whether `exc` (or what it was raised `from`) says the disk is full. The one place that knows
+    how SQLite and the OS spell it. (Not `__context__`: another error raised while handling a full
+    disk is that other error.)"""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, StorageFull):
+            return True
+        if isinstance(exc, sqlite3.Error):
+            code = getattr(exc, "sqlite_errorcode", None)
+            if (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or "database or disk is full" in str(exc):
+                return True
+        if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
+            return True
+        exc, seen = exc.__cause__, seen + 1
+    return False

@@ -155,8 +155,8 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
         change_no = log.change_no
         named = list(cursors)
         for run_id in log.run_ids():
-            cursors.setdefault(run_id, log.flushed_seq(run_id) or 0)  # known runs: live from now
-        todo = [rid for rid in log.run_ids() if (log.flushed_seq(rid) or 0) > cursors[rid]]
+            cursors.setdefault(run_id, log.visible_seq(run_id) or 0)  # known runs: live from now
+        todo = [rid for rid in log.run_ids() if (log.visible_seq(rid) or 0) > cursors[rid]]
         # The frames of one pass, sent together at its end: one `batch` message when the client
         # asked for it, else one message each, written to the socket at once.
         ready = _Batch(batch)
@@ -172,7 +172,7 @@ class ExecutionSocket(ExtensionHandlerMixin, JupyterHandler, websocket.WebSocket
             while True:
                 for run_id in todo:
                     cursor = cursors.setdefault(run_id, 0)  # a run new since we subscribed: all of it
-                    while (log.flushed_seq(run_id) or 0) > cursor:
+                    while (log.visible_seq(run_id) or 0) > cursor:
                         after = cursor
                         status, texts, cursor, _ = await self.service.live_page(run_id, cursor, 0)
                         cursors[run_id] = cursor

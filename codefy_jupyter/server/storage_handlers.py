@@ -18,7 +18,7 @@ from typing import Any
 from jupyter_server.auth.decorator import allow_unauthenticated, authorized
 from tornado import web
 
-from ..core.errors import ServiceError
+from ..core.errors import ServiceError, StorageFull, is_storage_full
 from ..core.storage.transfer import TransferError, check_access, find_input, upload_target
 from .handlers import CodefyAPIHandler, api
 from .request_body import CodefyHTTPError
@@ -83,9 +83,12 @@ class UploadHandler(_WorkerRoute):
         except ServiceError as err:
             self.fail(err)
             return
-        self._target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._partial = self._target.with_name(self._target.name + f".uploading-{os.getpid()}-{id(self)}")
-        self._out = open(self._partial, "wb")
+        try:
+            self._target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._out = open(self._partial, "wb")
+        except OSError as exc:
+            self.fail(self._refused(exc))
 
     def data_received(self, chunk: bytes) -> None:
         if self._out is None:
@@ -96,13 +99,31 @@ class UploadHandler(_WorkerRoute):
             self._discard()
             self.fail(_too_big(limit).error)
             return
-        self._out.write(chunk)
+        try:
+            self._out.write(chunk)
+        except OSError as exc:  # a full disk: refused now, and the part written so far removed
+            self._discard()
+            self.fail(self._refused(exc))
 
     def _discard(self) -> None:
         if self._out is not None:
-            self._out.close()
-            self._out = None
+            out, self._out = self._out, None
+            try:
+                out.close()
+            except OSError:  # what was buffered could not be written either: the file goes anyway
+                pass
             self._partial.unlink(missing_ok=True)
+
+    def _refused(self, exc: OSError) -> Exception:
+        """A write the disk refused: 507 storage_full (the agent's upload fails saying so) when it is
+        full; anything else is a fault of this server (500)."""
+        if not is_storage_full(exc):
+            return exc
+        folder = self.service.data_dir / "runs"
+        error = StorageFull(f"the disk holding the run files ({folder}) is full ({exc}); the upload was not kept",
+                            params={"path": str(folder)})
+        error.__cause__ = exc
+        return error
 
     def on_connection_close(self) -> None:
         self._discard()
@@ -113,9 +134,17 @@ class UploadHandler(_WorkerRoute):
     async def post(self, run_id: str) -> None:
         if self._out is None:
             raise TransferError(400, "upload_refused", "the upload was refused")
-        self._out.close()
-        self._out = None
-        self._partial.replace(self._target)
+        try:
+            self._out.close()
+            self._out = None
+            self._partial.replace(self._target)
+        except OSError as exc:
+            self._discard()
+            self._partial.unlink(missing_ok=True)
+            refused = self._refused(exc)
+            if refused is exc:
+                raise
+            raise refused from exc
         relative = self._target.relative_to((self.service.data_dir / "runs" / run_id).resolve()).as_posix()
         self.send(201, {"run_id": run_id, "path": relative, "bytes": self._written})
 

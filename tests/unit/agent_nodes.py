@@ -2,7 +2,8 @@
 entry point (`agent_helpers.install_pack` writes a dist-info folder declaring it), as a third-party pack would be.
 
 `Environ` reports what the run's process sees of its environment; `Stubborn` ignores cancel;
-`Segfault` crashes the process; `Say` prints to stdout and stderr; `Threads` reports the CPU thread budget.
+`Segfault` crashes the process; `Say` prints to stdout and stderr; `Threads` reports the CPU thread budget;
+`Chatter` sends a stream of large warnings until it is stopped (a run that keeps writing to the disk).
 Never import it into the test process: its nodes would join that process's registry.
 """
 
@@ -74,3 +75,14 @@ def threads(ctx, value=None):
     seen["torch_threads"] = torch.get_num_threads()
     ctx.warn("threads", code="threads", **seen)
     return {"threads": seen["torch_threads"]}
+
+
+@node("Chatter", inputs={"value": optional("any")}, outputs={"value": "any"},
+      params={"rounds": param.int(100000), "bytes": param.int(16384), "pause": param.float(0.02)}, cacheable=False)
+def chatter(ctx, rounds, bytes, pause, value=None):
+    blob = "x" * bytes
+    for i in range(rounds):
+        ctx.check_cancelled()
+        ctx.warn("chatter", code="chatter", round=i, blob=blob)
+        time.sleep(pause)
+    return {"value": value}

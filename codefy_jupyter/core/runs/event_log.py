@@ -8,7 +8,8 @@ cursor: from the in-memory tail of each run's newest durable events when it hold
 (`tail_page`), else from the store. So a reader that replays and then follows live sees every
 event exactly once, with no gap. The tail takes events in commit order (as each write settles),
 so a run's closing event, written by the run service, never lands ahead of events a flush wrote
-in the same transaction.
+in the same transaction. One exception: a closing event the store refused because the disk is full
+is shown to followers at once (`announce`), and written once the disk has room.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class EventLog:
         # Runs whose events the store refused (what was lost, and why), and who is told.
         self.lost: dict[str, dict[str, Any]] = {}
         self.on_write_failed: Callable[[str, dict[str, Any]], None] | None = None
+        # Closing events shown to followers before they are durable (the disk was full at the
+        # run's final write; see `announce`): the last such seq of each run.
+        self._announced: dict[str, int] = {}
 
     # -- writing ----------------------------------------------------------------------------------
     def track(self, run_id: str, last_seq: int) -> None:
@@ -79,6 +83,7 @@ class EventLog:
 
     def forget(self, run_id: str) -> None:
         self.lost.pop(run_id, None)
+        self._announced.pop(run_id, None)
         self._attached.pop(run_id, None)
         self._next_seq.pop(run_id, None)
         self._flushed.pop(run_id, None)
@@ -141,6 +146,15 @@ class EventLog:
         self._next_seq[run_id] = durable + 2
         return [(durable + 1, kind, text, ts)]
 
+    def follow_durable(self, run_id: str, rows: list[tuple[int, str, str, float]]
+                       ) -> list[tuple[int, str, str, float]]:
+        """A refused closing write (`rows`, from take_closing) to be written again later, whole:
+        renumbered to follow what is durable now (a write of the run's events queued ahead of it
+        may have been refused too, and its events recorded as lost)."""
+        first = self._flushed.get(run_id, 0) + 1
+        self._next_seq[run_id] = first + len(rows)
+        return [(first + i, kind, text, ts) for i, (_, kind, text, ts) in enumerate(rows)]
+
     def _encoded(self, payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """The payload under the cap and its stored text, encoded once when it fits (the usual
         case) rather than once to measure and again to store."""
@@ -156,6 +170,18 @@ class EventLog:
         self._closed_tails.append(run_id)
         while len(self._closed_tails) > CLOSED_TAILS_KEPT:  # memory stays bounded however many runs end
             self._tail.pop(self._closed_tails.popleft(), None)
+        self._notify()
+
+    def announce(self, run_id: str, rows: list[tuple[int, str, str, float]]) -> None:
+        """Show `rows` (a run's closing write that the store refused for lack of room) to followers
+        now, ahead of their commit: the run has ended here, and its followers must not wait for the
+        disk. `flushed_seq`, which acknowledgements go by, does not move; `committed` follows once
+        the rows are written."""
+        if not rows:
+            return
+        self._announced[run_id] = rows[-1][0]
+        self._remember(run_id, rows)
+        self._closed_tails.append(run_id)
         self._notify()
 
     def _settled(self, run_id: str, rows: list[tuple[int, str, str, float]], write: asyncio.Future) -> None:
@@ -189,6 +215,11 @@ class EventLog:
         if not rows:
             return
         self._flushed[run_id] = max(self._flushed.get(run_id, 0), rows[-1][0])
+        if self._announced.get(run_id, 0) <= rows[-1][0]:
+            self._announced.pop(run_id, None)
+        self._remember(run_id, rows)
+
+    def _remember(self, run_id: str, rows: list[tuple[int, str, str, float]]) -> None:
         self.change_no += 1
         self._changes.append((self.change_no, run_id))
         tail = self._tail.setdefault(run_id, [])
@@ -273,7 +304,14 @@ class EventLog:
 
     # -- reading ----------------------------------------------------------------------------------
     def flushed_seq(self, run_id: str) -> int | None:
+        """The run's last durable seq (what may be acknowledged)."""
         return self._flushed.get(run_id)
+
+    def visible_seq(self, run_id: str) -> int | None:
+        """The run's last seq followers are shown: durable, or an announced closing event."""
+        flushed = self._flushed.get(run_id)
+        announced = self._announced.get(run_id)
+        return flushed if announced is None else max(announced, flushed or 0)
 
     def changed_since(self, change_no: int) -> tuple[list[str], int, bool]:
         """Runs with durable events after change `change_no`, the latest change number, and
@@ -306,7 +344,7 @@ class EventLog:
             ids = [run_ids] if isinstance(run_ids, str) else run_ids()
             for rid in ids:
                 after = cursor if isinstance(cursor, int) else cursor(rid)
-                if self._flushed.get(rid, 0) > after:
+                if (self.visible_seq(rid) or 0) > after:
                     return True
             return False
 

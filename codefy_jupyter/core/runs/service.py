@@ -37,7 +37,7 @@ from ...engine import GraphError, NodeRegistry, RunResult, SessionCache, default
 from ...wire import run_events as ev
 from . import state as rs
 from ..config import Settings
-from ..errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError, Unavailable
+from ..errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError, StorageFull, Unavailable
 from ...wire import cpu_threads
 from . import endings, record_rules, recovery
 from .event_log import EventLog
@@ -50,6 +50,7 @@ from .recorded import RecordedOutputs
 from .retention import remove_run_files
 from ..storage import plan as storage_plan, run_needs
 from .summary import add_final_loss
+from .unwritten import StorageWatch, UnwrittenEnding
 from ..scheduling.device_sets import SubmitError, resolve_run_device
 from ..scheduling.limits import build_limits
 from .estimates import MemoryEstimates
@@ -140,6 +141,10 @@ class RunService:
                                        max_bytes=max_mb * 1024 * 1024 if max_mb > 0 else None)
         self.workers.on_connected = self.outputs.connected
         self._recording: set[str] = set()
+        # A full disk: endings kept until they can be written, waiting runs held (core/runs/unwritten.py).
+        self.storage = StorageWatch(store, written=lambda e: self._ending_written(e.run_id, e.status, e.rows),
+                                    resumed=self._storage_resumed)
+        store.on_full = self.storage.start
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -196,6 +201,7 @@ class RunService:
             closing = ev.execution_stopped(run_id, status=rs.INTERRUPTED, code="server_shutdown",
                                            message="the server shut down while this run was executing")
             await self._write_final(run_id, rs.INTERRUPTED, closing, error=None)
+        await self.storage.close()
         await self.workers.close()
         await self.events.close()
 
@@ -435,8 +441,8 @@ class RunService:
 
     # -- scheduling and execution -----------------------------------------------------------------
     async def _reschedule(self) -> None:
-        if self._closing:
-            return
+        if self._closing or self.storage.holding:
+            return  # a run started on a full disk could record nothing: it waits for room
         for placement in self.queue.schedule():
             await self._start(placement)
 
@@ -589,7 +595,10 @@ class RunService:
         await self._write_final(run_id, ending.status, ending.closing, error=ending.error, facts=ending.facts)
         if isinstance(result, ExecutionOutcome):
             self.workers.run_closed(run_id)
-        await self._retention()
+        try:
+            await self._retention()
+        except StorageFull as full:  # pruning waits for the next run that ends with room on the disk
+            log.warning("codefy: retention skipped after run %s: %s", run_id, full)
 
     async def _write_final(self, run_id: str, status: str, closing: ev.RunEvent, *, error: Any,
                            facts: dict[str, Any] | None = None, from_state: str | None = None) -> None:
@@ -599,25 +608,43 @@ class RunService:
         allow (a second ending, say) raises IllegalTransition and writes nothing."""
         before = self._known_status(run_id) if from_state is None else from_state
         rs.finish(before if before is not None else "unknown", status)
-        self._runs.finishing(run_id, before)  # followers see `before` until the write commits
+        started = self._runs.finishing(run_id, before).started  # followers see `before` until the write commits
         rows = self.events.take_closing(run_id, closing)
         extra = {"execution_facts": facts} if facts is not None else {}
         try:
             try:
                 await self.store.update_run(run_id, status=status, finished_at=self.clock(), error=error,
                                             events=rows, **extra)
+            except StorageFull:
+                raise
             except Exception as refused:
                 # A write of the run's events failed ahead of this one (its seqs no longer follow), or
                 # its own queued events were refused: the ending alone, once more. A run must end.
                 rows = self.events.retake_closing(run_id, rows, refused)
                 await self.store.update_run(run_id, status=status, finished_at=self.clock(), error=error,
                                             events=rows, **extra)
+        except StorageFull:
+            # The run ends all the same (in memory, for its followers); the disk gets it once it has room.
+            rows = self.events.follow_durable(run_id, rows)
+            self._runs.finished(run_id, status)
+            self.storage.keep(UnwrittenEnding(run_id, status, rows, error, facts, self.clock(), started))
+            self.events.announce(run_id, rows)
+            return
         except BaseException:
             self._runs.discard(run_id)
             raise
+        await self._ending_written(run_id, status, rows)
+
+    async def _ending_written(self, run_id: str, status: str, rows: list[tuple[int, str, str, float]]) -> None:
+        """A run's final write committed (now, or once a full disk had room): observers are told
+        only now, as they read what it wrote."""
         self._runs.finished(run_id, status)
         await self.events.committed(run_id, rows)
         self._notify("run_finished", run_id, status)
+
+    async def _storage_resumed(self) -> None:
+        """The disk has room again: the runs held while it was full may start."""
+        await self._reschedule()
 
     async def _finish_unstarted(self, run_id: str, status: str, code: str, message: str) -> None:
         closing = ev.execution_stopped(run_id, status=status, code=code, message=message)
@@ -728,7 +755,7 @@ class RunService:
         return {"runs": runs, "total": total, "offset": offset, "limit": limit}
 
     def _view(self, row: dict[str, Any]) -> dict[str, Any]:
-        view = {k: v for k, v in row.items() if k not in ("graph", "last_seq")}
+        view = self.storage.overlay({k: v for k, v in row.items() if k not in ("graph", "last_seq")})
         view["last_seq"] = row.get("last_seq")
         if row["status"] == rs.QUEUED:
             view["queue_position"] = self.queue.position(row["id"])
@@ -746,7 +773,7 @@ class RunService:
         """(status, last seq) of a run whose log reaches `cursor`; a cursor past its end is refused
         (400 cursor_past_end) the same way on REST and on /ws/execution."""
         status, last_seq = await self._status(run_id)
-        last = max(last_seq, self.events.flushed_seq(run_id) or 0)
+        last = max(last_seq, self.events.visible_seq(run_id) or 0)
         if cursor > last:
             raise BadRequest(f"cursor {cursor} is past the end of run {run_id}'s log ({last})",
                              code="cursor_past_end", params={"field": "cursor", "last_seq": last})
@@ -782,11 +809,11 @@ class RunService:
         tail when it holds the events (all followers share its encoding), else from the store."""
         status = self._known_status(run_id)
         if status is not None:
-            flushed = self.events.flushed_seq(run_id) or 0
+            flushed = self.events.visible_seq(run_id) or 0
             if wait > 0 and cursor >= flushed and status in rs.ACTIVE:
                 await self.events.wait_beyond(run_id, cursor, min(wait, 60.0))
                 status = self._known_status(run_id) or status
-                flushed = self.events.flushed_seq(run_id) or 0
+                flushed = self.events.visible_seq(run_id) or 0
             page = self.events.tail_page(run_id, cursor, flushed, self.settings.run_events_response_cap_bytes)
             if page is not None:
                 texts, next_cursor, more = page

@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
+from ..errors import StorageFull, is_storage_full
 from . import workers as store_workers
 from .checkpoints import CheckpointPolicy
 from .writer import BUSY_TIMEOUT_MS, Outcomes, Write, WriterThread, settle
@@ -79,6 +80,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Clock = Callable[[], float]
 _SQLITE_HEADER = b"SQLite format 3\x00"
+# What `probe_room` writes to see whether a full disk has room again: about one batch of events.
+PROBE_BYTES = 256 * 1024
+PROBE_NAME = ".codefy-space-probe"
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,29 @@ def _check_is_sqlite(path: Path) -> None:
         raise StoreError(f"{path} is not an SQLite database; refusing to use it (it was left unchanged)", path=path)
 
 
+def _probe_room(folder: Path) -> bool:
+    probe = folder / PROBE_NAME
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            left = memoryview(b"\0" * PROBE_BYTES)
+            while left:  # a nearly full disk takes part of a write, then refuses the rest
+                left = left[os.write(fd, left):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return True
+    except OSError as exc:
+        if not is_storage_full(exc):
+            log.warning("store: probing %s for room failed: %s", folder, exc)
+        return False
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+
+
 def _make_private(path: Path) -> None:
     """The database (and its -wal, -shm, -journal) readable by the owner only: runs hold graphs,
     parameters and outputs. SQLite gives its side files the database file's mode, so creating the
@@ -207,6 +234,10 @@ class Store:
         self._commits = self._writes = self._failed = self._largest = 0
         self._closed = False
         self._shutdown: asyncio.Future | None = None
+        # The disk was full at the last write that needed room (cleared by the next commit, or by
+        # `probe_room`); `on_full` is told each time it becomes so.
+        self.full = False
+        self.on_full: Callable[[], None] | None = None
         writer.deliver = self._record
 
     @classmethod
@@ -285,10 +316,19 @@ class Store:
         outcomes, commits = done
         self._commits += len(commits)
         self._largest = max([self._largest, *commits])
+        # Decided before any caller resumes: a caller that sees StorageFull also sees `full`.
+        full = any(not ok and is_storage_full(result) for ok, result in outcomes)
+        was_full, self.full = self.full, full or (self.full and not commits)
+        if full and not was_full:
+            log.error("store: the disk holding %s is full; writes fail until it has room again", self._path)
+            if self.on_full is not None:
+                self.on_full()
+        elif was_full and not self.full:
+            log.warning("store: %s takes writes again", self._path)
         for w, (ok, result) in zip(batch, outcomes):
             if not ok:
                 self._failed += 1
-                settle(w.future, error=result)
+                settle(w.future, error=self._full_error(result) if is_storage_full(result) else result)
                 continue
             self._writes += 1
             if w.after_commit is not None:
@@ -297,6 +337,23 @@ class Store:
                 except Exception:
                     log.exception("store: after-commit hook failed")
             settle(w.future, result)
+
+    def _full_error(self, cause: BaseException) -> StorageFull:
+        folder = self._path.parent
+        error = StorageFull(f"the disk holding the run database ({folder}) is full ({cause}); nothing of this "
+                            "request was written. Free space there: the server goes on by itself once it has room",
+                            params={"path": str(folder)})
+        error.__cause__ = cause
+        return error
+
+    async def probe_room(self) -> bool:
+        """After a full disk: whether it has room again (a small file written, synced and removed
+        next to the database); clears `full` when it has."""
+        room = await asyncio.to_thread(_probe_room, self._path.parent)
+        if room and self.full:
+            self.full = False
+            log.warning("store: the disk holding %s has room again", self._path)
+        return room
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(self._commits, self._writes, self._failed, self._largest, self._writer.queued(),
