@@ -223,3 +223,36 @@ async def test_a_worker_run_on_a_full_disk_ends_and_the_agent_goes_on_once_it_ha
     assert events[-1]["type"] == "execution_error"
     assert events[-1]["payload"]["error"]["code"] == "event_log_write_failed"
     assert agent.proc.poll() is None, agent.output()
+
+
+async def test_the_store_on_a_full_disk_refuses_writes_as_storage_full_and_takes_them_again_once_it_has_room(
+        small_disk):
+    from codefy_jupyter.core.errors import StorageFull
+    from codefy_jupyter.core.store.database import Store
+
+    store = await Store.open(small_disk / "codefy" / "codefy.sqlite")
+    told = []
+    store.on_full = lambda: told.append(store.full)
+    try:
+        await store.create_run({"id": "kept", "status": "queued"})
+        filler = await fill(small_disk)
+        big = "x" * 65536
+        refused = None
+        for i in range(200):  # until the database needs a page the disk does not have
+            try:
+                await store.create_run({"id": f"r{i}", "status": "queued", "name": big})
+            except StorageFull as err:
+                refused = err
+                break
+        assert refused is not None, "the database never ran out of room"
+        assert refused.status == 507 and refused.code == "storage_full" and refused.retry_after_s
+        assert store.full and told == [True]
+        assert not await store.probe_room() and store.full
+        os.unlink(filler)
+        assert await store.probe_room() and not store.full
+        await store.create_run({"id": "after", "status": "queued", "name": big})  # the writer thread lives on
+        assert (await store.get_run("kept"))["status"] == "queued"
+        assert (await store.get_run("after")) is not None
+        assert not (small_disk / "codefy" / ".codefy-space-probe").exists()
+    finally:
+        await store.close()
