@@ -258,9 +258,6 @@ class Index:
                 todo.extend(self.classes[c].bases)
         return out
 
-    def subclasses(self, cls: str) -> list[str]:
-        return [c for c in self.classes if cls in self.mro(c) and c != cls]
-
     def is_error(self, cls: str) -> bool:
         return ERROR_ROOT in self.mro(cls)
 
