@@ -39,12 +39,11 @@ class StudyHandler(CodefyAPIHandler):
         if fmt not in ("json", "csv"):
             raise ServiceError("format must be json or csv", code="invalid_format", params={"field": "format"})
         studies = self.experiments.studies
+        view, wait = self.get_argument("view", "full"), self.float_arg("wait", 0.0)
+        revision = None if self.get_argument("revision", None) is None else self.int_arg("revision", 0)
         if fmt == "json":
-            revision = self.get_argument("revision", None)
-            return self.send_encoded(200, *await studies.get_json(
-                study_id, self.get_argument("view", "full"), wait=self.float_arg("wait", 0.0),
-                revision=None if revision is None else self.int_arg("revision", 0)))
-        text = await studies.csv(study_id)
+            return self.send_encoded(200, *await studies.get_json(study_id, view, wait=wait, revision=revision))
+        text = await studies.csv(study_id, view, wait, revision)
         self.set_header("Content-Disposition", f'attachment; filename="study-{study_id}.csv"')
         self.finish(text, set_content_type="text/csv; charset=utf-8")
 

@@ -198,3 +198,22 @@ async def test_bad_revision_and_wait_are_refused_naming_the_field_and_change_not
     assert code == 404 and err["error"]["code"] == "study_not_found"
     code, after = await call(jp_fetch, "api", "studies", study["id"])
     assert code == 200 and after == done
+
+
+async def test_the_csv_form_refuses_the_arguments_the_json_form_refuses(jp_fetch):
+    """Issue 27: format=csv ignored view, wait and revision; it checks them as the JSON form does."""
+    code, study = await post_study(jp_fetch, spec())
+    assert code == 201, study
+    await wait_study(jp_fetch, study["id"], {"succeeded"})
+    for params, field, code_name in (({"view": "tiny"}, "view", "invalid_view"),
+                                     ({"revision": "-1"}, "revision", "invalid_revision"),
+                                     ({"revision": "x"}, "revision", "invalid_revision"),
+                                     ({"wait": "61"}, "wait", "invalid_wait"),
+                                     ({"wait": "soon"}, "wait", "invalid_wait")):
+        response = await fetch(jp_fetch, study["id"], format="csv", **params)
+        assert response.code == 400, (params, response.body)
+        err = json.loads(response.body)["error"]
+        assert err["code"] == code_name and err["params"]["field"] == field, err
+    table = await fetch(jp_fetch, study["id"], format="csv", view="summary", revision="0", wait="0")
+    assert table.code == 200 and table.headers["Content-Type"].startswith("text/csv")
+    assert table.body.decode().splitlines()[0].count(",") >= 3

@@ -14,12 +14,15 @@ from __future__ import annotations
 import functools
 import logging
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ...engine.recorded import OUTPUT_STORE_RUNS, Captures, RunOutputStore, index_of, summarize
 from ...wire.output_reads import LIST, PORT, Answer, answer, not_recorded
 from ..store import output_drops
 from . import state as rs
+
+if TYPE_CHECKING:  # the workers' side is built after this one (core/workers/service.py)
+    from ..workers.outputs import WorkerOutputReads
 
 log = logging.getLogger("codefy.runs")
 
@@ -27,10 +30,10 @@ LOCAL = None  # the holder of captures kept in this process
 
 
 class RecordedOutputs:
-    def __init__(self, store: Any, reads: Any, *, max_runs: int = OUTPUT_STORE_RUNS, max_bytes: int | None = None,
+    def __init__(self, store: Any, reads: WorkerOutputReads, *, max_runs: int = OUTPUT_STORE_RUNS, max_bytes: int | None = None,
                  clock: Callable[[], float]) -> None:
         self.store = store
-        self.reads = reads  # core/workers/outputs.py WorkerOutputReads
+        self.reads = reads
         self.max_runs = max_runs
         self.local = RunOutputStore(max_runs=max_runs, max_bytes=max_bytes)
         self.clock = clock

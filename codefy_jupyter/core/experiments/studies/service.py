@@ -128,16 +128,9 @@ class StudyService(Coordinator):
         the previous read (one reader hop) and encodes again only the variants that moved, in a
         thread; a study with nothing in flight at an unchanged revision is the text served before.
         With `revision` (the one the caller holds) and `wait`, a long-poll: see wait_past."""
-        if view not in VIEWS:
-            raise BadRequest(f"view must be one of {', '.join(VIEWS)}", code="invalid_view",
-                             params={"field": "view", "allowed": list(VIEWS)})
-        check_wait(wait)
-        if revision is not None:
-            if not 0 <= revision <= INT64_MAX:
-                raise BadRequest("revision must be from 0 to 2^63-1", code="invalid_revision",
-                                 params={"field": "revision"})
-            if wait > 0:
-                await self.wait_past(study_id, revision, wait)
+        check_read(view, wait, revision)
+        if revision is not None and wait > 0:
+            await self.wait_past(study_id, revision, wait)
         async with self._render_locks.setdefault(study_id, asyncio.Lock()):
             deleted = self.store.runs_deleted
             rendered = self._rendered.pop(study_id, None)
@@ -191,7 +184,10 @@ class StudyService(Coordinator):
             except asyncio.TimeoutError:
                 return
 
-    async def csv(self, study_id: str) -> str:
+    async def csv(self, study_id: str, view: str = "full", wait: float = 0.0, revision: int | None = None) -> str:
+        """The table of the study as it stands. The JSON form's arguments are checked as there (a
+        client that switches format keeps its query), though the table has one view and no poll."""
+        check_read(view, wait, revision)
         return study_csv(await self.get(study_id))
 
     async def list(self, *, status: list[str] | None = None, offset: int = 0,
@@ -299,6 +295,16 @@ class StudyService(Coordinator):
             if await self.resume_locked(study_id, budget, expected_revision=expected) is None:
                 raise Conflict(f"study {study_id} moved", code="revision_moved", params={"field": "expected_revision"})
         return await self.get(study_id)
+
+
+def check_read(view: str, wait: float, revision: int | None) -> None:
+    """GET studies/{id}'s arguments, either format: 400 naming the one that is out of range."""
+    if view not in VIEWS:
+        raise BadRequest(f"view must be one of {', '.join(VIEWS)}", code="invalid_view",
+                         params={"field": "view", "allowed": list(VIEWS)})
+    check_wait(wait)
+    if revision is not None and not 0 <= revision <= INT64_MAX:
+        raise BadRequest("revision must be from 0 to 2^63-1", code="invalid_revision", params={"field": "revision"})
 
 
 def check_wait(wait: float) -> None:
