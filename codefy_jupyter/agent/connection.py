@@ -41,6 +41,7 @@ from tornado.websocket import WebSocketClientConnection, WebSocketClosedError, w
 from .._version import __version__
 from ..wire.cpu_threads import available_cores
 from ..wire.codec import MAX_FRAME_BYTES, decode, encode
+from ..wire.hello_limits import check_hello
 from ..wire.frames import (
     AGENT_STOPPED, DEFAULT_GRACE_S, PROTOCOL_VERSION, SUPPORTED_CAPABILITIES, Ack, Assign, Cancel, CancelFetch,
     Credentials, Drain, DropOutputs, FetchOutput, Frame, Heartbeat, Hello, ProtocolError, Reject, RunAlive, Welcome,
@@ -423,13 +424,18 @@ class Agent:
 
     def _hello(self) -> Hello:
         o = self.options
-        return Hello(
+        hello = Hello(
             name=o.name, version=__version__, protocol_version=PROTOCOL_VERSION,
             fingerprint=self.catalog.fingerprint, catalog_hash=self.catalog.catalog_hash,
             node_types=self.catalog.node_types, capabilities=offered_capabilities(),
             machine_id=machine_id(), devices=self.inventory.hello(), platform=platform_string(), mounts=dict(o.mounts),
             one_shot=o.one_shot, one_shot_run_id=o.run_id if o.one_shot else None,
             instance_id=self.instance_id, instance=o.instance, cpu_count=available_cores())
+        try:  # the control plane would refuse it (4413, fatal): say here which bound it is over
+            check_hello(hello)
+        except ProtocolError as err:
+            raise Fatal(f"this worker's hello is over a bound of the protocol: {err}") from None
+        return hello
 
     async def _heartbeats(self, every: float) -> None:
         while True:

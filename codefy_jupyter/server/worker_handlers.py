@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import logging
+from functools import partial
 from typing import Any, Awaitable
 
 from jupyter_server.auth.decorator import allow_unauthenticated, authorized
@@ -28,7 +30,7 @@ from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web, websocket
 
-from ..core.errors import NotFound, ServiceError
+from ..core.errors import ServiceError
 from ..core.runs.service import RunService
 from ..core.workers.handshake import Credential
 from ..core.workers.session import (
@@ -208,7 +210,8 @@ class WorkersHandler(CodefyAPIHandler):
     @authorized
     @api
     async def get(self) -> None:
-        self.send(200, self.service.workers.list())
+        self.set_status(200)
+        self.finish(await self.service.workers.list_text(partial(json.dumps, allow_nan=False, default=str)))
 
 
 class WorkerHandler(CodefyAPIHandler):
@@ -216,11 +219,7 @@ class WorkerHandler(CodefyAPIHandler):
     @authorized
     @api
     async def get(self, worker_id: str) -> None:
-        listing = self.service.workers.list()
-        found = next((w for w in listing["workers"] if w["id"] == worker_id), None)
-        if found is None:
-            raise NotFound(f"no worker {worker_id}", code="worker_not_found", params={"worker": worker_id})
-        self.send(200, found)
+        self.send(200, self.service.workers.one(worker_id))
 
     @web.authenticated
     @authorized

@@ -11,10 +11,10 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, Union
 
-from . import compact_json
+from . import compact_json, hello_limits
 from .frames import (
-    FRAME_TYPES, RUN_FINISHED_STATUSES, Ack, Batch, Event, Frame, Metrics, ProtocolError, RunAlive, RunFinished,
-    RunFrame, Welcome,
+    FRAME_TYPES, RUN_FINISHED_STATUSES, Ack, Batch, Event, Frame, Heartbeat, Hello, Metrics, ProtocolError, RunAlive,
+    RunFinished, RunFrame, Welcome,
 )
 
 # One frame's encoded size limit (UTF-8 bytes). Generous: an assign carries a whole graph, and an
@@ -161,6 +161,10 @@ def _check_values(frame: Frame) -> None:
         raise ProtocolError("bad_value", "must be above 0", path="welcome.heartbeat_s")
     if isinstance(frame, Batch) and not frame.frames:
         raise ProtocolError("bad_value", "must hold at least one frame", path="batch.frames")
+    if isinstance(frame, Hello):
+        hello_limits.check_hello(frame)
+    elif isinstance(frame, Heartbeat):
+        hello_limits.check_heartbeat(frame)
 
 
 def check_frame_size(data: str | bytes) -> None:
@@ -340,4 +344,4 @@ def _within_batch(err: ProtocolError, index: int) -> ProtocolError:
     else:
         head, dot, rest = path.partition(".")
         where = f"{prefix}.{rest}" if dot else f"{prefix}{path[len(head):]}"
-    return ProtocolError(err.code, err.reason, path=where)
+    return ProtocolError(err.code, err.reason, path=where, params=err.params)

@@ -43,18 +43,22 @@ class ProtocolError(Exception):
     """The peer sent a frame we cannot use.
 
     code: `not_json`, `too_deep`, `not_object`, `missing_type`, `unknown_type`, `wrong_direction`,
-          `missing_field`, `bad_field`, `bad_value`, `frame_too_large`, `ack_ahead`.
+          `missing_field`, `bad_field`, `bad_value`, `frame_too_large`, `too_large` (a field over
+          its bound, wire/hello_limits.py), `ack_ahead`.
     path: the offending field (`assign.devices[0]`), or None for the frame as a whole.
+    params: more about it for other languages (`too_large`: `got` and `limit`).
     """
 
-    def __init__(self, code: str, message: str, *, path: str | None = None) -> None:
+    def __init__(self, code: str, message: str, *, path: str | None = None,
+                 params: dict[str, Any] | None = None) -> None:
         super().__init__(message if path is None else f"{path}: {message}")
         self.code = code
         self.path = path
         self.reason = message
+        self.params = dict(params or {})
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": str(self), "params": {"path": self.path}}
+        return {"code": self.code, "message": str(self), "params": {"path": self.path, **self.params}}
 
 
 # -- frames -----------------------------------------------------------------------------------------

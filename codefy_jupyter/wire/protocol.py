@@ -29,14 +29,20 @@ one malformed item is refused alone, with its index in the path (`batch.frames[3
 without the capability never sees a batch, so it still works frame by frame. Why: one message per
 frame costs both ends more (WebSocket framing, a callback and a task per message) than the frame.
 
+Bounds (wire/hello_limits.py): a hello carries at most 256 devices, 4096 node types, names of 128
+characters and 2 MiB in all (the module lists every bound); over one it is refused with a `reject`
+`too_large` naming the field and close 4413, so no agent can make what the control plane keeps and
+shows of it (GET workers) grow without bound. Heartbeats are bounded the same way.
+
 Errors: `ProtocolError` is "the peer sent something wrong" (a malformed frame), with a `code` and
 the `path` of the offending field, e.g. `ProtocolError("bad_field", ..., path="hello.devices[1]")`.
 Mistakes of our own side (encoding a frame with a wrong field type, acking past what was sent to us)
 raise `ValueError`/`TypeError`.
 
 Where it lives: wire/frames.py (version, capabilities, timing defaults, frame types, ProtocolError),
-wire/codec.py (encode/decode/validate, batches), wire/acks.py (Outbox, RunInbox). This module
-re-exports them, so a reader of the protocol as a whole (tests, benchmarks) has one name for it.
+wire/codec.py (encode/decode/validate, batches), wire/hello_limits.py (the hello's bounds),
+wire/acks.py (Outbox, RunInbox). This module re-exports them, so a reader of the protocol as a
+whole (tests, benchmarks) has one name for it.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from .codec import (
     BATCH_MAX_BYTES, BATCH_MAX_FRAMES, MAX_FRAME_BYTES, check_frame_size, decode, encode, encode_batch,
     from_dict, numbered, to_dict, unpack,
 )
+from .hello_limits import HELLO_MAX_BYTES, HELLO_MAX_DEVICES, HELLO_MAX_NODE_TYPES, TOO_LARGE, check_hello_size
 from .frames import (
     AGENT_FRAMES, AGENT_STOPPED, Ack, Artifact, Assign, Batch, CAPABILITY_FRAMES, Cancel, Credentials, DEFAULT_GRACE_S,
     DEFAULT_HEARTBEAT_S, Drain, Event, FRAME_TYPES, Frame, HEARTBEAT_MISSES, HELLO_TIMEOUT_S, Heartbeat,
@@ -60,7 +67,7 @@ __all__ = [
     "ACK_AFTER_S", "ACK_EVERY_FRAMES", "AGENT_FRAMES", "AGENT_STOPPED", "Ack", "Artifact", "Assign",
     "BATCH_MAX_BYTES", "BATCH_MAX_FRAMES", "Batch", "CAPABILITY_FRAMES", "Cancel", "Clock", "Credentials", "DEFAULT_GRACE_S",
     "DEFAULT_HEARTBEAT_S", "Drain", "Event", "FRAME_TYPES", "Frame", "HEARTBEAT_MISSES", "HELLO_TIMEOUT_S",
-    "Heartbeat", "Hello", "INBOX_MAX_FRAMES", "KILL_AFTER_TERMINATE_S", "KNOWN_CAPABILITIES",
+    "HELLO_MAX_BYTES", "HELLO_MAX_DEVICES", "HELLO_MAX_NODE_TYPES", "Heartbeat", "Hello", "INBOX_MAX_FRAMES", "KILL_AFTER_TERMINATE_S", "KNOWN_CAPABILITIES",
     "MAX_FRAME_BYTES", "Metrics", "Outbox", "PROTOCOL_VERSION", "ProtocolError", "RUN_FINISHED_STATUSES",
     "Received", "Reject", "RunAlive", "RunFacts", "RunFinished", "RunFrame", "RunInbox", "RunReleased", "RunStarted",
     "RunWarning", "SERVER_FRAMES", "SUPPORTED_CAPABILITIES", "Welcome", "check_frame_size", "decode",

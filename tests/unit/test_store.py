@@ -549,3 +549,25 @@ def test_fingerprints_are_stored_once_per_digest(tmp_path):
             assert await store.get_fingerprint("sha256:missing") is None
 
     run(main())
+
+
+def test_a_page_of_runs_reads_an_oversized_column_as_a_stub_and_the_run_itself_whole(tmp_path):
+    # A worker chooses a run's error and facts (run_finished, run_facts): a page of runs must stay
+    # cheap to render whatever one sent (issue 27, item 1); GET of the run itself has all of it.
+    from codefy_jupyter.core.store.queries import LIST_JSON_MAX_CHARS
+
+    huge = {"message": "boom", "traceback": "x" * (4 * LIST_JSON_MAX_CHARS)}
+
+    async def main():
+        async with await Store.open(tmp_path / "big.db", clock=FakeClock()) as store:
+            await store.create_run(run_row("big", "failed", error=huge, execution_facts={"cpu_threads": 1}))
+            await store.create_run(run_row("small", "failed", error={"message": "no"}))
+            rows, total = await store.list_runs()
+            by_id = {r["id"]: r for r in rows}
+            stub = by_id["big"]["error"]
+            assert stub["truncated"] is True and stub["chars"] > LIST_JSON_MAX_CHARS and "read the run" in stub["message"]
+            assert by_id["big"]["execution_facts"] == {"cpu_threads": 1}
+            assert by_id["small"]["error"] == {"message": "no"}
+            assert (await store.get_run("big"))["error"] == huge
+
+    run(main())

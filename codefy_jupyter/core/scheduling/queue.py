@@ -601,9 +601,13 @@ class RunQueue:
         topo = self.topology()
         holding = self._holding_now
         slots = [*topo.local_slots] if provider in (None, LOCAL) else []
-        for offer in self.workers():
-            if provider in (None, offer.name):
-                slots += [slot_name(offer.name, d) for d in offer.device_names()]
+        if provider is None:
+            offers = self.workers()
+        else:  # one provider's: found directly, GET workers asks once per worker
+            one = self._workers.get(provider)
+            offers = [one] if one is not None else []
+        for offer in offers:
+            slots += [slot_name(offer.name, d) for d in offer.device_names()]
         uuids = {d.device: d.uuid for d in self._local.devices}
         rows = []
         for slot in slots:

@@ -148,6 +148,9 @@ class WorkerOffer:
         if any(device_kind(d) != "cuda" for d in shared):
             raise ValueError(f"only CUDA cards are shared by memory, got {sorted(shared)!r}")
         object.__setattr__(self, "shared_memory", shared)
+        # Asked once per device on every topology rebuild and GET workers: a scan per call would be
+        # quadratic in the worker's devices.
+        object.__setattr__(self, "_uuids", {d.device: d.uuid for d in self.devices or ()})
 
     @property
     def online(self) -> bool:
@@ -166,7 +169,7 @@ class WorkerOffer:
         return tuple(d.device for d in self.devices or ())
 
     def uuid(self, device: str) -> str | None:
-        return next((d.uuid for d in self.devices or () if d.device == device), None)
+        return self._uuids.get(device)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

@@ -96,10 +96,24 @@ def _encode_run_value(column: str, value: Any) -> Any:
     return value
 
 
-def _decode_run(columns: Sequence[str], values: Sequence[Any]) -> dict:
+# In a page of runs (GET runs), a run's error or execution facts longer than this read as a stub:
+# the worker that ran it chose most of them (run_finished, run_facts), and a page of fifty must stay
+# cheap to render whatever one of them sent. GET the run by id for all of it.
+LIST_JSON_MAX_CHARS = 16 * 1024
+_LISTED_COLUMNS = frozenset({"error", "execution_facts"})
+
+
+def _listed(text: str | None) -> Any:
+    if text is not None and len(text) > LIST_JSON_MAX_CHARS:
+        return {"truncated": True, "chars": len(text),
+                "message": f"{len(text)} characters, over the {LIST_JSON_MAX_CHARS} a list shows: read the run itself"}
+    return _loads(text)
+
+
+def _decode_run(columns: Sequence[str], values: Sequence[Any], *, listing: bool = False) -> dict:
     row = dict(zip(columns, values))
     for column in _JSON_COLUMNS.intersection(row):
-        row[column] = _loads(row[column])
+        row[column] = (_listed if listing and column in _LISTED_COLUMNS else _loads)(row[column])
     if row.get("deterministic") is not None:
         row["deterministic"] = bool(row["deterministic"])
     return row
@@ -328,7 +342,7 @@ def select_runs_page(conn: sqlite3.Connection, statuses: str | Iterable[str] | N
             f"SELECT {', '.join(columns)} FROM runs {where} ORDER BY submit_order DESC LIMIT ? OFFSET ?",
             (*params, limit, offset),
         ).fetchall()
-    return [_decode_run(columns, r) for r in rows], int(total)
+    return [_decode_run(columns, r, listing=not with_graph) for r in rows], int(total)
 
 
 def select_active_runs(conn: sqlite3.Connection) -> list[dict]:

@@ -15,6 +15,10 @@ import sqlite3
 from typing import Any, Mapping
 
 _WORKER_COLUMNS = ("id", "name", "token_hash", "enrolled_at", "last_seen_at", "info", "enrolled_by")
+# A row's `info` (what its last hello said) is read only under this many characters: a hello within
+# wire/hello_limits.py's bounds stores well under it; a bigger one was stored by an older version
+# (50,000 devices, 13 MB) and reading it would hold whoever asks, so it reads as none.
+STORED_INFO_MAX_CHARS = 1024 * 1024
 
 
 class EnrollmentRefused(Exception):
@@ -29,7 +33,12 @@ class EnrollmentRefused(Exception):
 
 def _worker(values: tuple) -> dict:
     row = dict(zip(_WORKER_COLUMNS, values))
-    row["info"] = json.loads(row["info"]) if row["info"] else {}
+    text = row["info"]
+    try:
+        info = json.loads(text) if text and len(text) <= STORED_INFO_MAX_CHARS else {}
+    except (ValueError, RecursionError):
+        info = {}
+    row["info"] = info if isinstance(info, dict) else {}
     return row
 
 

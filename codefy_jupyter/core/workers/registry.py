@@ -27,9 +27,13 @@ from typing import Any, Callable, Iterable, Protocol
 
 from .handshake import Accepted, CatalogDiff, Credential
 from ...wire.frames import HEARTBEAT_MISSES, Frame, Heartbeat, Hello
+from ...wire.hello_limits import HELLO_MAX_DEVICE_CHARS, HELLO_MAX_TEXT_CHARS, bounded_devices, json_chars
 
 OFFLINE, CONNECTED, DRAINING, DISCONNECTED = "offline", "connected", "draining", "disconnected"
 STATES = (OFFLINE, CONNECTED, DRAINING, DISCONNECTED)
+# GET workers lists at most this many of a worker's `extra_types` (the types only it has: up to
+# HELLO_MAX_NODE_TYPES names it chose), and how many there are in `extra_types_count`.
+VIEW_MAX_EXTRA_TYPES = 100
 
 
 class WorkerLink(Protocol):
@@ -97,7 +101,8 @@ class Worker:
             "enrolled_by": self.enrolled_by,
             "draining": self.draining, "status": catalog.status if catalog else None,
             "missing_types": list(catalog.worker_lacks) if catalog else [],
-            "extra_types": list(catalog.server_lacks) if catalog else [],
+            "extra_types": list(catalog.server_lacks[:VIEW_MAX_EXTRA_TYPES]) if catalog else [],
+            "extra_types_count": len(catalog.server_lacks) if catalog else 0,
             "devices": [dict(d) for d in self.devices], "capabilities": list(self.capabilities),
             "version": hello.version if hello else self.info.get("version"),
             "platform": hello.platform if hello else self.info.get("platform"),
@@ -106,6 +111,28 @@ class Worker:
             "disconnected_at": self.disconnected_at, "disconnect_reason": self.disconnect_reason,
             "peer": self.link.peer if self.link is not None else None,
         }
+
+
+def _merged(device: dict[str, Any], update: dict[str, Any] | None, reported: dict[str, Any]) -> dict[str, Any]:
+    """A device with a heartbeat's figures. Each heartbeat entry is bounded, but fields it adds pile
+    up across heartbeats: past twice an entry's bound the device starts again from its hello."""
+    if not update:
+        return device
+    merged = {**device, **update}
+    if len(merged) > len(device) and json_chars(merged) > 2 * HELLO_MAX_DEVICE_CHARS:
+        merged = {**reported, **update}
+    return merged
+
+
+def _bounded_info(info: dict[str, Any]) -> dict[str, Any]:
+    """A stored workers row's info as this version keeps it: an older one stored any hello."""
+    kept = dict(info)
+    devices = kept.get("devices")
+    kept["devices"] = bounded_devices(devices if isinstance(devices, list) else [])
+    for key in ("version", "platform"):
+        if isinstance(kept.get(key), str):
+            kept[key] = kept[key][:HELLO_MAX_TEXT_CHARS]
+    return kept
 
 
 class WorkerRegistry:
@@ -140,7 +167,7 @@ class WorkerRegistry:
             worker = self._workers.setdefault(row["name"], Worker(name=row["name"]))
             worker.enrolled = True
             worker.listed = True
-            worker.info = dict(row.get("info") or {})
+            worker.info = _bounded_info(row.get("info") or {})
             worker.enrolled_by = row.get("enrolled_by")
             if not worker.devices:
                 worker.devices = list(worker.info.get("devices") or [])
@@ -208,7 +235,9 @@ class WorkerRegistry:
         worker.last_seen_at = self.clock()
         if frame.devices:
             by_name = {d.get("device"): d for d in frame.devices if isinstance(d, dict)}
-            worker.devices = [{**d, **by_name.get(d.get("device"), {})} for d in worker.devices]
+            reported = worker.hello.devices if worker.hello is not None else worker.devices
+            worker.devices = [_merged(d, by_name.get(d.get("device")), first)
+                              for d, first in zip(worker.devices, reported)]
 
     def silent(self, now: float) -> list[Worker]:
         """Connected workers that missed HEARTBEAT_MISSES heartbeats in a row."""

@@ -17,7 +17,7 @@ import itertools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable
+from typing import Any, Awaitable, Callable
 
 from ..._version import __version__
 from ..errors import BadRequest, NotFound
@@ -305,29 +305,45 @@ class WorkerService:
         self._reschedule()
 
     # -- REST -------------------------------------------------------------------------------------
+    def _slot_rows(self, provider: str) -> list[dict[str, Any]]:
+        return [{"slot": s.slot, "device": s.device, "uuid": s.uuid,
+                 "slots": {"limit": s.limit, "taken": s.taken, "limited_by": s.limited_by},
+                 "same_card": list(s.same_card), **({"shared_with": "local"} if s.shared_with_local else {}),
+                 **({"memory": s.memory} if s.memory is not None else {})}
+                for s in self.queue.slot_info(provider)]
+
+    def entry(self, worker: Worker) -> dict[str, Any]:
+        """One worker as GET workers lists it: its view, with its slots."""
+        view = worker.view()
+        view["same_host"] = self.queue.same_machine(worker.name)
+        view["slots"] = self._slot_rows(worker.name)
+        # Each reported device carries its slot's figures too (as the listing is documented:
+        # devices with their slots, same_card and shared_with).
+        by_device = {s["device"]: s for s in view["slots"]}
+        for device in view["devices"]:
+            row = by_device.get(device.get("device"))
+            if row is not None:
+                device.update({k: v for k, v in row.items() if k in ("slots", "same_card", "shared_with", "memory")})
+        return view
+
     def list(self) -> dict[str, Any]:
-        slots = self.queue.slot_info()
-        by_provider: dict[str, list[dict[str, Any]]] = {}
-        for s in slots:
-            by_provider.setdefault(s.provider, []).append({
-                "slot": s.slot, "device": s.device, "uuid": s.uuid,
-                "slots": {"limit": s.limit, "taken": s.taken, "limited_by": s.limited_by},
-                "same_card": list(s.same_card), **({"shared_with": "local"} if s.shared_with_local else {}),
-                **({"memory": s.memory} if s.memory is not None else {})})
-        workers = []
+        return {"workers": [self.entry(w) for w in self.registry.workers()], "local": self._slot_rows("local")}
+
+    def one(self, name: str) -> dict[str, Any]:
+        return self.entry(self._get(name))
+
+    async def list_text(self, dumps: Callable[[Any], str]) -> str:
+        """`list()` as JSON text (`dumps` encodes one part), rendered one worker at a time with a
+        turn of the event loop between steps: however many workers there are, the loop is held
+        for one worker's entry (or its encoding) at a time (a few ms at most within wire/hello_limits.py's bounds)."""
+        parts = []
         for worker in self.registry.workers():
-            view = worker.view()
-            view["same_host"] = self.queue.same_machine(worker.name)
-            view["slots"] = by_provider.get(worker.name, [])
-            # Each reported device carries its slot's figures too (as the listing is documented:
-            # devices with their slots, same_card and shared_with).
-            by_device = {s["device"]: s for s in view["slots"]}
-            for device in view["devices"]:
-                row = by_device.get(device.get("device"))
-                if row is not None:
-                    device.update({k: v for k, v in row.items() if k in ("slots", "same_card", "shared_with", "memory")})
-            workers.append(view)
-        return {"workers": workers, "local": by_provider.get("local", [])}
+            if worker.listed and self.registry.get(worker.name) is worker:  # not removed during an earlier turn
+                entry = self.entry(worker)
+                await asyncio.sleep(0)  # the entry is a copy: encoding it may wait a turn
+                parts.append(dumps(entry))
+            await asyncio.sleep(0)
+        return '{"workers": [' + ", ".join(parts) + '], "local": ' + dumps(self._slot_rows("local")) + "}"
 
     def _get(self, name: str) -> Worker:
         worker = self.registry.get(name)

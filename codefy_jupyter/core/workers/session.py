@@ -9,8 +9,9 @@ tested without a server (tests/unit/test_worker_session.py).
 The rules: a connection refused before anything was read (host, origin, credentials) is closed at
 once and reads nothing; then `hello` must come first and within the deadline, else a `reject` and a
 close (4400, or 4408 for the deadline); a malformed frame before the hello is rejected the same
-way; after the welcome, a malformed frame is dropped alone (the agent keeps it spooled) and, when it
-names a run, that run's log says so; a batch's frames go on in order as if they had come one by one,
+way, and a hello over one of wire/hello_limits.py's bounds too, closed with 4413; after the
+welcome, a malformed frame is dropped alone (the agent keeps it spooled) and, when it names a run,
+that run's log says so; a batch's frames go on in order as if they had come one by one,
 a malformed one among them dropped alone, what came before it handed on before its warning.
 """
 
@@ -20,6 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Union
 
+from ...wire.hello_limits import TOO_LARGE, check_hello_size
 from ...wire.protocol import (
     MAX_FRAME_BYTES, Batch, Frame, Hello, ProtocolError, Reject, RunFrame, decode, unpack,
 )
@@ -29,6 +31,7 @@ CLOSE_HOST_ORIGIN = 4003
 CLOSE_CREDENTIALS = 4401
 CLOSE_REJECTED = 4400
 CLOSE_HELLO_TIMEOUT = 4408
+CLOSE_HELLO_TOO_LARGE = 4413  # a hello over one of wire/hello_limits.py's bounds (the reason names the field)
 CLOSE_REPLACED = 4409
 CLOSE_REMOVED = 4410
 CLOSE_TOO_BIG = 1009  # RFC 6455: tornado sends it itself for a frame over the size limit
@@ -119,10 +122,13 @@ class WorkerSession:
         if self.state == CLOSED or self.refusal is not None:
             return []
         try:
+            if self.worker is None:
+                check_hello_size(message)  # before parsing: a first frame is a hello or refused
             frame = decode(message, sender="agent")
         except ProtocolError as err:
             if self.worker is None:
-                return self._reject(err.code, str(err), {"path": err.path})
+                return self._reject(err.code, str(err), {"path": err.path, **err.params},
+                                    CLOSE_HELLO_TOO_LARGE if err.code == TOO_LARGE else CLOSE_REJECTED)
             return [self._bad_frame(err, message)]
         if self.worker is None:
             if not isinstance(frame, Hello):
@@ -200,7 +206,7 @@ def run_id_of(message: str | bytes | Any) -> str | None:
 
 
 __all__ = [
-    "AWAITING_HELLO", "Action", "BadFrame", "CLOSE_CREDENTIALS", "CLOSE_HELLO_TIMEOUT", "CLOSE_HOST_ORIGIN",
+    "AWAITING_HELLO", "Action", "BadFrame", "CLOSE_CREDENTIALS", "CLOSE_HELLO_TIMEOUT", "CLOSE_HELLO_TOO_LARGE", "CLOSE_HOST_ORIGIN",
     "CLOSE_REJECTED", "CLOSE_REMOVED", "CLOSE_REPLACED", "CLOSE_TOO_BIG", "CLOSED", "Close", "Connected", "Deliver",
     "JUDGING", "Judge", "OPEN", "Record", "Send", "WorkerSession", "run_id_of",
 ]

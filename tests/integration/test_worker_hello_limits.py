@@ -1,0 +1,153 @@
+"""The bounds of a hello (wire/hello_limits.py) on a real jupyter-server with enrolled worker
+tokens: a hello listing 50,000 devices is refused (reject `too_large`, close 4413, the reason naming
+`hello.devices`) and leaves nothing behind; with two workers at the largest accepted inventory,
+GET codefy/api/workers read over and over leaves the event loop answering within 100 ms (issue 27,
+item 1: such a hello used to be accepted and then held the loop 23-25 s on every GET workers)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from typing import Any
+
+from codefy_jupyter._version import __version__
+from codefy_jupyter.core.workers.session import CLOSE_HELLO_TOO_LARGE
+from codefy_jupyter.wire import hello_limits as hl
+from codefy_jupyter.wire import protocol as wp
+from codefy_jupyter.wire.compact_json import dumps
+
+from test_server_runs import call
+from test_worker_placement_e2e import until_state
+from test_worker_handlers import (  # noqa: F401 (fixtures)
+    RawAgent, _close_agents, catalog, enroll, jp_server_config, server_token,
+)
+
+
+def device(box: int, i: int) -> dict[str, Any]:
+    """A device entry of exactly HELLO_MAX_DEVICE_CHARS characters."""
+    entry = {"device": f"cuda:{i}", "uuid": f"GPU-{box}-{i}", "total_memory": 80 << 30, "name": ""}
+    entry["name"] = "N" * (hl.HELLO_MAX_DEVICE_CHARS - len(dumps(entry)))
+    return entry
+
+
+async def largest_hello(jp_fetch, name: str, box: int) -> wp.Hello:
+    """A hello at the bounds that show in GET workers: every device, every node type (all of them
+    the server's and as many more as fit, listed as extra), the longest version and platform."""
+    cat = await catalog(jp_fetch)
+    types = {f"pack.T{i:05d}".ljust(hl.HELLO_MAX_NAME_CHARS, "t"): "h" * 64
+             for i in range(hl.HELLO_MAX_NODE_TYPES - len(cat["types"]))}
+    return wp.Hello(name=name, version=__version__, protocol_version=wp.PROTOCOL_VERSION,
+                    catalog_hash="x" * 64, node_types={**cat["types"], **types}, capabilities=["ack"],
+                    devices=[device(box, i) for i in range(hl.HELLO_MAX_DEVICES)],
+                    platform="p" * hl.HELLO_MAX_TEXT_CHARS, machine_id="m" * 64,
+                    fingerprint={"packages": [f"pkg{i}==1.0" for i in range(2000)]})
+
+
+async def connect(jp_http_port, jp_base_url, token: str) -> RawAgent:
+    return await RawAgent.connect(jp_http_port, jp_base_url, token=token)
+
+
+async def test_a_hello_listing_50000_devices_is_refused_naming_the_field(jp_fetch, jp_http_port, jp_base_url,
+                                                                        server_token):
+    token = await enroll(jp_fetch, "big-box")
+    hello = wp.to_dict(wp.Hello(name="big-box", version=__version__, protocol_version=wp.PROTOCOL_VERSION))
+    # 50,000 devices as short as they come (1.3 MB): refused for their number.
+    hello["devices"] = [{"device": f"cuda:{i}"} for i in range(50_000)]
+    agent = await connect(jp_http_port, jp_base_url, token)
+    await agent.send_raw(json.dumps(hello))
+    reject = await agent.expect(wp.Reject)
+    assert reject.code == "too_large" and reject.message == "hello.devices: 50000 devices, at most 256"
+    assert reject.params == {"path": "hello.devices", "got": 50_000, "limit": hl.HELLO_MAX_DEVICES}
+    assert await agent.closed() == CLOSE_HELLO_TOO_LARGE
+    assert agent.conn.close_reason == "hello.devices: 50000 devices, at most 256"
+    # With names and UUIDs as in the report (3.6 MB): refused for its size, before it is parsed.
+    hello["devices"] = [{"device": f"cuda:{i}", "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{i:08d}"}
+                        for i in range(50_000)]
+    text = json.dumps(hello)
+    agent = await connect(jp_http_port, jp_base_url, token)
+    await agent.send_raw(text)
+    reject = await agent.expect(wp.Reject)
+    size = len(text.encode())
+    assert reject.code == "too_large" and reject.message == f"hello: {size} bytes, at most {hl.HELLO_MAX_BYTES}"
+    assert await agent.closed() == CLOSE_HELLO_TOO_LARGE
+    # Nothing of either was kept: the enrolled worker is still offline, with no devices.
+    code, listing = await call(jp_fetch, "api", "workers")
+    [box] = [w for w in listing["workers"] if w["name"] == "big-box"]
+    assert box["state"] == "offline" and box["devices"] == []
+    # The same worker with a hello within the bounds is welcomed.
+    agent = await connect(jp_http_port, jp_base_url, token)
+    await agent.send(await largest_hello(jp_fetch, "big-box", 0))
+    assert (await agent.expect(wp.Welcome)).name == "big-box"
+
+
+async def test_get_workers_with_the_largest_inventories_keeps_the_loop_answering(
+        jp_fetch, jp_http_port, jp_base_url, server_token):
+    agents = []
+    for box in range(2):
+        name = f"big-box-{box}"
+        agent = await connect(jp_http_port, jp_base_url, await enroll(jp_fetch, name))
+        await agent.send(await largest_hello(jp_fetch, name, box))
+        welcome = await agent.expect(wp.Welcome)
+        assert welcome.status == "degraded" and welcome.missing_types == []
+        extra = len(welcome.extra_types)
+        agents.append(agent)
+
+    code, listing = await call(jp_fetch, "api", "workers")
+    assert code == 200
+    boxes = [w for w in listing["workers"] if w["name"].startswith("big-box-")]
+    assert [len(w["devices"]) for w in boxes] == [hl.HELLO_MAX_DEVICES] * 2
+    # Every device with its slot, and the CPU (implied: one slot more).
+    assert [len(w["slots"]) for w in boxes] == [hl.HELLO_MAX_DEVICES + 1] * 2
+    assert all(d["slots"]["limit"] >= 1 for w in boxes for d in w["devices"])
+    assert [w["extra_types_count"] for w in boxes] == [extra] * 2 and extra > hl.HELLO_MAX_NODE_TYPES - 100
+    assert all(len(w["extra_types"]) <= 100 for w in boxes)
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    reads = 0
+
+    async def read_workers() -> None:  # as the Workers panel would, only without a pause
+        nonlocal reads
+        while not stop.is_set():
+            response = await jp_fetch("codefy", "api", "workers")  # not parsed: this loop is the server's too
+            assert response.code == 200 and len(response.body) > 200_000
+            reads += 1
+
+    lags: list[float] = []
+
+    async def probe() -> None:  # how late the loop runs a 5 ms timer: what any other client waits
+        while not stop.is_set():
+            start = loop.time()
+            await asyncio.sleep(0.005)
+            lags.append(loop.time() - start - 0.005)
+
+    pings: list[float] = []
+
+    async def ping() -> None:  # a small REST read beside them
+        while not stop.is_set():
+            start = time.perf_counter()
+            code, _ = await call(jp_fetch, "api", "runs", limit=1)
+            assert code == 200
+            pings.append(time.perf_counter() - start)
+            await asyncio.sleep(0.01)
+
+    tasks = [asyncio.ensure_future(t()) for t in (read_workers, probe, ping)]
+    deadline = loop.time() + 120
+    while (reads < 40 or len(pings) < 40) and loop.time() < deadline and not any(t.done() for t in tasks):
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.gather(*tasks)
+    assert reads >= 40 and len(pings) >= 40, (reads, len(pings))
+    lags.sort()
+    p90 = lags[int(len(lags) * 0.9)]
+    assert statistics.median(pings) < 0.1, sorted(pings)
+    assert p90 < 0.1, (p90, lags[-10:])
+
+    # Offline, the workers keep their (bounded) inventory and the listing stays as cheap.
+    for agent in agents:
+        agent.close()
+    for box in range(2):
+        worker = await until_state(jp_fetch, f"big-box-{box}", "disconnected")
+        assert len(worker["devices"]) == hl.HELLO_MAX_DEVICES
