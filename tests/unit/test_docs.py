@@ -1,4 +1,5 @@
-"""Every setting and every CLI flag is documented in the documentation pages (docs/)."""
+"""Every setting and every CLI flag is documented in the documentation pages (docs/), and the README
+is the front page: short, its links relative and inside the repository."""
 
 from __future__ import annotations
 
@@ -39,6 +40,18 @@ def test_every_cli_flag_is_in_the_docs():
             for flag in action.option_strings:
                 if flag.startswith("--") and flag != "--help":
                     assert f"`{flag}" in DOCS or f" {flag} " in DOCS, f"codefy {name} {flag} is not documented"
+
+
+def test_the_readme_is_a_front_page():
+    lines = README.splitlines()
+    assert len(lines) <= 250, f"the README has {len(lines)} lines"
+    assert "make demo" in README and "make test" in README
+    links = re.findall(r"\]\(([^)]+)\)", README)
+    assert any(link.startswith("docs/") for link in links), "the README links into the docs"
+    for link in links:
+        assert not re.match(r"[a-z]+:", link), f"the README links outside the repository: {link}"
+        target = (ROOT / link.split("#", 1)[0]).resolve()
+        assert target.is_relative_to(ROOT) and target.exists(), f"the README links to a missing file: {link}"
 
 
 def test_every_page_is_in_the_site():
