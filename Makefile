@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test e2e bench venv clean
+.PHONY: demo test e2e bench docs venv clean
 
 # The lab extension's sources: a change rebuilds it (the editable install runs the JS build).
 LAB_SOURCES := labextension/package.json labextension/package-lock.json labextension/tsconfig.json \
@@ -38,6 +38,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+# The documentation site into docs/_build/html (open index.html). Warnings are errors, as in
+# `make test` (tests/unit/test_docs_site.py builds it too).
+docs: $(STAMP)
+	PYTHONPATH="$(CURDIR)" $(PY) -m sphinx -b html -W --keep-going docs docs/_build/html
+
 # The browser tests alone: the notebook widgets and the lab panels in headless Chromium.
 e2e: $(STAMP)
 	$(PY) -m pytest tests/e2e
@@ -56,5 +61,5 @@ bench: $(STAMP)
 	$(PY) benchmarks/hub_forward.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache codefy_jupyter/labextension labextension/lib labextension/node_modules \
+	rm -rf $(VENV) .pytest_cache docs/_build codefy_jupyter/labextension labextension/lib labextension/node_modules \
 		labextension/tsconfig.tsbuildinfo tests/hub/node_modules

@@ -72,9 +72,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds a stopped worker run has to end cooperatively before its agent terminates the run's "
             "process (and kills it 5 s later)."),
     Setting("run_cpu_threads", int, 0,
-            "CPU threads each run may use (torch intra/inter-op, OMP_NUM_THREADS, MKL_NUM_THREADS in a worker "
-            "run's process). 0: automatic, the machine's cores divided among its cpu queue's slots "
-            "(run_queue_max_concurrent_cpu, or its override), at least 1. A run's options.cpu_threads beats it."),
+            "CPU threads each run may use (torch intra/inter-op, OMP_NUM_THREADS, MKL_NUM_THREADS, "
+            "OPENBLAS_NUM_THREADS in a worker run's process). 0: automatic, the machine's cores divided among its "
+            "cpu queue's slots (run_queue_max_concurrent_cpu, or its override), at least 1. A run's "
+            "options.cpu_threads beats it; the run's execution_facts.cpu_threads says what it got."),
     Setting("max_parallel_nodes", int, 4, "Nodes executing concurrently inside one run (a seeded run uses 1)."),
     Setting("run_retention_keep_last", int, 200,
             "How many finished runs to keep. 0 keeps none; a negative value disables retention."),
@@ -83,7 +84,8 @@ SETTINGS: tuple[Setting, ...] = (
             "marker naming its port. 0 or less disables the cap."),
     Setting("run_events_response_cap_bytes", int, 4194304,
             "Byte budget for one events page; a page that stops early hands back a cursor to resume from."),
-    Setting("mount_label", str, "data", "The label of this server's data folder for workers that share it."),
+    Setting("mount_label", str, "data", "The label of this server's data folder for workers that share it "
+            "(`codefy agent start --mount data=/nas/codefy`)."),
     Setting("transfer_max_input_bytes", int, 2147483648,
             "Largest total size of a worker run's uploaded inputs that the transfer backend serves to a worker "
             "without the mount label (the agent downloads them; its outputs are uploaded back). A run over it, "

@@ -58,5 +58,5 @@ def test_binder_files_are_in_place() -> None:
     assert subprocess.run(["bash", "-n", str(BINDER / "postBuild")]).returncode == 0
     assert subprocess.run(["bash", "-n", str(BINDER / "start")]).returncode == 0
     assert "nodejs" in (BINDER / "environment.yml").read_text()
-    # The README's Binder link opens this notebook.
+    # The Binder link in docs/getting-started.md (On Binder) opens this notebook.
     assert (BINDER.parent / "kernels" / "example.ipynb").is_file()

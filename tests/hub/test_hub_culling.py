@@ -1,5 +1,5 @@
 """Idle culling under a real JupyterHub: `jupyterhub-idle-culler` runs as a Hub service (as the
-README configures it, with a short timeout) and must never stop a server while its queue has runs,
+docs/tutorials/jupyterhub.md configures it, with a short timeout) and must never stop a server while its queue has runs,
 and must stop it once they are done. Nothing here touches the server after the submit (a request
 would be activity of its own): the Hub's API says whether the server is up, and the user's
 database, read once the server is gone, says when the run ended and how."""

@@ -2,7 +2,7 @@
 `codefy start` as the managed service `codefy` (one declared card, cuda:0), and every single-user
 server is told where it is (`CODEFY_SERVICE_URL` in `c.Spawner.environment`), so alice's and bob's
 servers open no queue of their own and pass their codefy routes on to it, as the user who made
-each request. The configuration is the README's ("JupyterHub", "A team queue"): a role granting
+each request. The configuration is docs/tutorials/jupyterhub.md's ("JupyterHub", "A team queue"): a role granting
 the service's access scope to the team, the same scope allowed to the single-user servers' OAuth
 tokens and to the token each server is given, and nothing granted to the service itself.
 
