@@ -149,4 +149,4 @@ def test_the_walk_finds_what_the_issue_found_missing():
     assert "memory_budget_local" in by_op[("post", "/runs")][400]
     assert "idempotency_key_mismatch" in by_op[("post", "/studies")][400]
     # and does not wander: a read of one run cannot answer a study's refusal
-    assert set(by_op[("get", "/runs/{run_id}")]) == {400, 403, 404, 413, 503}
+    assert set(by_op[("get", "/runs/{run_id}")]) == {400, 403, 404, 413, 503, 507}
