@@ -32,7 +32,7 @@ import time
 import traceback
 from typing import Any, NoReturn
 
-from . import ddp, memory_cap, pipe
+from . import ddp, memory_cap, pipe, private
 
 ORPHAN_EXIT_S = 5.0
 EXIT_OK = 0
@@ -96,6 +96,7 @@ class Sink:
 
 def serve(sock: socket.socket) -> NoReturn:
     """Run the one assign that arrives on `sock`, report it, and exit the process."""
+    private.restrict_umask()  # what the run's nodes write (data/, outputs/) is the agent user's alone
     link = Link(sock)
     try:
         first = link.read()

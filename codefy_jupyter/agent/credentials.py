@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import private
 from ..wire import local_server
 
 LOCAL_SERVER = "the codefy start server on this machine"  # a token source the agent re-reads
@@ -74,8 +75,7 @@ class CredentialStore:
             raise CredentialError(f"{self.path(name)} is damaged ({err}); delete it and enroll again") from None
 
     def save(self, stored: Stored) -> Path:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.folder, 0o700)
+        private.make_dir(self.folder)
         path = self.path(stored.name)
         tmp = path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from . import private
 from . import memory_cap
 
 STOP_GRACE_S = 5.0
@@ -124,7 +125,7 @@ def run_ranks(send: Callable[[str, dict[str, Any]], None], spec: dict[str, Any],
         warn("ddp_cpu_ranks", f"DDP on {world} CPU ranks with gloo: this process sees fewer than {world} CUDA "
              "cards (a declared inventory, or CUDA missing here)", {"world": world})
     folder = Path(spec.get("data_dir") or ".") / "ddp"
-    folder.mkdir(parents=True, exist_ok=True)
+    private.make_dir(folder)
     store = folder / "store"
     if store.exists():
         store.unlink()
@@ -250,9 +251,9 @@ def rank_main(rank: int, world: int, backend: str, device: str, store: str, spec
     from datetime import timedelta
 
     folder = Path(store).parent
-    (folder / f"rank-{rank}.pid").write_text(str(os.getpid()))
+    private.write_text(folder / f"rank-{rank}.pid", str(os.getpid()))
     if rank:
-        log = os.open(folder / f"rank-{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = private.os_open(folder / f"rank-{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         os.dup2(log, 1)
         os.dup2(log, 2)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
+from . import private
 from ..wire.codec import BATCH_MAX_BYTES, BATCH_MAX_FRAMES, encode_batch
 from ..wire.frames import ProtocolError, RunFinished, RunFrame
 from .frames import too_large_warning
@@ -72,8 +73,8 @@ class Deliveries:
         if found is not None:
             return found
         directory = run_dir(self.runs_dir, run_id)
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / OWNER_FILE).write_text(self.owner, encoding="utf-8")
+        private.make_dir(directory)
+        private.write_text(directory / OWNER_FILE, self.owner)
         delivery = Delivery(RunSpool(directory, run_id))
         self.runs[run_id] = delivery
         return delivery

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from . import private
 from . import warm
 from .isolation import removed_variable
 
@@ -72,8 +73,8 @@ class LaunchError(Exception):
 
 
 def _open_log(path: Path) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    private.make_dir(path.parent)
+    return private.os_open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 
 
 class SpawnLauncher:
@@ -228,7 +229,7 @@ class WarmLauncher:
         if self._ctrl is None:
             raise LaunchError("the warm process is not running")
         ours, theirs = socket.socketpair()
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        private.make_dir(log_path.parent)
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._starting[run_id] = fut
         request = json.dumps({"start": run_id, "env": dict(env), "log": str(log_path)}).encode()

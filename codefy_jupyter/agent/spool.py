@@ -28,6 +28,7 @@ from collections import deque
 from pathlib import Path
 from typing import Iterable
 
+from . import private
 from ..wire.acks import Outbox
 from ..wire.codec import decode, encode, numbered
 from ..wire.frames import ProtocolError, RunFrame
@@ -74,14 +75,14 @@ class RunSpool:
         self.run_id = run_id
         self.compact_after = compact_after
         self.durable = durable
-        directory.mkdir(parents=True, exist_ok=True)
+        private.make_dir(directory)
         frames, texts, acked, last_seq, acked_lines = self._load()
         self._outbox = Outbox(run_id, last_seq=last_seq, acked_seq=acked, unacked=frames)
         # (seq, line without its newline) of each unacked frame, in step with the outbox's frames.
         self._texts: deque[tuple[int, str]] = deque((f.seq, t) for f, t in zip(frames, texts))
         self._acked_lines = acked_lines  # acked frames still in the file
         self._deferred: list[str] = []  # lines added with defer=True, not written yet
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = private.open_file(self.path, "a", encoding="utf-8")
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], run_id: str, **kwargs) -> RunSpool:
@@ -164,7 +165,7 @@ class RunSpool:
     def compact(self) -> None:
         """Rewrite the file as one ack marker plus the unacked frames (atomic rename)."""
         tmp = self.path.with_name(SPOOL_FILE + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as out:
+        with private.open_file(tmp, "w", encoding="utf-8") as out:
             out.write(json.dumps({"_acked": self._outbox.acked_seq}) + "\n")
             out.writelines(text + "\n" for _, text in self._texts)
             out.flush()
@@ -173,7 +174,7 @@ class RunSpool:
         self._file.close()
         os.replace(tmp, self.path)
         self._fsync_dir()
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = private.open_file(self.path, "a", encoding="utf-8")
         self._acked_lines = 0
 
     def close(self) -> None:

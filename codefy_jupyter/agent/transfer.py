@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 from urllib.parse import quote, urlsplit
 
+from . import private
+
 CHUNK = 4 << 20
 BLOB = "blob"
 TIMEOUT_S = 60.0
@@ -124,10 +126,10 @@ class InputCache:
             if sha256_file(blob) == sha:
                 return blob, False
             blob.unlink(missing_ok=True)  # damaged: fetch it again
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private.make_dir(folder)
         partial = folder / f"{BLOB}.{os.getpid()}.partial"
         try:
-            with open(partial, "wb", buffering=0) as f:
+            with private.open_file(partial, "wb", buffering=0) as f:
                 got = self._download(run_id, item, f)
         except BaseException:
             partial.unlink(missing_ok=True)

@@ -34,6 +34,8 @@ import sys
 import time
 from typing import Any, NoReturn
 
+from . import private
+
 MAX_MESSAGE = 1024 * 1024
 # Imported before the first fork. torch is optional (a pack-free install runs without it).
 PRELOAD = ("numpy", "torch", "codefy_jupyter.engine", "codefy_jupyter.wire.run_events",
@@ -171,7 +173,7 @@ class Server:
 
 def redirect_output(log: str) -> None:
     """stdout and stderr (the fds, so native code's output too) to the run's output.log."""
-    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    out = private.os_open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(out, 1)
     os.dup2(out, 2)
     os.close(out)
@@ -183,6 +185,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     parser = argparse.ArgumentParser(prog="python -m codefy_jupyter.agent.warm")
     parser.add_argument("--fd", type=int, required=True, help="the control socket inherited from the agent")
     args = parser.parse_args(argv)
+    private.restrict_umask()  # before preloading: the runs it forks inherit it
     ctrl = socket.socket(fileno=args.fd)
     started = time.monotonic()
     loaded = preload()

@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ..agent import private
 from ..agent.retention import DEFAULT_KEEP_RUNS
 from ..wire.local_server import pid_alive
 from .args import EXIT_FAILED, EXIT_OK, EXIT_USAGE, seconds
@@ -179,6 +180,10 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (tls.TLSSetupError, InventoryError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    # From here on the agent writes its folder (state, credentials, agent-runs/, the input cache)
+    # and starts its run processes: all of it is its user's alone (agent/private.py).
+    private.restrict_umask()
+    private.make_dir(agent_dir)
     try:
         with _state_file(agent_dir, registered, control) as state:
             if args.token and _token_is_for_enrollment(args.token):
@@ -261,9 +266,9 @@ def _state_file(agent_dir: Path, registered: str, control: str) -> Iterator[Path
     """`agents/<name>.json` with this process's pid, locked while the agent runs (a second agent of
     the same name on the same folder is refused: it would share the spools)."""
     folder = agent_dir / "agents"
-    folder.mkdir(parents=True, exist_ok=True)
+    private.make_dir(folder)
     path = folder / f"{registered}.json"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = private.os_open(path, os.O_RDWR | os.O_CREAT)
     try:
         try:
             import fcntl

@@ -49,7 +49,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Their next run waits (reason owner_quota) without holding up other owners' runs. 0: unlimited."),
     Setting("run_quota_max_queued", int, 0,
             "Queued-lane runs one owner may have waiting at once. A submit past it is refused with 429 "
-            "owner_queue_full; a sweep or study whose children would pass it is refused whole. 0: unlimited."),
+            "owner_queue_full; a sweep or study whose children would pass it is refused whole, and a study's "
+            "later child waits for a place (study_waiting). Counted with the places reserved for sweeps and "
+            "studies being submitted, so concurrent submits never pass it. 0: unlimited."),
     Setting("run_quota_exempt_users", str, "",
             "Comma-separated owners neither quota applies to (e.g. the team's admins)."),
     Setting("worker_resume_grace_s", int, 300,

@@ -203,6 +203,68 @@ async def test_a_run_on_the_worker_completes_with_a_gapless_log(jp_fetch, agents
         await asyncio.sleep(0.05)
 
 
+def open_to_others(root: Path) -> tuple[list[tuple[str, str]], set[str]]:
+    """(every folder and file under `root`, itself included, with a group or other permission bit,
+    as (path, mode)); and the paths seen, relative to `root`. Links are skipped, and what goes away
+    during the walk (a spool compacted, a folder pruned) too."""
+    loose, seen = [], set()
+    for folder, dirs, files in os.walk(root):
+        for path in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(mode):
+                continue
+            seen.add(os.path.relpath(path, root))
+            if stat.S_IMODE(mode) & 0o077:
+                loose.append((path, oct(stat.S_IMODE(mode))))
+    return sorted(set(loose)), seen
+
+
+async def test_every_file_and_folder_the_agent_creates_is_its_users_alone(jp_fetch, agents):
+    # Started with the usual umask (022): without the agent's own, its folders would be 0755 and its
+    # files 0644, readable by every local user of the GPU node.
+    before = os.umask(0o022)
+    try:
+        agent = agents()
+    finally:
+        os.umask(before)
+    await until_connected(jp_fetch, agent)
+    graph = naps(20, 0.1)
+    graph["nodes"].append({"id": "out", "type": "Scale", "params": {"factor": 2}})
+    graph["edges"].append(edge("nap19", "value", "out", "x"))
+    code, run = await call(jp_fetch, "api", "runs", method="POST",  # outputs/: written by the run process
+                           body={"graph": graph, "options": {"target": {"worker": "box"}, "record_outputs": True}})
+    assert code == 201, run
+    run_dir = agent.dir / "agent-runs" / run["id"]
+    await until_event(jp_fetch, run["id"], lambda e: e["type"] == "node_status" and e["payload"]["node_id"] == "nap1")
+    walks = 0
+    seen: set[str] = set()
+    while True:  # while it executes: the run folder, its owner file, spool and output log
+        code, now = await call(jp_fetch, "api", "runs", run["id"])
+        loose, found = open_to_others(agent.dir)
+        assert loose == [], loose
+        seen |= found
+        walks += 1
+        if now["status"] != "running":
+            break
+        await asyncio.sleep(0.05)
+    assert walks >= 2 and now["status"] == "succeeded", now
+    rel = os.path.relpath(run_dir, agent.dir)
+    assert {rel, f"{rel}/owner", f"{rel}/output.log", f"{rel}/spool.jsonl"} <= seen, sorted(seen)
+    # After it: what the run process wrote once it ended (its recorded outputs), and the agent's
+    # state and credential files.
+    deadline = asyncio.get_running_loop().time() + 30
+    while not (run_dir / "outputs").exists():
+        assert asyncio.get_running_loop().time() < deadline, sorted(open_to_others(agent.dir)[1])
+        await asyncio.sleep(0.05)
+    loose, found = open_to_others(agent.dir)
+    assert loose == [], loose
+    assert any(p.startswith(f"{rel}/outputs/") for p in found), sorted(found)
+    assert "agents" in found, sorted(found)
+
+
 async def test_the_agent_keeps_only_the_newest_finished_run_folders(jp_fetch, agents, tmp_path):
     # Folders of runs finished one, two and three hours ago, their frames all acknowledged (no
     # spool), and one whose frames never were: the agent (--keep-runs 2) removes the oldest done

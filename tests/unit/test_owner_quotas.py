@@ -27,8 +27,8 @@ class Q:
 
     def add(self, run_id: str, owner: str | None, device: str = "cpu", **kw) -> None:
         self.n += 1
-        self.q.submit(Run(run_id, self.n, device, owner=owner, **{k: v for k, v in kw.items() if k != "admitted"}),
-                      admitted=kw.get("admitted", False))
+        self.q.submit(Run(run_id, self.n, device, owner=owner, **{k: v for k, v in kw.items() if k != "reservation"}),
+                      reservation=kw.get("reservation"))
 
     def go(self) -> list[str]:
         return [p.run_id for p in self.q.schedule()]
@@ -279,17 +279,40 @@ class TestQueuedCap:
         q.add("a4", "alice")
         assert q.owner_counts("alice") == (1, 1)
 
-    def test_a_parent_takes_room_up_front_and_its_children_are_admitted(self):
+    def test_a_parent_reserves_room_up_front_and_its_children_take_it(self):
         q = Q(quotas=Quotas(max_queued=3))
-        q.check_owner_room("alice", 3)
         with pytest.raises(SubmitError) as err:
-            q.check_owner_room("alice", 4)
+            q.reserve_owner_room("alice", 4)
         assert err.value.params["adding"] == 4 and q.waiting() == []
-        for i in range(5):
-            q.add(f"c{i}", "alice", "cuda:0", admitted=True)  # admitted: counted, never refused
-        assert q.owner_counts("alice")[1] == 5
+        sweep = q.reserve_owner_room("alice", 3)
+        # Reserved places count for every other check before any child is queued: the race of
+        # concurrent sweeps that each checked an empty queue is closed.
+        with pytest.raises(SubmitError) as err:
+            q.reserve_owner_room("alice", 1)
+        assert err.value.params["queued"] == 3
         with pytest.raises(SubmitError):
             q.add("plain", "alice", "cuda:0")
+        q.add("c0", "alice", "cuda:0", reservation=sweep)
+        q.add("c1", "alice", "cuda:0", reservation=sweep)
+        assert q.owner_counts("alice")[1] == 2 and sweep.left == 1
+        with pytest.raises(SubmitError):  # the third place is still the sweep's
+            q.add("plain", "alice", "cuda:0")
+        assert q.release_owner_room(sweep) == 1 and q.release_owner_room(sweep) == 0
+        q.add("plain", "alice", "cuda:0")
+        with pytest.raises(SubmitError):  # a spent reservation is no pass: the run is checked
+            q.add("c2", "alice", "cuda:0", reservation=sweep)
+        assert [r.run_id for r in q.waiting()] == ["c0", "c1", "plain"]
+
+    def test_a_reservation_holds_places_for_its_own_owner_only(self):
+        q = Q(quotas=Quotas(max_queued=1, exempt=frozenset({"carol"})))
+        mine = q.reserve_owner_room("alice", 1)
+        q.add("b1", "bob", reservation=mine)  # bob's run is checked against bob's room
+        with pytest.raises(SubmitError):
+            q.add("b2", "bob", reservation=mine)
+        assert mine.left == 1 and q.has_owner_room("bob") is False and q.has_owner_room("alice") is False
+        assert q.has_owner_room("carol") and q.reserve_owner_room("carol", 50).left == 50  # exempt
+        q.cancel("b1")
+        assert q.has_owner_room("bob")
 
     def test_a_refused_submit_leaves_the_order_free(self):
         q = Q(quotas=Quotas(max_queued=1))

@@ -56,7 +56,7 @@ from ..scheduling.limits import build_limits
 from .estimates import MemoryEstimates
 from ..scheduling.memory_ledger import budget_mib
 from ..scheduling.queue import RunQueue
-from ..scheduling.quotas import build_quotas
+from ..scheduling.quotas import Reservation, build_quotas
 from ..scheduling.records import Placement, Run
 from ..scheduling.slot_groups import LOCAL, LocalMachine
 from ..store.database import Store
@@ -132,6 +132,7 @@ class RunService:
         self._session_caches: dict[str, SessionCache] = {}
         self._closing = False
         self._observers: list[RunObserver] = []
+        self._room_listeners: list[Callable[[str | None], None]] = []
         self.fingerprint_digest: str | None = None
         # Worker agents, their connections and runs (runs without a target never touch it).
         self.workers = WorkerService(self, self.queue)
@@ -346,10 +347,32 @@ class RunService:
         if not run.is_local or run.memory_mib is not None:
             self.queue.check_placeable(run, prepared.node_types, device_field=prepared.device_field)
 
-    def check_quota(self, owner: str | None, runs: int) -> None:
-        """Refuse (429 owner_queue_full) a sweep or study whose `runs` children queued at once would
-        put `owner` over the queued cap; its children are then submitted as admitted."""
-        self.queue.check_owner_room(owner, runs)
+    def reserve(self, owner: str | None, runs: int) -> Reservation:
+        """Hold `runs` places of `owner`'s queued cap for children submitted later with
+        `reservation=` (429 owner_queue_full when they do not fit): from here to their enqueue no
+        other submit can take that room. `release` what is not used."""
+        return self.queue.reserve_owner_room(owner, runs)
+
+    def release(self, reservation: Reservation) -> None:
+        """Give back the places `reservation` did not use; tell the room listeners if any went back."""
+        if self.queue.release_owner_room(reservation):
+            self._room_freed(reservation.owner)
+
+    def has_room(self, owner: str | None) -> bool:
+        """Whether one more run of `owner` would fit the queued cap now."""
+        return self.queue.has_owner_room(owner)
+
+    def add_room_listener(self, listener: Callable[[str | None], None]) -> None:
+        """Call `listener(owner)` on the event loop when a reservation gave places of `owner`'s queued
+        cap back. (A run starting or ending frees a place too: observers hear of those.)"""
+        self._room_listeners.append(listener)
+
+    def _room_freed(self, owner: str | None) -> None:
+        for listener in self._room_listeners:
+            try:
+                listener(owner)
+            except Exception:
+                log.exception("codefy: a room listener failed")
 
     def add_observer(self, observer: RunObserver) -> None:
         """Tell `observer` when runs start and when their final status has committed (sweeps and
@@ -364,10 +387,11 @@ class RunService:
                 log.exception("codefy: a run observer failed on %s", method)
 
     async def submit(self, body: Any, *, owner: str | None = None, run_id: str | None = None,
-                     links: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Queue a run. `run_id` and `links` are for the server's own submitters: a study chooses
-        its child's id before submitting it (the stamp it relinks by after a crash), and a sweep's
-        or study's child records which one it belongs to (`LINK_FIELDS`)."""
+                     links: dict[str, Any] | None = None, reservation: Reservation | None = None) -> dict[str, Any]:
+        """Queue a run. `run_id`, `links` and `reservation` are for the server's own submitters: a
+        study chooses its child's id before submitting it (the stamp it relinks by after a crash),
+        a sweep's or study's child records which one it belongs to (`LINK_FIELDS`) and takes a
+        place its parent reserved (`reserve`)."""
         prepared = await self._prepare(body)
         req, seed, resolved, worker, pool = (prepared.req, prepared.seed, prepared.resolved, prepared.worker,
                                              prepared.pool)
@@ -380,11 +404,12 @@ class RunService:
         self._order += 1
         run = self._queue_run(prepared, run_id, self._order, owner)
         # The lane's refusals (503), a worker target's (400) and the owner's queued cap (429) happen
-        # before anything is written. A sweep's or study's child (`links`) was admitted with its parent.
+        # before anything is written, checked and queued in one step (no await between them). A
+        # sweep's or study's child takes the place reserved for it.
         if run.is_local:
-            self.queue.submit(run, admitted=bool(links))
+            self.queue.submit(run, reservation=reservation)
         else:
-            self.queue.submit(run, prepared.node_types, device_field=prepared.device_field, admitted=bool(links))
+            self.queue.submit(run, prepared.node_types, device_field=prepared.device_field, reservation=reservation)
         # Placed before its row exists? It starts once the row is written.
         record = self._runs.add(run_id, written=False)
         try:

@@ -123,7 +123,8 @@ API for the control plane (RunService, WorkerRegistry):
   set_worker(WorkerOffer) / remove_worker(name) -> [Run]   then schedule()
   resolve_target(worker, option_device, graph_device, target_devices, pool=None) -> ResolvedDevice
   check_placeable(run, node_types=None, device_field=...)   (also done by submit(run, node_types))
-  quotas = Quotas(...); check_owner_room(owner, adding), owner_counts(owner)   per-owner caps
+  quotas = Quotas(...); reserve_owner_room(owner, n) / release_owner_room(r), has_owner_room(owner),
+  owner_counts(owner)                    per-owner caps (submit(run, reservation=r) takes a reserved place)
   adopt(run, worker, slots)              a run already executing on a worker (after a restart)
   release(run_id) -> bool                a worker run whose process exited while its files upload:
                                          slots and card memory free, the run still executing until finish
@@ -187,9 +188,10 @@ class RunQueue:
         self.cuda_context_mib = ml.DEFAULT_CUDA_CONTEXT_MIB  # CODEFY_EXECUTION_CUDA_CONTEXT_MIB
         self._memory: dict[str, ml.CardMemory] = {}  # worker slot -> its latest memory report
         self.quotas = qt.Quotas()  # CODEFY_RUN_QUOTA_* (quotas.py)
-        # owner -> queued-lane runs executing / waiting, kept as runs move (the quotas count them)
+        # owner -> queued-lane runs executing, kept as runs move (the running cap counts them); the
+        # waiting ones and reserved places are counted by the admission (the queued cap)
         self._owner_running: dict[str | None, int] = {}
-        self._owner_waiting: dict[str | None, int] = {}
+        self._admission = qt.Admission()
 
     # -- workers --
 
@@ -328,12 +330,12 @@ class RunQueue:
     # -- changes --
 
     def submit(self, run: Run, node_types: Iterable[str] | None = None, *, device_field: str = "options.device",
-               admitted: bool = False) -> None:
+               reservation: qt.Reservation | None = None) -> None:
         """Queue a run (queued lane: back of its queue). A worker run is checked first
         (`check_placeable`). An interactive run is admitted or refused at once: SubmitError
         `interactive_busy` / `session_busy`, status 503. A queued-lane run past its owner's
-        `max_queued` is refused (429 `owner_queue_full`) unless `admitted` (a sweep's or study's
-        child: its parent took the room up front with `check_owner_room`)."""
+        `max_queued` is refused (429 `owner_queue_full`), counted and queued in this one call; with
+        a `reservation` of its owner that holds a place (`reserve_owner_room`) it takes that place."""
         if run.run_id in self._waiting or run.run_id in self._running or run.run_id in self._released:
             raise ValueError(f"run {run.run_id!r} is already in the queue")
         if self._last_order is not None and run.order <= self._last_order:
@@ -343,23 +345,29 @@ class RunQueue:
             self._admit_interactive(run)
             self._interactive_waiting[run.run_id] = run
         else:
-            if not admitted:
-                self.check_owner_room(run.owner)
+            self._admission.admit(self.quotas, run.owner, reservation)
             self._queues.setdefault(run.queue_key, deque()).append(run)
-            _count(self._owner_waiting, run.owner, 1)
         self._waiting[run.run_id] = run
         self._last_order = run.order
         if run.memory_mib is not None and not run.wait:
             self._refuse_unless_starts(run)
 
-    def check_owner_room(self, owner: str | None, adding: int = 1) -> None:
-        """SubmitError 429 `owner_queue_full` when `adding` more waiting runs would put `owner` over
-        the queued cap (quotas.py). Changes nothing."""
-        qt.check_room(self.quotas, owner, self._owner_waiting.get(owner, 0), adding)
+    def reserve_owner_room(self, owner: str | None, adding: int) -> qt.Reservation:
+        """Hold `adding` places of `owner`'s queued cap for runs submitted later (a sweep's or a
+        study's children): SubmitError 429 `owner_queue_full` when they do not fit. Give back what
+        is not used with `release_owner_room`."""
+        return self._admission.reserve(self.quotas, owner, adding)
+
+    def release_owner_room(self, reservation: qt.Reservation) -> int:
+        """The places `reservation` still holds go back; how many."""
+        return self._admission.release(reservation)
+
+    def has_owner_room(self, owner: str | None, adding: int = 1) -> bool:
+        return self._admission.has_room(self.quotas, owner, adding)
 
     def owner_counts(self, owner: str | None) -> tuple[int, int]:
         """(executing, waiting) queued-lane runs of `owner`."""
-        return self._owner_running.get(owner, 0), self._owner_waiting.get(owner, 0)
+        return self._owner_running.get(owner, 0), self._admission.waiting.get(owner, 0)
 
     def _refuse_unless_starts(self, run: Run) -> None:
         """`wait: false`: a run that the next pass would not start leaves the queue, refused (409)."""
@@ -464,7 +472,7 @@ class RunQueue:
             queue.remove(run)
             if not queue:
                 del self._queues[run.queue_key]
-            _count(self._owner_waiting, run.owner, -1)
+            self._admission.left_queue(run.owner)
         return True
 
     def schedule(self) -> list[Placement]:
@@ -473,7 +481,7 @@ class RunQueue:
         for held in state.started:  # after the pass: it judged every run by the holding it began with
             self._note_holding(held, 1)
             if held.run.lane == QUEUED:
-                _count(self._owner_waiting, held.run.owner, -1)
+                self._admission.left_queue(held.run.owner)
                 _count(self._owner_running, held.run.owner, 1)
         return [self._placement(h) for h in state.started]
 

@@ -10,8 +10,15 @@ Rules (queue.py and offer_pass.py apply them):
   not there, so one owner's waiting runs never hold up another owner's (no head-of-line blocking);
   it keeps its submit order and is the first offered once its owner's count drops.
 - A submit that would leave its owner more than `max_queued` runs waiting is refused at once
-  (429 `owner_queue_full`, nothing written). A sweep or study is admitted up front for the children
-  it queues at once; those children are then not refused one by one.
+  (429 `owner_queue_full`, nothing written). Counting and admitting are one synchronous step
+  (`Admission`), so no await can fall between a check and the enqueue it allows: concurrent
+  submits never leave an owner past the cap.
+- Room a submitter needs across awaits is *reserved*: a sweep reserves all its variants up front
+  (refused whole, 429), a study its first `max_parallel_runs` children, a study's later child one
+  place before its stamp is written. A reserved place counts as waiting for everyone else's check
+  until the child it was taken for is queued (it becomes that child's place) or the reservation is
+  released (the places not used go back). A study child that finds no room is not queued: the
+  study holds it back, pending, until its owner is under the cap (studies/coordinator.py).
 - `exempt` owners have neither cap. 0 means unlimited.
 """
 
@@ -70,6 +77,65 @@ def build_quotas(max_running: int, max_queued: int, exempt: str | None) -> tuple
         values[setting] = value
     quotas = Quotas(values["run_quota_max_running"], values["run_quota_max_queued"], parse_exempt(exempt))
     return quotas, tuple(warnings)
+
+
+@dataclass(eq=False)
+class Reservation:
+    """Places held in one owner's queued budget, from the check to the enqueues it covers."""
+    owner: str | None
+    left: int
+
+
+class Admission:
+    """Per-owner waiting runs and reserved places: the one place the queued cap is counted and
+    admitted. Every method is synchronous, so a check and the admit it allows are one step."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[str | None, int] = {}
+        self.reserved: dict[str | None, int] = {}
+
+    def counted(self, owner: str | None) -> int:
+        """What the cap is checked against: waiting runs and places reserved for runs to come."""
+        return self.waiting.get(owner, 0) + self.reserved.get(owner, 0)
+
+    def has_room(self, quotas: Quotas, owner: str | None, adding: int = 1) -> bool:
+        limit = quotas.queued_limit(owner)
+        return limit is None or self.counted(owner) + adding <= limit
+
+    def reserve(self, quotas: Quotas, owner: str | None, adding: int) -> Reservation:
+        """Hold `adding` places (SubmitError 429 when they do not fit)."""
+        check_room(quotas, owner, self.counted(owner), adding)
+        _add(self.reserved, owner, adding)
+        return Reservation(owner, adding)
+
+    def admit(self, quotas: Quotas, owner: str | None, reservation: Reservation | None = None) -> None:
+        """One more waiting run of `owner`: it takes a place of `reservation` when that holds one
+        for this owner, else it is checked (SubmitError 429 past the cap)."""
+        if reservation is not None and reservation.owner == owner and reservation.left > 0:
+            reservation.left -= 1
+            _add(self.reserved, owner, -1)
+        else:
+            check_room(quotas, owner, self.counted(owner), 1)
+        _add(self.waiting, owner, 1)
+
+    def left_queue(self, owner: str | None) -> None:
+        """A waiting run started, or left the queue without starting."""
+        _add(self.waiting, owner, -1)
+
+    def release(self, reservation: Reservation) -> int:
+        """Give back the places `reservation` still holds; how many (0 once all were used)."""
+        freed, reservation.left = reservation.left, 0
+        if freed:
+            _add(self.reserved, reservation.owner, -freed)
+        return freed
+
+
+def _add(counts: dict[str | None, int], owner: str | None, change: int) -> None:
+    value = counts.get(owner, 0) + change
+    if value:
+        counts[owner] = value
+    else:
+        counts.pop(owner, None)
 
 
 def whose(owner: str | None) -> str:

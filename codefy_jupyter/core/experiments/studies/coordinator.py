@@ -8,6 +8,14 @@ the attempt `submitting`: the next start finds the child by its stamp and links 
 (`attempt_relinked`), or, when no run carries the stamp, marks the attempt lost and gives the
 repetition a new attempt (`attempt_added`). No repetition is ever submitted twice for one attempt.
 
+The owner's queued cap (core/scheduling/quotas.py). A child takes a place of its owner's queued
+cap before its stamp is written: one the study's create reserved for its first children, else one
+reserved just then. When none is free the attempt is not stamped: it stays pending, the study
+records `study_waiting` (once for each time it is held back, with the refusal as its reason) and
+keeps running, and it is advanced again when a place may have come back (a run started or ended, a
+reservation gave places back). So a study never leaves its owner past the cap, and a child is
+still submitted once.
+
 One asyncio lock per study serializes its decisions: a child's start or end, a cancel, a resume
 and the submit loop never interleave, so each decision reads what the previous one wrote.
 
@@ -27,8 +35,9 @@ import uuid
 from functools import partial
 from typing import Any, Mapping
 
-from ...errors import ServiceError
+from ...errors import ServiceError, SubmitError
 from ...runs.service import RunService
+from ...scheduling.quotas import OWNER_QUEUE_FULL, Reservation
 from ...store import studies as db
 from ..children import study_child_name
 from . import state as st
@@ -94,7 +103,11 @@ class Coordinator:
         self._submitting = self._submitted = 0
         self._crash_before = _crash_hook(CRASH_BEFORE_SUBMIT_ENV)
         self._crash_after = _crash_hook(CRASH_AFTER_SUBMIT_ENV)
+        self._reserved: dict[str, Reservation] = {}  # study id -> places its create reserved
+        self._held: dict[str, str | None] = {}  # study id -> owner: held back by the queued cap
+        self._announced: set[str] = set()  # held studies whose study_waiting is written
         runs.add_observer(self)
+        runs.add_room_listener(self._wake_held)
         self.store.add_prune_hook(self)
 
     # -- plumbing -----------------------------------------------------------------------------------
@@ -232,6 +245,50 @@ class Coordinator:
 
     async def _submit(self, study: Mapping[str, Any], a: Mapping[str, Any], ahead: db.Change | None = None) -> bool:
         study_id = study["id"]
+        reservation = self._reserved.get(study_id)
+        own = reservation is None or reservation.left == 0
+        if own:  # a later child: its place is taken now, before any await, or the study waits
+            try:
+                reservation = self.runs.reserve(study["owner"], 1)
+            except SubmitError as err:
+                if err.code != OWNER_QUEUE_FULL:
+                    raise
+                await self._hold(study, err, ahead)
+                return False
+        self._held.pop(study_id, None)
+        self._announced.discard(study_id)
+        try:
+            return await self._submit_with(study, a, ahead, reservation)
+        finally:
+            if own:
+                self.runs.release(reservation)  # unused when the submit failed before the queue took it
+
+    async def _hold(self, study: Mapping[str, Any], err: SubmitError, ahead: db.Change | None) -> None:
+        """No room for the next child: it stays pending and the study waits for its owner's room."""
+        study_id = study["id"]
+        self._held[study_id] = study["owner"]
+        change = db.Change(attempts=dict(ahead.attempts), events=list(ahead.events)) if ahead else db.Change()
+        if study_id not in self._announced:
+            self._announced.add(study_id)
+            change.events.append(("study_waiting", {"reason": err.to_dict()}))
+            log.info("study %s: waiting for room under the queued cap: %s", study_id, err)
+        if change.attempts or change.events:
+            await self._change(study_id, change)
+
+    def _wake_held(self, *_: Any) -> None:
+        """Advance again every held study whose owner has room now."""
+        for study_id, who in list(self._held.items()):
+            if self.runs.has_room(who):
+                del self._held[study_id]
+                self.runs.keep(asyncio.get_running_loop().create_task(self._advance_held(study_id)))
+
+    async def _advance_held(self, study_id: str) -> None:
+        async with self.lock(study_id):
+            await self.advance(study_id)
+
+    async def _submit_with(self, study: Mapping[str, Any], a: Mapping[str, Any], ahead: db.Change | None,
+                           reservation: Reservation) -> bool:
+        study_id = study["id"]
         stamp = db.Change(attempts={a["id"]: {"status": st.SUBMITTING}}, events=[("attempt_submitting", _where(a))])
         if ahead is not None:  # written with the stamp: one transaction
             stamp = db.Change(attempts={**ahead.attempts, **stamp.attempts}, events=ahead.events + stamp.events)
@@ -250,7 +307,8 @@ class Coordinator:
         self._children[a["run_id"]] = study_id  # before the submit: the child may start inside it
         try:
             view = await self.runs.submit(body, owner=study["owner"], run_id=a["run_id"],
-                                          links={"study_id": study_id, "study_attempt_id": a["id"]})
+                                          links={"study_id": study_id, "study_attempt_id": a["id"]},
+                                          reservation=reservation)
         except Exception as err:
             self._children.pop(a["run_id"], None)
             info = err.to_dict() if isinstance(err, ServiceError) else {
@@ -304,11 +362,15 @@ class Coordinator:
         study_id = self._children.get(run_id)
         if study_id is not None:
             self.runs.keep(asyncio.get_running_loop().create_task(self._started(study_id, run_id)))
+        if self._held:  # a waiting run left the queue: a place may be free
+            self._wake_held()
 
     def run_finished(self, run_id: str, status: str) -> None:
         study_id = self._children.get(run_id)
         if study_id is not None:
             self.runs.keep(asyncio.get_running_loop().create_task(self._finished(study_id, run_id, status)))
+        if self._held:
+            self._wake_held()
 
     async def _attempt_of(self, study_id: str, run_id: str) -> dict[str, Any] | None:
         tally = self._tallies.get(study_id)

@@ -11,6 +11,7 @@ from typing import Any
 from ....wire.run_options import SEED_MAX
 from ...errors import BadRequest, Conflict, Forbidden, NotFound, SchemaError, ServiceError
 from ...runs.service import RunService
+from ...scheduling.quotas import Reservation
 from ...store import studies as db
 from . import state as st
 from .coordinator import Coordinator, new_attempt, new_id
@@ -71,10 +72,17 @@ class StudyService(Coordinator):
                         err.field = named
                 raise
         # At most max_parallel_runs children are in flight at once: that many must fit the owner's
-        # queued cap now (429 otherwise); later children replace finished ones and are not refused.
+        # queued cap now (429 otherwise), and are reserved for the first children; a later child
+        # takes its own place, or waits for one (coordinator.py).
         attempts_total = req.repetitions * len(req.variants)
         width = min(req.budget.max_parallel_runs, attempts_total, req.budget.max_runs or attempts_total)
-        self.runs.check_quota(owner, width)
+        reservation = self.runs.reserve(owner, width)
+        try:
+            return await self._create(req, owner, reservation)
+        finally:
+            self.runs.release(reservation)
+
+    async def _create(self, req: Any, owner: str | None, reservation: Reservation) -> tuple[bool, dict[str, Any]]:
         study_id = new_id()
         now = self.clock()
         seed = req.seed if req.seed is not None else secrets.randbelow(SEED_MAX + 1)
@@ -97,8 +105,12 @@ class StudyService(Coordinator):
             assert found is not None
             return False, await self._same_request(found[0], found[1], req.digest)
         self._graphs[study_id] = [v.graph for v in req.variants]
-        async with self.lock(study_id):
-            await self.advance(study_id)
+        self._reserved[study_id] = reservation
+        try:
+            async with self.lock(study_id):
+                await self.advance(study_id)
+        finally:
+            del self._reserved[study_id]
         return True, await self.get(study_id)
 
     async def _same_request(self, study_id: str, digest: str, mine: str) -> dict[str, Any]:

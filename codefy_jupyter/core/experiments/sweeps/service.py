@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 from ...errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError
 from ...runs import state as rs
 from ...runs.service import VALIDATE_INLINE_ITEMS, RunService
+from ...scheduling.quotas import Reservation
 from ...store import sweeps as sweep_store
 from ..children import check_child_options, sweep_child_name
 from ..params import with_params
@@ -98,8 +99,16 @@ class SweepService:
         plan = plan_sweep(req, self.runs.registry, caps, options)
         # Every refusal a single child would get (graph, device, target) refuses the sweep now.
         await self.runs.preflight({"graph": req.base_graph, "name": req.name, "options": options})
-        # Every child is queued at once: the owner's queued cap refuses the sweep whole (429), never halfway.
-        self.runs.check_quota(owner, len(plan.combinations))
+        # Every child is queued at once: the owner's queued cap refuses the sweep whole (429), never
+        # halfway. The room is reserved now, so that submits running meanwhile cannot take it.
+        reservation = self.runs.reserve(owner, len(plan.combinations))
+        try:
+            return await self._create(req, plan, options, owner, reservation)
+        finally:
+            self.runs.release(reservation)  # what a child that was not queued did not use
+
+    async def _create(self, req: Any, plan: Any, options: dict[str, Any], owner: str | None,
+                      reservation: Reservation) -> dict[str, Any]:
         sweep_id = uuid.uuid4().hex[:16]
         ids = os.urandom(8 * len(plan.combinations)).hex()  # one call, not 1,000 uuid4()s
         run_ids = [ids[i:i + 16] for i in range(0, len(ids), 16)]
@@ -109,7 +118,7 @@ class SweepService:
                  "seed_variants": req.seed_variants, "total_combinations": plan.total_combinations,
                  "error": None, "failure": None, "created_at": self.runs.clock(), "finished_at": None}
         try:
-            answers = await self._submit_children(req, plan, options, sweep, run_ids, owner)
+            answers = await self._submit_children(req, plan, options, sweep, run_ids, owner, reservation)
         except BaseException:
             for run_id in run_ids:
                 self._sweep_of.pop(run_id, None)
@@ -138,7 +147,7 @@ class SweepService:
                 "params": swept, "variants": out}
 
     async def _submit_children(self, req: Any, plan: Any, options: dict[str, Any], sweep: dict[str, Any],
-                               run_ids: list[str], owner: str | None) -> list[Any]:
+                               run_ids: list[str], owner: str | None, reservation: Reservation) -> list[Any]:
         """Write the sweep and submit every child; an answer per variant (the run's view, or the
         exception that broke it). Raises, with no child left queued, when the sweep cannot be
         written.
@@ -165,7 +174,7 @@ class SweepService:
             body = {"graph": with_params(req.base_graph, dict(zip(keys, plan.combinations[i]))),
                     "name": sweep_child_name(req.name, i), "options": child_options}
             return self.runs.submit(body, owner=owner, run_id=run_ids[i],
-                                    links={"sweep_id": sweep_id, "sweep_variant": i})
+                                    links={"sweep_id": sweep_id, "sweep_variant": i}, reservation=reservation)
 
         self._sweep_of[run_ids[0]] = sweep_id
         written = asyncio.ensure_future(self.store.write(partial(sweep_store.insert_sweep, sweep=sweep,
