@@ -62,7 +62,7 @@ class Lab:
     def submit(self, graph: dict[str, Any], name: str) -> str:
         return self.api("POST", "runs", {"graph": graph, "name": name})["id"]
 
-    def wait_status(self, run_id: str, *statuses: str, timeout: float = 60) -> dict[str, Any]:
+    def wait_status(self, run_id: str, *statuses: str, timeout: float = 120.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             run = self.api("GET", f"runs/{run_id}")

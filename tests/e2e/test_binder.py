@@ -15,7 +15,7 @@ import psutil
 import pytest
 from lab_server import QUICK, running_lab
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 BINDER = Path(__file__).resolve().parents[2] / "binder"
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from lab_server import ARTIFACTS_ROOT, CHROMIUM, CHROMIUM_ARGS, NEEDS_CHROMIUM, TOKEN, Lab
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), NEEDS_CHROMIUM]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), NEEDS_CHROMIUM]
 ARTIFACTS = ARTIFACTS_ROOT / "lab-views"
 
 
@@ -108,7 +108,7 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             dialog.get_by_role("button", name="Queue").click()
             expect(page.locator(".jp-Dialog")).to_have_count(0)
             link = viewer.locator(".cdf-graph-status .cdf-run-link")
-            expect(link).to_be_visible(timeout=30_000)
+            expect(link).to_be_visible(timeout=60_000)
             run_id = link.get_attribute("data-run-id")
             expect(viewer.locator('g.cdf-node[data-state="done"]')).to_have_count(len(TINY["nodes"]), timeout=60_000)
             run = lab.wait_status(run_id, "succeeded")
@@ -120,7 +120,7 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             for expected in ("done", "cached"):
                 previous = link.get_attribute("data-run-id")
                 toolbar.locator(".cdf-tb-run").click()
-                expect(link).not_to_have_attribute("data-run-id", previous, timeout=30_000)
+                expect(link).not_to_have_attribute("data-run-id", previous, timeout=60_000)
                 expect(viewer.locator('[data-role="run-status"]')).to_have_text("succeeded", timeout=60_000)
                 interactive = lab.api("GET", f"runs/{link.get_attribute('data-run-id')}")
                 assert interactive["lane"] == "interactive" and interactive["session"] == "lab:tiny.codefy.json"
@@ -144,7 +144,7 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
                     and r.method == "GET" and "format=" not in r.url else None)
             page.locator(".jp-Dialog").get_by_role("button", name="Start sweep").click()
             made = page.locator(".cdf-sweep-view").filter(has_text="tiny.codefy.json")
-            expect(made.locator(".cdf-sweep-table tbody tr")).to_have_count(3, timeout=30_000)
+            expect(made.locator(".cdf-sweep-table tbody tr")).to_have_count(3, timeout=60_000)
             expect(made.locator('[data-role="state"]')).to_have_text("finished", timeout=60_000)
             assert sweep_reads and "changes=" not in sweep_reads[0], sweep_reads
             assert all("changes=" in u and ("wait=2" in u or "wait=25" in u) for u in sweep_reads[1:]), sweep_reads
@@ -160,7 +160,7 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             page.locator(f"#codefy-run-{child} button.cdf-open-sweep").click()
             view = page.locator(f"#codefy-sweep-{sweep['sweep_id']}")
             rows = view.locator(".cdf-sweep-table tbody tr")
-            expect(rows).to_have_count(2, timeout=30_000)
+            expect(rows).to_have_count(2, timeout=60_000)
             expect(view.locator('[data-role="state"]')).to_have_text("finished")
             expect(rows.first.locator(".cdf-col-objective")).to_have_text("1.5")
             # Equal objectives share rank 1.
@@ -179,11 +179,11 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             wait_for(lambda: lab.api("GET", f"studies/{study['id']}"), lambda s: s["status"] == "succeeded")
             runs.locator("button.cdf-studies").click()
             listing = page.locator("#codefy-studies")
-            expect(listing.locator(f'tr[data-study-id="{study["id"]}"]')).to_be_visible(timeout=30_000)
+            expect(listing.locator(f'tr[data-study-id="{study["id"]}"]')).to_be_visible(timeout=60_000)
             page.locator(".cdf-studies-panel").screenshot(path=str(ARTIFACTS / "6a-studies-panel.png"))
             listing.locator(f'tr[data-study-id="{study["id"]}"] .cdf-study-link').click()
             view = page.locator(f"#codefy-study-{study['id']}")
-            expect(view.locator(".cdf-study-table tbody tr")).to_have_count(3, timeout=30_000)
+            expect(view.locator(".cdf-study-table tbody tr")).to_have_count(3, timeout=60_000)
             expect(view.locator(".cdf-study-table tbody tr").first).to_have_attribute("data-label", "low")
             expect(view.locator('tr[data-label="low"] .cdf-col-comparison')).to_have_text("best")
             expect(view.locator('tr[data-label="high"] .cdf-col-comparison')).to_contain_text("+4.5")
@@ -203,7 +203,7 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             listing.locator("button.cdf-refresh").click()
             listing.locator(f'tr[data-study-id="{naps["id"]}"] .cdf-study-link').click()
             view = page.locator(f"#codefy-study-{naps['id']}")
-            expect(view.locator('[data-role="state"]')).to_have_text("cancelled", timeout=30_000)
+            expect(view.locator('[data-role="state"]')).to_have_text("cancelled", timeout=60_000)
             expect(view.locator("button.cdf-stop-study")).to_have_count(0)
             page.screenshot(path=str(ARTIFACTS / "6b-study-stopped.png"))
             follows: list[str] = []  # the view's reads while the study runs: long-polls at its revision
@@ -224,7 +224,7 @@ def test_graph_viewer_queue_sweep_and_studies(lab: Lab) -> None:
             page.locator(".lm-Menu-itemLabel", has_text="Open With").hover()
             page.locator(".lm-Menu-itemLabel", has_text="Codefy graph").click()
             mlp = page.locator(".cdf-graph-viewer").filter(has=page.locator('g.cdf-node[data-node-id="train"]'))
-            expect(mlp.locator("g.cdf-node")).to_have_count(len(MLP["nodes"]), timeout=30_000)
+            expect(mlp.locator("g.cdf-node")).to_have_count(len(MLP["nodes"]), timeout=60_000)
             page.screenshot(path=str(ARTIFACTS / "7-open-with-codefy-graph.png"))
 
             # The server's refusal shows inline in Queue on…, in its own words.

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import pytest
 from lab_server import ARTIFACTS_ROOT, CHROMIUM, CHROMIUM_ARGS, NEEDS_CHROMIUM, TOKEN, Lab, nap, running_lab
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420), NEEDS_CHROMIUM]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(840), NEEDS_CHROMIUM]
 ARTIFACTS = ARTIFACTS_ROOT / "lab-workers"
 INVENTORY = {"devices": [{"key": "cuda:0", "name": "Declared A", "uuid": "GPU-lab-aaaa", "memory_total_mib": 8192},
                          {"key": "cuda:1", "name": "Declared B", "uuid": "GPU-lab-bbbb", "memory_total_mib": 8192}]}
@@ -66,7 +66,7 @@ def stop(proc: subprocess.Popen) -> None:
             pass
 
 
-def until(fetch: Callable[[], Any], done: Callable[[Any], bool], what: str, timeout: float = 60) -> Any:
+def until(fetch: Callable[[], Any], done: Callable[[Any], bool], what: str, timeout: float = 120.0) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = fetch()
@@ -96,7 +96,7 @@ def test_workers_panel_with_a_real_agent(tmp_path: Path) -> None:
                 page.goto(f"{lab.url}lab?reset&token={TOKEN}")
                 page.locator('.jp-SideBar li[data-id="codefy-workers"]').click(timeout=90_000)
                 panel = page.locator("#codefy-workers")
-                expect(panel.locator(".cdf-local")).to_be_visible(timeout=30_000)
+                expect(panel.locator(".cdf-local")).to_be_visible(timeout=60_000)
                 return panel
 
             with running_lab(tmp_path) as lab:
@@ -106,14 +106,14 @@ def test_workers_panel_with_a_real_agent(tmp_path: Path) -> None:
                 # Add worker: the command on screen is the one that enrolls the agent.
                 panel.locator("button.cdf-add-worker").click()
                 command = panel.locator(".cdf-command")
-                expect(command).to_contain_text("codefy agent start --control", timeout=30_000)
+                expect(command).to_contain_text("codefy agent start --control", timeout=60_000)
                 agent, log = start_agent(tmp_path, command.inner_text())
                 card = panel.locator('.cdf-worker[data-worker="box"]')
                 panel.locator("button.cdf-refresh").click()
                 until(lambda: worker(lab), lambda w: w is not None and w["state"] == "connected",
                       "the agent never connected")
                 panel.locator("button.cdf-refresh").click()
-                expect(card).to_have_attribute("data-state", "connected", timeout=30_000)
+                expect(card).to_have_attribute("data-state", "connected", timeout=60_000)
                 expect(card.locator(".cdf-status").first).to_have_text("connected")
                 devices = card.locator(".cdf-devices tbody tr")
                 expect(devices.locator("td.cdf-mono")).to_contain_text(["cpu", "cuda:0", "cuda:1"])
@@ -124,7 +124,7 @@ def test_workers_panel_with_a_real_agent(tmp_path: Path) -> None:
                 lab.wait_status(run_id, "running")
                 panel.locator("button.cdf-refresh").click()
                 cuda0 = devices.filter(has=page.locator("td.cdf-mono", has_text="cuda:0"))
-                expect(cuda0.locator("td").nth(1)).to_have_text("1/1", timeout=30_000)
+                expect(cuda0.locator("td").nth(1)).to_have_text("1/1", timeout=60_000)
                 expect(card.locator(".cdf-worker-foot")).to_contain_text("running: 1")
                 panel.screenshot(path=str(ARTIFACTS / "1-worker-connected-running.png"))
                 lab.api("POST", f"runs/{run_id}/cancel")
@@ -132,19 +132,19 @@ def test_workers_panel_with_a_real_agent(tmp_path: Path) -> None:
 
                 # Drain, then Undrain: each a round trip through the server.
                 card.locator('button[data-action="drain"]').click()
-                expect(card).to_have_attribute("data-state", "draining", timeout=30_000)
+                expect(card).to_have_attribute("data-state", "draining", timeout=60_000)
                 assert worker(lab)["state"] == "draining"
                 expect(card.locator('button[data-action="undrain"]')).to_be_visible()
                 panel.screenshot(path=str(ARTIFACTS / "2-worker-draining.png"))
                 card.locator('button[data-action="undrain"]').click()
-                expect(card).to_have_attribute("data-state", "connected", timeout=30_000)
+                expect(card).to_have_attribute("data-state", "connected", timeout=60_000)
                 assert worker(lab)["state"] == "connected"
 
                 # The agent gone: disconnected, Undrain/Drain no longer offered.
                 stop(agent)
                 until(lambda: worker(lab), lambda w: w["state"] == "disconnected", "still connected")
                 panel.locator("button.cdf-refresh").click()
-                expect(card).to_have_attribute("data-state", "disconnected", timeout=30_000)
+                expect(card).to_have_attribute("data-state", "disconnected", timeout=60_000)
                 expect(card.locator('button[data-action="drain"]')).to_have_count(0)
                 panel.screenshot(path=str(ARTIFACTS / "3-worker-disconnected.png"))
 
@@ -153,7 +153,7 @@ def test_workers_panel_with_a_real_agent(tmp_path: Path) -> None:
                 assert worker(lab)["state"] == "offline"
                 panel = open_workers(lab)
                 card = panel.locator('.cdf-worker[data-worker="box"]')
-                expect(card).to_have_attribute("data-state", "offline", timeout=30_000)
+                expect(card).to_have_attribute("data-state", "offline", timeout=60_000)
                 panel.screenshot(path=str(ARTIFACTS / "4-worker-offline.png"))
 
                 # Remove asks first; Cancel keeps it, Remove takes it off the server.
@@ -163,7 +163,7 @@ def test_workers_panel_with_a_real_agent(tmp_path: Path) -> None:
                 assert worker(lab) is not None
                 card.locator('button[data-action="remove"]').click()
                 page.locator(".jp-Dialog").get_by_role("button", name="Remove").click()
-                expect(card).to_have_count(0, timeout=30_000)
+                expect(card).to_have_count(0, timeout=60_000)
                 assert worker(lab) is None
                 expect(panel.locator(".cdf-empty")).to_have_text("no workers connected")
                 assert not errors, errors

@@ -246,7 +246,7 @@ c.JupyterHub.load_roles = s["roles"]
 def start_hub(root: Path, *, users: list[str], admins: list[str] = (), groups: dict[str, list[str]] | None = None,
               singleuser_args: list[str] = (), environment: dict[str, str] | None = None,
               services: list[dict[str, Any]] = (), roles: list[dict[str, Any]] = (), extra: str = "",
-              timeout: float = 60.0) -> Hub:
+              timeout: float = 120.0) -> Hub:
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     config = write_config(root, port, users=list(users), admins=list(admins), groups=groups or {},

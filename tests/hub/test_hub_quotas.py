@@ -15,7 +15,7 @@ import pytest
 from hub_harness import proxy_missing, start_hub
 from test_hub_shared_server import ALICE, BOB, sleepy, wait_run
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_two_hub_users_on_one_server_are_capped_separately(hub, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER"))}
     env["HOME"] = str(hub.root / "home" / ALICE)
     done = subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", "run", str(graph), "--json", "--detach"],
-                          env=env, cwd=env["HOME"], capture_output=True, text=True, timeout=60)
+                          env=env, cwd=env["HOME"], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0, done.stdout + done.stderr
     error = json.loads(done.stdout)["error"]
     assert error["code"] == "owner_queue_full" and error["params"]["owner"] == ALICE, error

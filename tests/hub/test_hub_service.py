@@ -26,7 +26,7 @@ import pytest
 from hub_harness import Hub, SERVICE_TOKEN, free_port, proxy_missing, request, start_hub
 from test_workers_e2e import AgentProcess, naps
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
 ALICE, BOB, CAROL, DAVE, ERIN = "alice", "bob", "carol", "dave", "erin"
 SERVICE = "codefy"
@@ -66,7 +66,7 @@ class Team:
         except (OSError, ValueError):
             return None
 
-    def wait_run(self, run_id: str, statuses: set[str], timeout: float = 60.0) -> dict[str, Any]:
+    def wait_run(self, run_id: str, statuses: set[str], timeout: float = 120.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             code, run = self.call(ALICE, "api", "runs", run_id)
@@ -337,7 +337,7 @@ def test_an_agent_enrolls_against_the_service_and_runs_bobs_run(team, tmp_path):
     assert code == 201, issued
     agent = AgentProcess(tmp_path, f"{hub.url}/services/{SERVICE}/", name="team-gpu", token=issued["token"])
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while True:
             code, listing = team.call(ALICE, "api", "workers")
             worker = next((w for w in listing["workers"] if w["name"] == "team-gpu"), {})

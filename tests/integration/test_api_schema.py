@@ -25,7 +25,7 @@ def servers(tmp_path, request) -> Servers:
     return s
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_the_api_conforms_to_its_served_openapi_description(servers, tmp_path):
     state = servers.start()
     st = Path(sys.executable).with_name("schemathesis")

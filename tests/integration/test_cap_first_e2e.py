@@ -32,7 +32,7 @@ CARDS = [{"key": "cuda:0", "name": "Shared", "uuid": "GPU-cap-0", "memory_total_
 TARGET = {"worker": "box", "memory_gib": 1}
 
 
-async def held_pid(gate: Path, seen: set[str], timeout: float = 60.0) -> int:
+async def held_pid(gate: Path, seen: set[str], timeout: float = 120.0) -> int:
     """The pid of the next run process waiting at the cap."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
@@ -48,7 +48,7 @@ async def post(jp_fetch, graph: dict[str, Any], **options: Any) -> tuple[int, di
     return await call(jp_fetch, "api", "runs", method="POST", body={"graph": graph, "options": options})
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(360)
 async def test_a_budgeted_run_starts_in_the_log_only_after_its_cap(jp_fetch, agents, pack_env, tmp_path):
     torch_dir, gate = fake_torch(tmp_path)
     inventory = tmp_path / "cards.json"
@@ -63,7 +63,7 @@ async def test_a_budgeted_run_starts_in_the_log_only_after_its_cap(jp_fetch, age
     code, dies = await post(jp_fetch, SMALL, device="cuda:0", target=TARGET)
     assert code == 201, dies
     os.kill(await held_pid(gate, seen), signal.SIGKILL)
-    done = await wait_status(jp_fetch, dies["id"], {"succeeded", "failed"}, timeout=60)
+    done = await wait_status(jp_fetch, dies["id"], {"succeeded", "failed"}, timeout=120)
     assert done["status"] == "failed" and done["error"]["code"] == "memory_cap_failed", done
     assert done["error"]["params"]["reason"] == "ended_before_cap"
     facts = done["execution_facts"]
@@ -80,7 +80,7 @@ async def test_a_budgeted_run_starts_in_the_log_only_after_its_cap(jp_fetch, age
     _, row = await call(jp_fetch, "api", "runs", run["id"])
     assert "worker_pid" not in (row.get("execution_facts") or {}), row
     (gate / "open").write_text("")
-    done = await wait_status(jp_fetch, run["id"], {"succeeded", "failed"}, timeout=60)
+    done = await wait_status(jp_fetch, run["id"], {"succeeded", "failed"}, timeout=120)
     assert done["status"] == "succeeded", done
     facts = done["execution_facts"]
     assert facts["memory_cap"] == "no_cuda" and facts["worker_pid"] > 0
@@ -90,7 +90,7 @@ async def test_a_budgeted_run_starts_in_the_log_only_after_its_cap(jp_fetch, age
     assert {e["payload"]["node_id"] for e in events if e["type"] == "node_status"} == {"k", "s"}
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(360)
 async def test_a_ddp_run_that_records_outputs_is_refused_at_submit(jp_fetch, agents):
     box = agents()
     await until_connected(jp_fetch, box)

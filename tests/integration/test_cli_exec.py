@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 
-def codefy(*args: str, cwd: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+def codefy(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)
 
@@ -122,23 +122,23 @@ def test_unavailable_device_in_graph_settings_exits_1(tmp_path):
 
 def test_ctrl_c_cancels_cooperatively_and_exits_130(tmp_path):
     graph = write(tmp_path / "g.json", {
-        "nodes": [{"id": "nap", "type": "Sleep", "params": {"seconds": 60}}, {"id": "after", "type": "Scale"},
+        "nodes": [{"id": "nap", "type": "Sleep", "params": {"seconds": 120}}, {"id": "after", "type": "Scale"},
                   {"id": "k", "type": "Float"}],
         "edges": [edge("k", "value", "nap", "value"), edge("nap", "value", "after", "x")]})
     proc = subprocess.Popen([sys.executable, "-m", "codefy_jupyter.cli", "exec", str(graph)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     # Wait until the run is under way, then interrupt it.
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     seen = ""
     while "✓ k (Float)" not in seen and time.monotonic() < deadline:
         seen += proc.stderr.readline()
     assert "✓ k (Float)" in seen
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=100)
     assert proc.returncode == 130
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60  # not the 120 s nap
     assert "stopping" in err and "■ run cancelled" in out
     assert "after (Scale)" not in err
 

@@ -29,7 +29,7 @@ def two(tmp_path, request):
 
 def codefy(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=120)
 
 
 def test_several_servers_are_named_and_a_stopped_one_is_not_silently_replaced(two):
@@ -53,7 +53,7 @@ def test_several_servers_are_named_and_a_stopped_one_is_not_silently_replaced(tw
     # Found through the runtime dir's files, without importing jupyter-server (seconds) to list them.
     check = ("import sys, json; from codefy_jupyter.kernel.discovery import discover; s = discover(); "
              "print(json.dumps([s.url, s.source, 'jupyter_server' in sys.modules]))")
-    found = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60)
+    found = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=120)
     assert json.loads(found.stdout) == [sb["url"], "jupyter server", False], found.stderr
     assert b.stop().returncode == 0
 
@@ -75,7 +75,7 @@ def test_agent_start_without_control_uses_the_local_codefy_start_server(tmp_path
                               "--data-dir", str(agent_dir)], env=env, stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while True:
             code, page = api(state, "GET", "workers")
             assert code == 200, page
@@ -90,7 +90,7 @@ def test_agent_start_without_control_uses_the_local_codefy_start_server(tmp_path
                 "as no --control was given") in said
         stopped = codefy(env, tmp_path, "agent", "stop", "--data-dir", str(agent_dir))
         assert stopped.returncode == 0, stopped.stderr
-        assert agent.wait(timeout=60) == 0
+        assert agent.wait(timeout=120) == 0
     finally:
         if agent.poll() is None:
             agent.kill()
@@ -114,7 +114,7 @@ def run_in_a_kernel(state: dict, runtime_dir: Path, code: str) -> str:
     client.start_channels()
     printed: list[str] = []
     try:
-        client.wait_for_ready(timeout=60)
+        client.wait_for_ready(timeout=120)
         reply = client.execute_interactive(code, timeout=60, output_hook=lambda msg: printed.append(
             msg["content"].get("text", "")) if msg["msg_type"] == "stream" else None)
         assert reply["content"]["status"] == "ok", reply["content"]

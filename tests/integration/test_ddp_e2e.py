@@ -38,7 +38,7 @@ GRAPH = {
 }
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 async def test_a_ddp_run_on_two_declared_cards_trains_on_gloo_ranks(jp_fetch, agents):
     agent = agents()
     await until_connected(jp_fetch, agent)

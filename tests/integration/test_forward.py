@@ -18,7 +18,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from codefy_jupyter.server.headless import read_state
 
 TOKEN = "forward-tests-" + "0" * 32
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)
 
 
 def free_port() -> int:

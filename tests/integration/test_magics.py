@@ -239,7 +239,7 @@ def test_kernel_setup_installs_the_startup_file_that_loads_the_magics(tmp_path):
     env = {**os.environ, "IPYTHONDIR": str(tmp_path / "ipython")}
 
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=60)
+        return subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=120)
 
     setup = run("-m", "codefy_jupyter.cli", "kernel-setup")
     installed = tmp_path / "ipython" / "profile_default" / "startup" / "00-codefy.py"

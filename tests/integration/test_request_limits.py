@@ -41,7 +41,7 @@ def assert_shape(body: Any, code: str, field: str | None = None) -> dict[str, An
     return body["error"]
 
 
-async def raw_request(port: int, head: str, body: bytes = b"", *, read_timeout: float = 10) -> tuple[int, dict, bytes]:
+async def raw_request(port: int, head: str, body: bytes = b"", *, read_timeout: float = 60) -> tuple[int, dict, bytes]:
     """One request over a plain socket (a client that lies about, or streams, its body); the
     status, headers and body of the answer."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -197,7 +197,7 @@ async def test_bodies_that_are_not_json_are_400_with_a_position(jp_fetch):
 # -- the execution socket ----------------------------------------------------------------------------
 
 async def next_frame(ws) -> dict[str, Any]:
-    message = await asyncio.wait_for(ws.read_message(), 15)
+    message = await asyncio.wait_for(ws.read_message(), 60)
     assert message is not None, f"closed: {ws.close_code} {ws.close_reason}"
     return json.loads(message)
 
@@ -235,7 +235,7 @@ async def test_socket_messages_over_the_cap_get_an_error_frame_far_over_a_1009_c
     await ws.write_message(json.dumps({"type": "submit", "request_id": 1, "body": {"graph": SMALL}}))
     assert (await next_frame(ws))["type"] == "submitted"  # the socket is still good
     await ws.write_message("x" * (SMALL_CAP + (2 << 20)))
-    while await asyncio.wait_for(ws.read_message(), 15) is not None:
+    while await asyncio.wait_for(ws.read_message(), 60) is not None:
         pass
     assert ws.close_code == 1009 and ws.close_reason
     ws.close()

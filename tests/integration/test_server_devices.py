@@ -24,8 +24,10 @@ async def submit(jp_fetch, graph, **options):
     return run
 
 
+# The first run of each test holds its card for 3 s: long enough that the waits behind it are read
+# while it runs, however slowly a busy machine answers the requests in between.
 async def test_each_card_has_its_own_fifo_with_a_limit_of_one(jp_fetch):
-    a = await submit(jp_fetch, sleepy(0.6), device="cuda")  # canonicalised onto cuda:0
+    a = await submit(jp_fetch, sleepy(3), device="cuda")  # canonicalised onto cuda:0
     b = await submit(jp_fetch, sleepy(0.1), device="cuda:0")
     c = await submit(jp_fetch, sleepy(0.1), device="cuda:1")
     assert a["device"] == "cuda:0" and a["queue_key"] == "cuda:0"
@@ -39,7 +41,7 @@ async def test_each_card_has_its_own_fifo_with_a_limit_of_one(jp_fetch):
 
 
 async def test_a_device_set_reserves_its_cards_and_reports_why_it_waits(jp_fetch):
-    first = await submit(jp_fetch, sleepy(0.8), device="cuda:1")
+    first = await submit(jp_fetch, sleepy(3), device="cuda:1")
     # The set waits in its first device's queue (cuda:1, busy) and reserves cuda:0 meanwhile.
     pair = await submit(jp_fetch, sleepy(0.1), target={"devices": ["cuda:1", "cuda:0"]})
     later = await submit(jp_fetch, sleepy(0.1), device="cuda:0")
@@ -70,7 +72,7 @@ async def test_auto_picks_the_first_card_and_an_absent_card_is_refused(jp_fetch)
 
 
 async def test_a_seeded_run_executes_alone(jp_fetch):
-    busy = await submit(jp_fetch, sleepy(0.5), device="cuda:1")
+    busy = await submit(jp_fetch, sleepy(3), device="cuda:1")
     seeded = await submit(jp_fetch, sleepy(0.1), device="cpu", seed=3)
     code, now = await call(jp_fetch, "api", "runs", seeded["id"])
     assert now["status"] == "queued" and now["queue_reason"]["code"] == "waiting_to_run_alone"

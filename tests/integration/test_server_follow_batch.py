@@ -41,7 +41,7 @@ async def test_batch_frames_carry_every_run_whole_and_in_order(jp_fetch, jp_ws_f
     async def collect(ws, unpack: bool) -> dict[str, list[dict]]:
         logs: dict[str, list[dict]] = {}
         while not all(i in logs and logs[i][-1]["type"] in CLOSING for i in ids):
-            message = json.loads(await asyncio.wait_for(ws.read_message(), 20))
+            message = json.loads(await asyncio.wait_for(ws.read_message(), 60))
             if unpack:
                 assert message["type"] == "batch" and message["frames"], message
                 frames = message["frames"]
@@ -67,7 +67,7 @@ async def test_batch_frames_carry_every_run_whole_and_in_order(jp_fetch, jp_ws_f
 async def test_batch_must_be_a_boolean(jp_ws_fetch):
     ws = await jp_ws_fetch("codefy", "ws", "execution")
     await ws.write_message(json.dumps({"type": "subscribe", "all": True, "batch": "yes"}))
-    frame = json.loads(await asyncio.wait_for(ws.read_message(), 10))
+    frame = json.loads(await asyncio.wait_for(ws.read_message(), 60))
     assert frame["type"] == "error"
     assert frame["error"]["code"] == "invalid_request" and frame["error"]["params"]["field"] == "batch"
     ws.close()

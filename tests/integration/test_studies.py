@@ -60,7 +60,7 @@ async def post_study(jp_fetch, body, headers=None):
     return await call(jp_fetch, "api", "studies", method="POST", body=body, headers=headers)
 
 
-async def wait_study(jp_fetch, study_id, statuses, timeout=60.0):
+async def wait_study(jp_fetch, study_id, statuses, timeout=120.0):
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         code, study = await call(jp_fetch, "api", "studies", study_id)
@@ -280,7 +280,7 @@ async def test_a_child_cancelled_directly_interrupts_its_study(jp_fetch):
     register_probe_node()
     code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=30)))
     sid = study["id"]
-    deadline = asyncio.get_running_loop().time() + 30
+    deadline = asyncio.get_running_loop().time() + 90
     while not (children := [r for r in await runs_of(jp_fetch, sid) if r["status"] == "running"]):
         assert asyncio.get_running_loop().time() < deadline
         await asyncio.sleep(0.05)
@@ -355,7 +355,7 @@ async def test_max_runs_counts_retries_and_a_used_up_budget_cannot_resume(jp_fet
                   {"label": "slow", "ops": [{"node_id": "p", "param": "seconds", "value": 30}]}],
         repetitions=1, budget={"max_runs": 2, "max_parallel_runs": 2}))
     sid = study["id"]
-    deadline = asyncio.get_running_loop().time() + 30
+    deadline = asyncio.get_running_loop().time() + 90
     while not (slow := [r for r in await runs_of(jp_fetch, sid) if r["status"] == "running" and "slow" in r["name"]]):
         assert asyncio.get_running_loop().time() < deadline
         await asyncio.sleep(0.05)
@@ -379,7 +379,7 @@ async def test_max_active_seconds_stops_running_children_and_halts(jp_fetch):
     code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=30), repetitions=2,
                                                         variants=[{"label": "only", "ops": []}],
                                                         budget={"max_active_seconds": 0.4}))
-    halted = await wait_study(jp_fetch, study["id"], {"halted"}, timeout=30)
+    halted = await wait_study(jp_fetch, study["id"], {"halted"}, timeout=90)
     stopped = halted["variants"][0]["repetitions"][0]["current"]
     assert stopped["status"] == "cancelled" and stopped["stop_reason"] == "max_active_seconds"
     assert halted["halt"]["budget"] == "max_active_seconds" and halted["counts"]["pending"] == 1
@@ -395,7 +395,7 @@ async def test_cancelling_an_interrupted_study_waits_for_its_children_still_runn
     code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=30),
                                                         budget={"max_parallel_runs": 2}))
     sid = study["id"]
-    deadline = asyncio.get_running_loop().time() + 30
+    deadline = asyncio.get_running_loop().time() + 90
     # Seeded children on this server run one at a time: one runs, the next waits in the queue.
     while True:
         children = await runs_of(jp_fetch, sid)

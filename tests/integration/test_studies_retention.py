@@ -103,7 +103,7 @@ class TestSharedServer:
         assert code == 200
         code, _ = await as_user("boss", "api", "studies", study["id"], "cancel", method="POST")
         assert code == 200
-        deadline = asyncio.get_running_loop().time() + 30
+        deadline = asyncio.get_running_loop().time() + 90
         while (current := (await as_user("alice", "api", "studies", study["id"]))[1])["status"] != "cancelled":
             assert asyncio.get_running_loop().time() < deadline, current
             await asyncio.sleep(0.05)

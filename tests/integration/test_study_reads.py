@@ -52,7 +52,7 @@ async def test_the_summary_form_while_the_study_runs(jp_fetch):
                                                         budget={"max_parallel_runs": 1}))
     assert code == 201, study
     seen = set()
-    deadline = asyncio.get_running_loop().time() + 60
+    deadline = asyncio.get_running_loop().time() + 120
     while True:
         code, summary = await call(jp_fetch, "api", "studies", study["id"], view="summary")
         assert code == 200
@@ -124,7 +124,7 @@ async def test_a_follower_at_the_current_revision_is_answered_at_the_next_change
                                                         budget={"max_parallel_runs": 1}))
     assert code == 201, study
     revision, seen = study["revision"], []
-    deadline = asyncio.get_running_loop().time() + 60
+    deadline = asyncio.get_running_loop().time() + 120
     while True:
         response = await fetch(jp_fetch, study["id"], view="summary", revision=revision, wait=30)
         assert response.code == 200
@@ -165,7 +165,7 @@ async def test_a_long_poll_with_nothing_moving_answers_when_its_wait_runs_out(jp
     code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=20), repetitions=1,
                                                         budget={"max_parallel_runs": 1}))
     assert code == 201, study
-    deadline = asyncio.get_running_loop().time() + 30
+    deadline = asyncio.get_running_loop().time() + 90
     while True:
         code, doc = await call(jp_fetch, "api", "studies", study["id"], view="summary")
         current = doc["variants"][0]["repetitions"][0]["current"]

@@ -115,7 +115,7 @@ def succeeded_once_each(final: dict[str, Any]) -> None:
     assert done == {(label, r): 1 for label in ("base", "keyed") for r in (0, 1)}, done
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)
 def test_secret_values_are_blank_after_a_hard_kill_and_a_retry_with_other_secrets_is_the_same_study(servers):
     state = servers.start()
     code, created = api(state, "POST", "studies", spec("secret-restart"))
@@ -170,12 +170,13 @@ def test_secret_values_are_blank_after_a_hard_kill_and_a_retry_with_other_secret
     assert servers.stop().returncode == 0
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)
 def test_an_auto_study_whose_budget_the_restart_finds_used_up_halts_instead_of_resuming(servers):
     state = servers.start()
     # Every attempt max_runs allows is submitted at once; the kill interrupts the ones not yet done,
-    # so the restart finds repetitions to retry and no run left to retry them with.
-    body = spec("auto-used-up", resume_policy="auto", budget={"max_parallel_runs": 4, "max_runs": 4})
+    # so the restart finds repetitions to retry and no run left to retry them with. 3 s children: the
+    # one seen running may be the last, and the kill must land before it ends.
+    body = spec("auto-used-up", seconds=3.0, resume_policy="auto", budget={"max_parallel_runs": 4, "max_runs": 4})
     code, created = api(state, "POST", "studies", body)
     assert code == 201, created
     study_id = created["id"]
@@ -217,7 +218,7 @@ def test_an_auto_study_whose_budget_the_restart_finds_used_up_halts_instead_of_r
     assert servers.stop().returncode == 0
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)
 def test_an_auto_study_with_budget_left_resumes_itself_and_may_use_its_last_run(servers):
     state = servers.start()
     # One child at a time: the kill interrupts exactly one attempt, and max_runs has room for

@@ -30,7 +30,7 @@ def attempts(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [a for v in doc["variants"] for a in v["attempts"]]
 
 
-async def until_study(jp_fetch, study_id: str, test, timeout: float = 60.0) -> dict[str, Any]:
+async def until_study(jp_fetch, study_id: str, test, timeout: float = 120.0) -> dict[str, Any]:
     return await until(lambda: read_study(jp_fetch, study_id), test, lambda doc: [
         (a["run_id"], a["status"], a.get("worker_id"), a.get("queue_key")) for a in attempts(doc)], timeout)
 

@@ -56,7 +56,7 @@ async def read_sweep(jp_fetch, sweep_id: str) -> dict[str, Any]:
     return doc
 
 
-async def until(read, test, describe, timeout: float = 60.0) -> dict[str, Any]:
+async def until(read, test, describe, timeout: float = 120.0) -> dict[str, Any]:
     """`await read()` every 0.1 s until `test` holds of it; past `timeout`, fails with `describe(doc)`."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
@@ -67,7 +67,7 @@ async def until(read, test, describe, timeout: float = 60.0) -> dict[str, Any]:
         await asyncio.sleep(0.1)
 
 
-async def until_sweep(jp_fetch, sweep_id: str, test, timeout: float = 60.0) -> dict[str, Any]:
+async def until_sweep(jp_fetch, sweep_id: str, test, timeout: float = 120.0) -> dict[str, Any]:
     return await until(lambda: read_sweep(jp_fetch, sweep_id), test, lambda doc: (doc["counts"], [
         (v["index"], v["status"], v["worker_id"], v["queue_key"]) for v in doc["variants"]]), timeout)
 
@@ -138,7 +138,7 @@ async def test_a_killed_worker_interrupts_its_running_variant_and_the_rest_wait_
     os.kill(alpha.proc.pid, signal.SIGKILL)
 
     # The running child ends interrupted once the grace is over; the queued ones wait for the worker.
-    gone = await wait_status(jp_fetch, running, {"interrupted", "failed", "succeeded"}, timeout=60)
+    gone = await wait_status(jp_fetch, running, {"interrupted", "failed", "succeeded"}, timeout=120)
     assert gone["status"] == "interrupted", gone
     codes = [e["payload"].get("code") for e in await all_events(jp_fetch, running) if e["type"] == "run_warning"]
     assert "worker_disconnected" in codes

@@ -99,7 +99,7 @@ async def test_the_next_run_starts_while_the_first_uploads_and_the_first_ends_wi
     first = await submit(jp_fetch, BIG)
     second = await submit(jp_fetch, SMALL)
     await started_while_first_runs(jp_fetch, first["id"], second["id"])
-    done_b = await wait_status(jp_fetch, second["id"], {"succeeded", "failed"}, timeout=60)
+    done_b = await wait_status(jp_fetch, second["id"], {"succeeded", "failed"}, timeout=120)
     assert done_b["status"] == "succeeded", done_b
     done_a = await wait_status(jp_fetch, first["id"], {"succeeded", "failed", "cancelled"}, timeout=90)
     assert done_a["status"] == "succeeded", (done_a, agent.output()[-3000:])
@@ -121,7 +121,7 @@ async def test_the_next_run_starts_while_the_first_uploads_and_the_first_ends_wi
     assert events[-1]["type"] == "execution_complete"
     # Both slots are free again: a third run starts at once.
     third = await submit(jp_fetch, SMALL)
-    assert (await wait_status(jp_fetch, third["id"], {"succeeded", "failed"}, timeout=60))["status"] == "succeeded"
+    assert (await wait_status(jp_fetch, third["id"], {"succeeded", "failed"}, timeout=120))["status"] == "succeeded"
 
 
 async def test_a_cancel_during_the_upload_ends_the_run_cancelled_and_stops_the_upload(jp_fetch, agents, tmp_path):
@@ -132,7 +132,7 @@ async def test_a_cancel_during_the_upload_ends_the_run_cancelled_and_stops_the_u
     await started_while_first_runs(jp_fetch, first["id"], second["id"])  # the first is uploading now
     code, body = await call(jp_fetch, "api", "runs", first["id"], "cancel", method="POST")
     assert code == 200, body
-    done = await wait_status(jp_fetch, first["id"], {"succeeded", "failed", "cancelled"}, timeout=60)
+    done = await wait_status(jp_fetch, first["id"], {"succeeded", "failed", "cancelled"}, timeout=120)
     assert done["status"] == "cancelled", (done, agent.output()[-3000:])
     events = await all_events(jp_fetch, first["id"])
     warnings = [e["payload"]["code"] for e in events if e["type"] == "run_warning"]
@@ -141,7 +141,7 @@ async def test_a_cancel_during_the_upload_ends_the_run_cancelled_and_stops_the_u
     # Nothing reached the control plane; the file stays on the worker.
     assert not (tmp_path / "codefy" / "runs" / first["id"] / "big.pt").exists()
     assert (agent.dir / "agent-runs" / first["id"] / "data" / "big.pt").stat().st_size > 10_000_000
-    done_b = await wait_status(jp_fetch, second["id"], {"succeeded", "failed"}, timeout=60)
+    done_b = await wait_status(jp_fetch, second["id"], {"succeeded", "failed"}, timeout=120)
     assert done_b["status"] == "succeeded"
 
 
@@ -162,7 +162,7 @@ async def test_a_dropped_connection_during_the_upload_loses_nothing(jp_fetch, ag
     assert "worker_frames_lost" not in warnings
     rows = saved(await artifacts(jp_fetch, first["id"]))
     assert len(rows) == 1 and Path(rows[0]["path"]).stat().st_size > 10_000_000
-    assert (await wait_status(jp_fetch, second["id"], {"succeeded", "failed"}, timeout=60))["status"] == "succeeded"
+    assert (await wait_status(jp_fetch, second["id"], {"succeeded", "failed"}, timeout=120))["status"] == "succeeded"
     # The slot was given back once, not twice: with one slot, two new runs still go one at a time.
     third, fourth = await submit(jp_fetch, BIG), await submit(jp_fetch, SMALL)
     await started_while_first_runs(jp_fetch, third["id"], fourth["id"])
@@ -179,7 +179,7 @@ async def test_an_older_agent_without_the_capability_holds_the_slot_through_the_
     done_a = await wait_status(jp_fetch, first["id"], {"succeeded", "failed"}, timeout=90)
     assert done_a["status"] == "succeeded", (done_a, agent.output()[-3000:])
     assert "released_at" not in done_a["execution_facts"]
-    done_b = await wait_status(jp_fetch, second["id"], {"succeeded", "failed"}, timeout=60)
+    done_b = await wait_status(jp_fetch, second["id"], {"succeeded", "failed"}, timeout=120)
     assert done_b["status"] == "succeeded"
     # It waited through the whole upload: the slot is given back as the first run's end is filed
     # (slot first, then the final status), so its start and that end are a moment apart.

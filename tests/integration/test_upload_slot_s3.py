@@ -33,7 +33,7 @@ async def test_the_next_run_starts_while_the_first_uploads_to_the_bucket(jp_fetc
     first = await submit(jp_fetch, BIG)
     second = await submit(jp_fetch, SMALL)
     await started_while_first_runs(jp_fetch, first["id"], second["id"])
-    done_b = await wait_status(jp_fetch, second["id"], {"succeeded", "failed"}, timeout=60)
+    done_b = await wait_status(jp_fetch, second["id"], {"succeeded", "failed"}, timeout=120)
     done_a = await wait_status(jp_fetch, first["id"], {"succeeded", "failed", "cancelled"}, timeout=120)
     assert done_a["status"] == "succeeded", (done_a, agent.output()[-3000:])
     assert done_b["status"] == "succeeded"

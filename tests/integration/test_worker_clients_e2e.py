@@ -77,7 +77,7 @@ async def test_the_client_and_the_queue_dialog_send_the_target(jp_fetch, agents,
     try:
         row = await asyncio.to_thread(client.submit, SMALL, worker="box", devices=["cuda:1"])
         assert row["queue_key"] == "box/cuda:1" and row["options"]["target"] == {"worker": "box", "devices": ["cuda:1"]}
-        assert (await wait_status(jp_fetch, row["id"], {"succeeded", "failed"}, timeout=60))["worker_id"] == "box"
+        assert (await wait_status(jp_fetch, row["id"], {"succeeded", "failed"}, timeout=120))["worker_id"] == "box"
         with pytest.raises(CodefyError) as refused:
             await asyncio.to_thread(client.submit, SMALL, worker="box", device="cuda:5")
         assert refused.value.status == 400 and refused.value.code == "device_not_offered"
@@ -90,7 +90,7 @@ async def test_the_client_and_the_queue_dialog_send_the_target(jp_fetch, agents,
             await asyncio.to_thread(dialog._handle_custom_msg,
                                     {"action": "submit", "form": {"target": "box", "devices": "cuda:0"}}, [])
             assert dialog.error is None and dialog.run["queue_key"] == "box/cuda:0"
-            done = await wait_status(jp_fetch, dialog.run["id"], {"succeeded", "failed"}, timeout=60)
+            done = await wait_status(jp_fetch, dialog.run["id"], {"succeeded", "failed"}, timeout=120)
             assert done["worker_id"] == "box" and done["devices"] == ["cuda:0"]
             await asyncio.to_thread(dialog._handle_custom_msg,
                                     {"action": "submit", "form": {"target": "any", "devices": ""}}, [])

@@ -150,7 +150,7 @@ async def test_an_agent_whose_name_is_taken_is_told_so_and_gets_in_once_it_is_fr
     elsewhere.mkdir()
     other = AgentProcess(elsewhere, control, name="box", token=token)
     request.addfinalizer(other.cleanup)
-    deadline = asyncio.get_running_loop().time() + 60
+    deadline = asyncio.get_running_loop().time() + 120
     while "hello refused (name_taken)" not in other.output():
         assert other.proc.poll() is None, other.output()
         assert asyncio.get_running_loop().time() < deadline, other.output()
@@ -164,7 +164,9 @@ async def test_an_agent_whose_name_is_taken_is_told_so_and_gets_in_once_it_is_fr
 
 # -- an agent that stops answering, a run that ignores cancel ------------------------------------------
 
-@settings(worker_heartbeat_s=1)
+# Beats 2 s apart: a real agent on a busy machine may beat late, and three late beats of 1 s would
+# disconnect it before the test freezes it.
+@settings(worker_heartbeat_s=2)
 async def test_a_frozen_agent_is_disconnected_after_three_missed_heartbeats_and_resumes(jp_fetch, agents):
     agent = agents()
     await until_connected(jp_fetch, agent)
@@ -175,14 +177,14 @@ async def test_a_frozen_agent_is_disconnected_after_three_missed_heartbeats_and_
     await until_event(jp_fetch, rid, lambda e: e["type"] == "node_status" and e["payload"]["node_id"] == "nap1")
     os.kill(agent.proc.pid, signal.SIGSTOP)  # frozen: no heartbeat, no frame, the socket stays open
     try:
-        gone = await wait_status(jp_fetch, rid, {"disconnected"}, timeout=60)
+        gone = await wait_status(jp_fetch, rid, {"disconnected"}, timeout=120)
         assert gone["status"] == "disconnected"
         worker = await worker_state(jp_fetch, "box")
-        reason = {"code": "no_heartbeat", "params": {"seconds": 3}, "text": "no heartbeat for 3 s"}
+        reason = {"code": "no_heartbeat", "params": {"seconds": 6}, "text": "no heartbeat for 6 s"}
         assert worker["state"] == "disconnected" and worker["disconnect_reason"] == reason
     finally:
         os.kill(agent.proc.pid, signal.SIGCONT)
-    done = await wait_status(jp_fetch, rid, {"succeeded", "failed", "interrupted"}, timeout=60)
+    done = await wait_status(jp_fetch, rid, {"succeeded", "failed", "interrupted"}, timeout=120)
     assert done["status"] == "succeeded", done
     events = await all_events(jp_fetch, rid)
     assert_gapless_without_duplicates(events)
@@ -206,13 +208,13 @@ async def test_a_run_process_that_ignores_sigterm_is_killed_and_the_run_ends_can
     assert code == 201
     rid = run["id"]
     log = agent.dir / "agent-runs" / rid / "output.log"
-    deadline = asyncio.get_running_loop().time() + 60
+    deadline = asyncio.get_running_loop().time() + 120
     while not (log.exists() and "ignoring SIGTERM" in log.read_text()):  # its handler is in place
         assert asyncio.get_running_loop().time() < deadline, agent.output()
         await asyncio.sleep(0.05)
     code, _ = await call(jp_fetch, "api", "runs", rid, "cancel", method="POST")
     assert code == 200
-    done = await wait_status(jp_fetch, rid, {"cancelled", "failed", "succeeded", "interrupted"}, timeout=60)
+    done = await wait_status(jp_fetch, rid, {"cancelled", "failed", "succeeded", "interrupted"}, timeout=120)
     assert done["status"] == "cancelled", done
     out = agent.output()
     assert "sending SIGTERM" in out and "sending SIGKILL" in out

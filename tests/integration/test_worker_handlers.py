@@ -72,7 +72,7 @@ class RawAgent:
         await self.send(numbered)
         return numbered
 
-    async def recv(self, timeout: float = 15.0) -> wp.Frame | None:
+    async def recv(self, timeout: float = 120.0) -> wp.Frame | None:
         """The next frame (acks are noted and skipped); None once the server closed."""
         while True:
             message = await asyncio.wait_for(self.conn.read_message(), timeout)
@@ -84,12 +84,12 @@ class RawAgent:
                 continue
             return frame
 
-    async def expect(self, kind: type, timeout: float = 15.0) -> Any:
+    async def expect(self, kind: type, timeout: float = 120.0) -> Any:
         frame = await self.recv(timeout)
         assert isinstance(frame, kind), f"expected {kind.__name__}, got {frame!r} (close {self.conn.close_code})"
         return frame
 
-    async def until_ack(self, run_id: str, seq: int, timeout: float = 15.0) -> None:
+    async def until_ack(self, run_id: str, seq: int, timeout: float = 120.0) -> None:
         """Read (and keep) frames until the run's frames up to `seq` are acknowledged."""
         deadline = asyncio.get_running_loop().time() + timeout
         while self.acks.get(run_id, 0) < seq:
@@ -100,7 +100,7 @@ class RawAgent:
             if isinstance(frame, wp.Ack):
                 self.acks[frame.run_id] = max(frame.seq, self.acks.get(frame.run_id, 0))
 
-    async def closed(self, timeout: float = 15.0) -> int | None:
+    async def closed(self, timeout: float = 120.0) -> int | None:
         """Read until the server closes; its close code."""
         while await asyncio.wait_for(self.conn.read_message(), timeout) is not None:
             pass
@@ -497,7 +497,7 @@ async def test_past_the_grace_the_run_ends_interrupted_and_a_late_result_is_kept
     assert cancel.run_id == rid and cancel.grace_s == 0
     await back.run_frame(wp.RunFinished(run_id=rid, status="succeeded"), seq=2)
     await back.until_ack(rid, 2)
-    deadline = asyncio.get_running_loop().time() + 15
+    deadline = asyncio.get_running_loop().time() + 120
     while True:
         code, row = await call(jp_fetch, "api", "runs", rid)
         if "late_result" in (row["execution_facts"] or {}):
@@ -577,15 +577,15 @@ async def test_a_batch_is_recorded_as_its_frames_one_by_one_and_a_bad_item_alone
     assert "batch" in listing["workers"][0]["capabilities"]
 
 
-@settings(worker_one_shot_queue_timeout_s=1)
+@settings(worker_one_shot_queue_timeout_s=3)
 async def test_a_run_for_the_one_shot_pool_fails_when_none_takes_it_in_time(jp_fetch, agent_factory):
     await agent_factory("box")  # an ordinary worker: the pool never uses it
     code, run = await call(jp_fetch, "api", "runs", method="POST",
                            body={"graph": SMALL, "options": {"target": {"pool": "one-shot"}}})
     assert code == 201, run
     assert run["queue_key"] == "pool:one-shot/cpu" and run["options"]["target"]["pool"] == "one-shot"
-    code, waiting = await call(jp_fetch, "api", "runs", run["id"])
-    assert waiting["status"] == "queued" and waiting["queue_reason"]["code"] == "one_shot_pool"
+    # The submit's answer shows the wait (a later read may come after the timeout on a busy machine).
+    assert run["status"] == "queued" and run["queue_reason"]["code"] == "one_shot_pool", run
     failed = await wait_status(jp_fetch, run["id"], {"failed"})
     assert failed["error"]["code"] == "one_shot_queue_timeout"
     code, body = await call(jp_fetch, "api", "runs", method="POST",

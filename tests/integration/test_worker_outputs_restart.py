@@ -33,7 +33,7 @@ def read(state: dict[str, Any], *path: str) -> tuple[int, Any]:
     return headless.api(state, "GET", "/".join(("execution", "outputs") + path))
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 def test_a_finished_worker_runs_outputs_are_found_again_after_a_restart(servers, local_agent):
     port = headless.free_port()
     state = servers.start(port)

@@ -77,7 +77,7 @@ async def reason_of(jp_fetch, run_id: str) -> dict[str, Any] | None:
     return row["queue_reason"]
 
 
-async def until_reason(jp_fetch, run_id: str, code: str, timeout: float = 30.0) -> dict[str, Any]:
+async def until_reason(jp_fetch, run_id: str, code: str, timeout: float = 90.0) -> dict[str, Any]:
     """A worker's change reaches the queue a moment after the route answers: await the reason."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
@@ -88,7 +88,7 @@ async def until_reason(jp_fetch, run_id: str, code: str, timeout: float = 30.0) 
         await asyncio.sleep(0.05)
 
 
-async def until_state(jp_fetch, name: str, state: str, timeout: float = 30.0) -> dict[str, Any]:
+async def until_state(jp_fetch, name: str, state: str, timeout: float = 90.0) -> dict[str, Any]:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         worker = await worker_state(jp_fetch, name)
@@ -105,7 +105,7 @@ async def refused(jp_fetch, graph: dict[str, Any], **options: Any) -> dict[str, 
 
 
 async def succeeded(jp_fetch, run_id: str) -> dict[str, Any]:
-    done = await wait_status(jp_fetch, run_id, {"succeeded", "failed", "cancelled", "interrupted"}, timeout=60)
+    done = await wait_status(jp_fetch, run_id, {"succeeded", "failed", "cancelled", "interrupted"}, timeout=120)
     assert done["status"] == "succeeded", done
     return done
 
@@ -312,7 +312,7 @@ async def test_a_card_this_server_shares_with_a_worker_on_its_machine_takes_one_
     code, listing = await call(jp_fetch, "api", "workers")
     assert slot(listing, "cuda:0")["slots"]["taken"] == 1
     await call(jp_fetch, "api", "runs", there["id"], "cancel", method="POST")
-    stopped = await wait_status(jp_fetch, there["id"], {"cancelled", "failed", "interrupted"}, timeout=60)
+    stopped = await wait_status(jp_fetch, there["id"], {"cancelled", "failed", "interrupted"}, timeout=120)
     assert stopped["status"] == "cancelled"
     done = await succeeded(jp_fetch, here["id"])
     assert done["worker_id"] is None and done["started_at"] >= stopped["finished_at"] - 0.05
@@ -448,7 +448,7 @@ async def test_a_device_set_on_a_worker_reserves_its_cards_and_says_what_it_wait
         "code": "device_reserved", "params": {"device": "box/cuda:0", "run_id": pair["id"]},
         "message": f"box/cuda:0 is reserved for run {pair['id']}, which waits ahead of this run"}
     await call(jp_fetch, "api", "runs", busy["id"], "cancel", method="POST")
-    stopped = await wait_status(jp_fetch, busy["id"], {"cancelled"}, timeout=60)
+    stopped = await wait_status(jp_fetch, busy["id"], {"cancelled"}, timeout=120)
     done_pair = await succeeded(jp_fetch, pair["id"])
     done_later = await succeeded(jp_fetch, later["id"])
     assert done_pair["started_at"] >= stopped["finished_at"] - 0.05
@@ -460,7 +460,7 @@ async def test_one_shot_workers_say_why_a_run_naming_them_waits(jp_fetch, agents
     assert mine["queue_key"] == "pool:one-shot/cpu"
     assert (await reason_of(jp_fetch, mine["id"]))["code"] == "one_shot_pool"
     job = agents("--one-shot", "--run-id", mine["id"], name="job")
-    await wait_status(jp_fetch, mine["id"], {"running"}, timeout=60)
+    await wait_status(jp_fetch, mine["id"], {"running"}, timeout=120)
     other = await queued(jp_fetch, SMALL, target={"worker": "job"})
     assert await reason_of(jp_fetch, other["id"]) == {
         "code": "one_shot_run_id", "params": {"worker": "job", "run_id": mine["id"]},
@@ -469,7 +469,7 @@ async def test_one_shot_workers_say_why_a_run_naming_them_waits(jp_fetch, agents
     solo = agents("--one-shot", name="solo")
     await until_connected(jp_fetch, solo)
     taken = await queued(jp_fetch, naps(1, 60), target={"pool": "one-shot"})
-    assert (await wait_status(jp_fetch, taken["id"], {"running"}, timeout=60))["worker_id"] == "solo"
+    assert (await wait_status(jp_fetch, taken["id"], {"running"}, timeout=120))["worker_id"] == "solo"
     second = await queued(jp_fetch, SMALL, target={"worker": "solo"})
     assert await reason_of(jp_fetch, second["id"]) == {
         "code": "one_shot_taken", "params": {"worker": "solo"},
@@ -495,7 +495,7 @@ async def test_a_queued_run_fails_naming_the_types_when_its_worker_comes_back_wi
     assert (await reason_of(jp_fetch, run["id"]))["code"] == "worker_disconnected"
     again = start_agent(agents, tmp_path, "box", BOX_CARDS)  # without the pack now
     assert (await until_connected(jp_fetch, again))["status"] == "degraded"
-    done = await wait_status(jp_fetch, run["id"], {"failed", "succeeded"}, timeout=60)
+    done = await wait_status(jp_fetch, run["id"], {"failed", "succeeded"}, timeout=120)
     assert done["status"] == "failed"
     assert done["error"]["code"] == "worker_missing_node_types" and done["error"]["params"]["missing_types"] == ["Say"]
     events = await all_events(jp_fetch, run["id"])

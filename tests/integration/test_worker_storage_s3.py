@@ -78,7 +78,7 @@ class Moto:
         exe = Path(sys.executable).with_name("moto_server")
         self.proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(self.port)], env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while True:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
@@ -286,11 +286,11 @@ async def test_retention_removes_a_pruned_runs_prefix_but_keeps_its_output(jp_fe
     assert len(moto.keys(prefix)) == 3  # two checkpoints, the model
     code, second = await submit(jp_fetch, saving(str(csv)), {"worker": "cloud", "devices": ["cpu"]})
     await finished(jp_fetch, second["id"], agent)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90
     while (await call(jp_fetch, "api", "runs", first["id"]))[0] != 404:
         assert time.monotonic() < deadline, "retention never pruned the first run"
         await asyncio.sleep(0.1)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90
     while sorted(moto.keys(prefix)) != [prefix + "output/model.pt"]:
         assert time.monotonic() < deadline, sorted(moto.keys(prefix))
         await asyncio.sleep(0.1)
@@ -356,7 +356,7 @@ async def test_inputs_the_bucket_refuses_fail_the_run_before_it_starts(jp_fetch,
     agent = await s3_agent(jp_fetch, agents)
     code, run = await submit(jp_fetch, saving(str(csv)), {"worker": "cloud", "devices": ["cpu"]})
     assert code == 201, run
-    done = await wait_status(jp_fetch, run["id"], {"succeeded", "failed"}, timeout=60)
+    done = await wait_status(jp_fetch, run["id"], {"succeeded", "failed"}, timeout=120)
     assert done["status"] == "failed"
     assert done["error"]["code"] == "worker_s3_transfer_failed", done["error"]
     assert "NoSuchBucket" in done["error"]["message"]
@@ -371,12 +371,12 @@ async def test_an_interrupted_runs_checkpoints_outlive_its_delete(jp_fetch, agen
     code, run = await submit(jp_fetch, saving(str(csv), nap_s=60.0), {"worker": "cloud", "devices": ["cpu"]})
     assert code == 201, run
     # Both epochs' checkpoints are written before the nap; then the agent is stopped under it.
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while len(checkpoints(await artifacts(jp_fetch, run["id"]))) < 2:
         assert time.monotonic() < deadline, agent.output()[-3000:]
         await asyncio.sleep(0.1)
     agent.proc.terminate()
-    done = await wait_status(jp_fetch, run["id"], {"interrupted", "failed", "cancelled", "succeeded"}, timeout=60)
+    done = await wait_status(jp_fetch, run["id"], {"interrupted", "failed", "cancelled", "succeeded"}, timeout=120)
     assert done["status"] == "interrupted", (done, agent.output()[-3000:])
     prefix = f"runs/{run['id']}/"
     kept = sorted(moto.keys(prefix))

@@ -72,13 +72,13 @@ def test_frame_headers_follow_rfc6455_length_forms():
 async def test_messages_written_at_once_arrive_one_by_one_and_whole(server, path, compressed):
     ws = await websocket.websocket_connect(server + path, compression_options={} if compressed else None)
     await ws.write_message(json.dumps(SIZES))
-    got = [await asyncio.wait_for(ws.read_message(), 10) for _ in SIZES]
+    got = [await asyncio.wait_for(ws.read_message(), 60) for _ in SIZES]
     assert [len(m.encode() if isinstance(m, str) else m) for m in got] == SIZES
     assert [m.encode() for m in got] == [payload(i, n) for i, n in enumerate(SIZES)]
     # The plain connection took the one-write path; the compressed one left framing to tornado.
     assert Sender.raw == [not compressed]
     await ws.write_message(json.dumps([5]))  # a single message takes the same path
-    assert await asyncio.wait_for(ws.read_message(), 10) == payload(0, 5).decode()
+    assert await asyncio.wait_for(ws.read_message(), 60) == payload(0, 5).decode()
     assert Sender.raw == [not compressed] * 2
     ws.close()
 
@@ -86,6 +86,6 @@ async def test_messages_written_at_once_arrive_one_by_one_and_whole(server, path
 async def test_a_closed_connection_refuses_the_write(server):
     ws = await websocket.websocket_connect(server + "/plain")
     await ws.write_message(json.dumps("close-then-write"))
-    assert await asyncio.wait_for(ws.read_message(), 10) is None  # closed, nothing else arrived
+    assert await asyncio.wait_for(ws.read_message(), 60) is None  # closed, nothing else arrived
     assert Sender.refused == [True]
     ws.close()

@@ -61,7 +61,7 @@ class Child:
     def close(self) -> int:
         self.reader.close()
         self.ours.close()
-        code = self.proc.wait(timeout=60)
+        code = self.proc.wait(timeout=120)
         self.log.close()
         return code
 
@@ -159,13 +159,13 @@ def test_the_run_process_ends_when_the_agent_goes_away(make_child):
         pass
     c.reader.close()
     c.ours.close()  # the agent is gone: cancel, then exit whatever the node does
-    assert c.proc.wait(timeout=60) == child.EXIT_ORPHANED
+    assert c.proc.wait(timeout=120) == child.EXIT_ORPHANED
 
 
 def test_no_assign_is_a_clear_exit(make_child):
     c = make_child()
     c.ours.shutdown(socket.SHUT_WR)
-    assert c.proc.wait(timeout=60) == child.EXIT_BAD_START
+    assert c.proc.wait(timeout=120) == child.EXIT_BAD_START
     assert "no assign arrived" in (c.tmp_path / "output.log").read_text()
 
 

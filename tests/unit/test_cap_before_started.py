@@ -243,7 +243,7 @@ def test_a_budgeted_run_cancelled_while_capping_ends_cancelled_without_starting(
     run_async(scenario)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 def test_a_budgeted_ddp_run_is_started_once_every_rank_has_capped(tmp_path):
     from test_ddp import training
 

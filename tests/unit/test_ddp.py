@@ -85,7 +85,7 @@ def _gone(pid: int) -> bool:
     return False
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 def test_two_gloo_ranks_match_one_process_on_the_same_global_batches(tmp_path):
     single = []
     # 96 rows in batches of 32: each rank takes 16 of every batch.
@@ -114,7 +114,7 @@ def test_two_gloo_ranks_match_one_process_on_the_same_global_batches(tmp_path):
     run_async(scenario)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 def test_cancel_mid_epoch_stops_both_ranks(tmp_path):
     async def scenario() -> None:
         h = Harness(tmp_path, "spawn")
@@ -133,7 +133,7 @@ def test_cancel_mid_epoch_stops_both_ranks(tmp_path):
     run_async(scenario)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 def test_a_killed_rank_fails_the_run_and_stops_the_other(tmp_path):
     async def scenario() -> None:
         h = Harness(tmp_path, "spawn")
@@ -155,7 +155,7 @@ def test_a_killed_rank_fails_the_run_and_stops_the_other(tmp_path):
     run_async(scenario)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 def test_ranks_exit_within_5_s_of_losing_the_run_process(tmp_path):
     async def scenario() -> None:
         h = Harness(tmp_path, "spawn")

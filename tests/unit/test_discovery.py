@@ -91,23 +91,23 @@ def test_probing_stops_waiting_for_a_hung_server_once_the_choice_is_settled():
 
     began = time.monotonic()
     probed = probe_all([replace(START, answer=UNCHECKED), replace(LAB_OLD, answer=UNCHECKED)], None,
-                       timeout=10, grace=0.05, probe=probe)
+                       timeout=60, grace=0.05, probe=probe)
     elapsed = time.monotonic() - began
     hung.set()
-    assert elapsed < 2, elapsed
+    assert elapsed < 30, elapsed  # not the 60 s timeout
     assert [c.answer for c in probed] == [CODEFY, UNCHECKED]
     assert choose(probed, in_kernel=False, state_file=STATE).url == START.url
 
 
 def test_probing_gives_up_at_the_timeout_and_a_silent_codefy_start_is_a_timeout():
     def probe(candidate, kernel_id, timeout):
-        time.sleep(5)
+        time.sleep(60)  # daemon threads: they do not hold the test run's exit
         return replace(candidate, answer=CODEFY)
 
     began = time.monotonic()
     probed = probe_all([replace(START, answer=UNCHECKED), replace(LAB_OLD, answer=UNCHECKED)], None,
                        timeout=0.2, grace=0.05, probe=probe)
-    assert time.monotonic() - began < 2
+    assert time.monotonic() - began < 30  # the timeout, not the 60 s answers
     assert [c.answer for c in probed] == [TIMEOUT, UNCHECKED]
 
 
@@ -119,6 +119,6 @@ def test_in_a_kernel_every_answer_is_awaited():
         return replace(candidate, answer=CODEFY)
 
     probed = probe_all([replace(START, answer=UNCHECKED), replace(LAB_OLD, answer=UNCHECKED)], "k-1",
-                       timeout=5, grace=0.01, probe=probe)
+                       timeout=60, grace=0.01, probe=probe)
     assert probed[1].serves_kernel
     assert choose(probed, in_kernel=True, state_file=STATE).source == "kernel"

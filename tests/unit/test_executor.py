@@ -103,7 +103,8 @@ def test_two_async_sleeps_overlap(reg, probe):
     assert result.ok
     (s1, e1), (s2, e2) = probe.spans["w1"], probe.spans["w2"]
     assert max(s1, s2) < min(e1, e2)  # both were sleeping at the same moment
-    assert elapsed < 1.8, f"two 1 s sleeps took {elapsed:.2f} s"
+    # Shorter than the two sleeps one after the other, however slow a busy machine makes each.
+    assert elapsed < (e1 - s1) + (e2 - s2), f"two 1 s sleeps took {elapsed:.2f} s"
 
 
 def test_async_node_overlaps_with_sync_work(reg, probe):
@@ -198,14 +199,14 @@ def test_runtime_cycle_is_reported_with_only_the_cycle(reg, probe):
 
 def test_cancel_between_nodes_stops_the_run(reg, probe):
     token = CancelToken()
-    graph = {"nodes": [{"id": "k", "type": "Const"}, {"id": "h", "type": "Hold", "params": {"seconds": 5}},
+    graph = {"nodes": [{"id": "k", "type": "Const"}, {"id": "h", "type": "Hold", "params": {"seconds": 60}},
                        {"id": "after", "type": "Scale"}],
              "edges": [edge("k", "value", "h", "x"), edge("h", "y", "after", "x")]}
     threading.Timer(0.2, token.cancel).start()
     started = time.monotonic()
     result = run(graph, reg, cancel=token)
     assert result.status == "cancelled"
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 30  # not the 60 s hold: its cancel check ended it
     assert probe.calls["after"] == 0
     assert "h" not in result.executed
 
@@ -231,7 +232,7 @@ def test_cancel_during_async_wait_ends_promptly(reg, probe):
     started = time.monotonic()
     result = run(graph, reg, cancel=token)
     assert result.status == "cancelled"
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 15  # not the 30 s waits
 
 
 def test_session_cache_reruns_only_the_changed_node_and_its_descendants(reg, probe):

@@ -78,6 +78,11 @@ def test_parsing_a_large_body_never_holds_the_gil_for_long():
     """The issue's body (10 MB of `[1, 1, ...]`): a thread ticking every millisecond is never
     kept waiting long (json.loads holds the GIL for the whole document)."""
     raw = ('{"graph": {"nodes": [' + ",".join(["1"] * 5_000_000) + "]}}").encode()
+    # What json.loads would hold the GIL for, on this machine now (~0.2 s idle, seconds beside busy
+    # cores): the bound scales with it, so a loaded machine's slower threads do not fail the test.
+    began = time.perf_counter()
+    json.loads(raw)
+    whole = time.perf_counter() - began
     gaps: list[float] = []
     done = threading.Event()
 
@@ -97,7 +102,8 @@ def test_parsing_a_large_body_never_holds_the_gil_for_long():
         done.set()
         ticker.join()
     assert len(value["graph"]["nodes"]) == 5_000_000
-    assert max(gaps) < 0.1, f"the longest pause was {max(gaps) * 1000:.0f} ms"
+    assert max(gaps) < max(0.1, whole / 4), \
+        f"the longest pause was {max(gaps) * 1000:.0f} ms (json.loads took {whole:.2f} s)"
 
 
 def test_a_window_past_the_end_of_a_nested_array_loses_nothing():

@@ -73,7 +73,7 @@ def test_codefy_start_as_a_service_without_a_url_is_refused_and_writes_nothing(t
                JUPYTER_DATA_DIR=str(tmp_path / "jupyter"))
     data_dir = tmp_path / "codefy"
     done = subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", "start", "--data-dir", str(data_dir)],
-                          env=env, capture_output=True, text=True, timeout=60)
+                          env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "JupyterHub started service 'codefy' without a url" in done.stderr
     assert not data_dir.exists()

@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -182,8 +182,10 @@ def test_concurrent_writes_share_few_transactions(tmp_path):
 def test_writes_queued_while_a_commit_runs_share_the_next_one(tmp_path):
     async def main():
         async with await Store.open(tmp_path / "c.db") as store:
-            def slow(conn):  # holds the writer (as a slow fsync would) while the others queue up
-                time.sleep(0.3)
+            queued_up = threading.Event()
+
+            def slow(conn):  # holds the writer (as a slow fsync would) until the others are queued
+                assert queued_up.wait(120), "the 50 writes were never queued"
                 return "slow"
 
             first = asyncio.ensure_future(store.write(slow))
@@ -192,6 +194,7 @@ def test_writes_queued_while_a_commit_runs_share_the_next_one(tmp_path):
                 await asyncio.sleep(0.01)
             rest = [store.create_run(run_row(f"q{i:02d}")) for i in range(50)]
             assert store.statistics().queued == 50
+            queued_up.set()
             assert await first == "slow"
             await asyncio.gather(*rest)
             stats = store.statistics()
@@ -287,7 +290,7 @@ CRASHING_WRITER = textwrap.dedent("""
 def test_acknowledged_writes_survive_a_kill_9(tmp_path):
     path = tmp_path / "k.db"
     child = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(path)],
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=120)
     assert child.returncode == -signal.SIGKILL, child.stderr
     assert child.stdout.strip() == "acknowledged"
 

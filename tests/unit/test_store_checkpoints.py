@@ -185,7 +185,7 @@ CRASHING_WRITER = textwrap.dedent("""
 def test_acknowledged_writes_survive_a_kill_9_among_checkpoints(tmp_path):
     path = tmp_path / "k.db"
     child = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(path)],
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=120)
     assert child.returncode == -signal.SIGKILL, child.stderr
     assert child.stdout.strip() == "acknowledged"
 

@@ -58,7 +58,7 @@ async def close(store, runs):
     await store.close()
 
 
-async def wait_status(studies, study_id, statuses, timeout=20.0):
+async def wait_status(studies, study_id, statuses, timeout=60.0):
     deadline = asyncio.get_running_loop().time() + timeout
     while (study := await studies.get(study_id))["status"] not in statuses:
         assert asyncio.get_running_loop().time() < deadline, study

@@ -33,7 +33,7 @@ class Link:
         self.closed = (code, reason)
 
 
-async def until(predicate, timeout: float = 10.0) -> None:
+async def until(predicate, timeout: float = 120.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached"
