@@ -42,7 +42,7 @@ TARGET_MS = 200.0
 TIMED_DISCOVERY = """
 import json, time
 t0 = time.perf_counter()
-from codefy_jupyter.kernel.discovery import discover
+from codefy_jupyter.client.discovery import discover
 t1 = time.perf_counter()
 found = discover()
 t2 = time.perf_counter()
@@ -52,7 +52,7 @@ print(json.dumps({"import_ms": (t1 - t0) * 1000, "discover_ms": (t2 - t1) * 1000
 
 IN_KERNEL = """
 import json, time
-from codefy_jupyter.kernel.discovery import discover
+from codefy_jupyter.client.discovery import discover
 t0 = time.perf_counter()
 found = discover()
 print(json.dumps({"discover_ms": (time.perf_counter() - t0) * 1000, "source": found.source}))

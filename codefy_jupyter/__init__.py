@@ -7,11 +7,11 @@ __all__ = ["AsyncClient", "Client", "CodefyError", "Graph", "__version__"]
 
 def __getattr__(name: str):  # noqa: ANN202 - lazy: `import codefy_jupyter` must stay light (no tornado)
     if name in ("AsyncClient", "Client", "CodefyError"):
-        from . import kernel
+        from . import client
 
-        return getattr(kernel, name)
+        return getattr(client, name)
     if name == "Graph":
-        from .kernel.graph_builder import Graph
+        from .client.graph_builder import Graph
 
         return Graph
     raise AttributeError(f"module 'codefy_jupyter' has no attribute {name!r}")

@@ -3,9 +3,9 @@
 Modules: main (the parser and the dispatch), exec (`codefy exec`: a graph in this process), run
 (`codefy run`, `codefy runs watch`: submit and follow live), runs (`codefy runs ls|show|...`), agent
 (`codefy agent start|stop`: the entry of the worker agent in `agent/`), kernel_setup (`codefy
-kernel-setup`), terminal (the live view), args (argument types, exit codes), output (printing shared
-by the subcommands), servers (--url/--token/--host/--port and the server they name). The kernel
-side's magics take `codefy run`'s own flags from run and servers.
+kernel-setup`), terminal (the live view), args (exit codes), output (printing shared by the
+subcommands), servers (how long a watcher retries a server). The argument types, the server
+arguments and `codefy run`'s flags are the client's (`client/flags.py`): the magics take the same.
 """
 
 from .main import build_parser, main

@@ -30,8 +30,9 @@ from typing import Any, Callable, Iterator
 
 from ..agent import private
 from ..agent.retention import DEFAULT_KEEP_RUNS
+from ..client.flags import seconds
 from ..wire.local_server import pid_alive
-from .args import EXIT_FAILED, EXIT_OK, EXIT_USAGE, seconds
+from .args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 log = logging.getLogger("codefy.agent")
 

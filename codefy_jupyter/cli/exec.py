@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SEED_MAX, int_in
+from ..client.flags import int_in
+from ..wire.run_options import SEED_MAX
+from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from .output import fail
 from .terminal import LiveView, format_seconds, format_value
 

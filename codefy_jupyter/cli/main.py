@@ -13,7 +13,8 @@ import os
 import sys
 
 from .._version import __version__
-from .args import EXIT_CLOSED_PIPE, EXIT_USAGE, int_in, seconds
+from ..client.flags import int_in, seconds
+from .args import EXIT_CLOSED_PIPE, EXIT_USAGE
 
 _port = int_in("port", 1, 65535)
 _seconds = seconds(allow_zero=True)

@@ -1,5 +1,5 @@
 """`codefy run GRAPH.json` and `codefy runs watch ID`: submit a graph to the run queue and follow
-its run live, on top of the Python client (`kernel/client.py`) and its server discovery.
+its run live, on top of the Python client (`client/client.py`) and its server discovery.
 
 A run belongs to the server: `codefy run` submits it and then only watches. Ctrl+C, `--timeout`
 and a lost server stop the watching, never the run.
@@ -13,68 +13,33 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from ..client.flags import add_run_arguments, server_from_arguments, submit_options
 from . import interrupts
-from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SEED_MAX, device_list, int_in, seconds
+from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from .output import announce, dump, error_doc, fail, out, row, value_text
-from .servers import add_server_arguments, reconnect_s, server_from_arguments
+from .servers import reconnect_s
 from .terminal import LiveView, format_seconds
 
 QUEUED_POLL_S = 1.0  # a waiting run's place in line is re-read this often
 
-_positive_seconds = seconds(allow_zero=False)
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register `run` on the `codefy` command's subparsers (the magics' `%codefy run` takes it too)."""
+    """Register `run` on the `codefy` command's subparsers (its flags are the client's, which
+    `%codefy run` takes too)."""
     run = sub.add_parser("run", help="submit a graph to a codefy server and follow the run",
                          description="Submit a graph file to a running codefy server and stream its progress. "
                          "The run belongs to the server: Ctrl+C or --timeout stop watching, not the run. "
                          "Exit codes: 0 succeeded (or submitted with --detach), 1 failed, cancelled, interrupted, "
                          "timed out or not submitted, 2 bad arguments, 130 Ctrl+C.")
-    run.add_argument("graph", help="graph JSON file")
-    run.add_argument("--name", help="label stored on the run and shown wherever runs are listed")
-    run.add_argument("--device", help="cpu, auto, cuda, cuda:N, mps or mps:N (default: the graph's settings.device, "
-                     "else cpu; with --devices, its first device)")
-    run.add_argument("--target", help="where the run executes: local (this server, the default), a worker's name, "
-                     "or any")
-    run.add_argument("--devices", type=device_list, metavar="LIST",
-                     help="comma-separated device set of one kind, e.g. cuda:0,cuda:1")
-    seed = run.add_mutually_exclusive_group()
-    seed.add_argument("--seed", type=int_in("seed", 0, SEED_MAX),
-                      help="seed every node from N (default: the graph's settings.seed)")
-    seed.add_argument("--no-seed", action="store_true", help="run unseeded even when the graph sets a seed")
-    run.add_argument("--deterministic", action="store_true", help="ask PyTorch for deterministic kernels (warn_only)")
-    run.add_argument("--record-outputs", action="store_true", help="capture node outputs for later inspection")
-    mode = run.add_mutually_exclusive_group()
-    mode.add_argument("--wait", action="store_true", help="stream progress until the run ends (the default)")
-    mode.add_argument("--detach", action="store_true", help="print the submitted run and exit 0 at once")
-    run.add_argument("--timeout", type=_positive_seconds, metavar="S",
-                     help="stop watching after S seconds and exit 1 (the run keeps going on the server)")
-    run.add_argument("--json", action="store_true",
-                     help="no live view: print the final run (with --detach, the submitted run) as one JSON document")
-    add_server_arguments(run)
+    add_run_arguments(run)
 
 
 # -- codefy run -------------------------------------------------------------------------------
 
 
-def submit_options(args: argparse.Namespace) -> dict[str, Any]:
-    """`codefy run`'s flags as keywords of `Client.submit` (shared with `%codefy run`)."""
-    options: dict[str, Any] = {"name": args.name, "device": args.device, "deterministic": args.deterministic,
-                               "record_outputs": args.record_outputs, "devices": args.devices}
-    if args.no_seed:
-        options["seed"] = None
-    elif args.seed is not None:
-        options["seed"] = args.seed
-    # no seed key: the graph's settings.seed
-    if args.target:
-        options["worker"] = args.target
-    return options
-
-
 def run_command(args: argparse.Namespace) -> int:
-    from ..kernel.client import load_graph
-    from ..kernel.errors import CodefyError
+    from ..client.client import load_graph
+    from ..client.errors import CodefyError
 
     try:
         graph = load_graph(args.graph)
@@ -98,7 +63,7 @@ def run_command(args: argparse.Namespace) -> int:
 def watch_command(args: argparse.Namespace) -> int:
     """`codefy runs watch ID`: `codefy run`'s live view of a run already submitted, replayed from its
     log (so a finished run shows whole) and followed live to its end."""
-    from ..kernel.errors import CodefyError
+    from ..client.errors import CodefyError
 
     try:
         server = server_from_arguments(args)
@@ -126,8 +91,8 @@ class RunWatcher:
     async def main(self, run_id: str | None = None) -> int:
         """Submit the graph and watch its run; with `run_id`, watch that run instead, from the start
         of its log (`codefy runs watch`)."""
-        from ..kernel.client import AsyncClient
-        from ..kernel.errors import CodefyError, describe
+        from ..client.client import AsyncClient
+        from ..client.errors import CodefyError, describe
 
         self.client = AsyncClient(server=self.server)
         try:
@@ -211,7 +176,7 @@ class RunWatcher:
         return EXIT_INTERRUPTED
 
     async def _timed_out(self) -> int:
-        from ..kernel.errors import CodefyError
+        from ..client.errors import CodefyError
 
         self._close_view()
         run_id = self.run["id"] if self.run else "?"
@@ -233,7 +198,7 @@ class RunWatcher:
     # -- watching -----------------------------------------------------------------------------
     async def _retrying(self, call: Callable[[], Any]) -> Any:
         """`call()`, retried while the server does not answer, for up to the reconnect window."""
-        from ..kernel.errors import CodefyError
+        from ..client.errors import CodefyError
 
         loop = asyncio.get_running_loop()
         lost_since: float | None = None

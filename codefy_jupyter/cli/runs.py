@@ -10,10 +10,11 @@ import sys
 import time
 from typing import Any, Callable
 
+from ..client.flags import add_server_arguments, int_in, seconds, server_from_arguments
 from . import interrupts
-from .args import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, int_in, seconds
+from .args import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from .output import announce, dump, duration, error_doc, fail, out, row, timestamp, value_text
-from .servers import add_server_arguments, reconnect_s, server_from_arguments
+from .servers import reconnect_s
 
 LIST_LIMIT = 50
 SPARK = "▁▂▃▄▅▆▇█"
@@ -106,8 +107,8 @@ def runs_command(args: argparse.Namespace) -> int:
 def _run_client(args: argparse.Namespace, as_json: bool, body: Callable[[Any], Any]) -> int:
     """Find the server, run `body(client)` on an event loop; CodefyError → a message and exit 1,
     Ctrl+C → exit 130."""
-    from ..kernel.client import AsyncClient
-    from ..kernel.errors import CodefyError, describe
+    from ..client.client import AsyncClient
+    from ..client.errors import CodefyError, describe
 
     try:
         server = server_from_arguments(args)
@@ -167,7 +168,7 @@ async def _ls(client: Any, args: argparse.Namespace) -> int:
 
 
 async def _show(client: Any, args: argparse.Namespace) -> int:
-    from ..kernel.errors import CodefyError
+    from ..client.errors import CodefyError
 
     run = await client.get(args.run_id)
     if args.json:

@@ -18,10 +18,10 @@ import uuid
 from contextlib import aclosing
 from typing import Any
 
+from ..client.flags import add_server_arguments, int_in, seconds, server_from_arguments
 from . import interrupts
-from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, int_in, seconds
+from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from .output import announce, dump, error_doc, fail, out, timestamp
-from .servers import add_server_arguments, server_from_arguments
 
 _positive_seconds = seconds(allow_zero=False)
 ACTIONS = ("show", "cancel", "resume", "ls")
@@ -58,8 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def command(args: argparse.Namespace) -> int:
-    from ..kernel.client import load_study_spec
-    from ..kernel.errors import CodefyError
+    from ..client.client import load_study_spec
+    from ..client.errors import CodefyError
 
     action = args.spec if args.spec in ACTIONS else "submit"
     if action in ("show", "cancel", "resume") and not args.study_id:
@@ -99,7 +99,7 @@ def command(args: argparse.Namespace) -> int:
 async def submit(client: Any, spec: dict[str, Any], key: str, *, delay: float = 1.0) -> dict[str, Any]:
     """POST the study, sent again with the same key while no answer comes back: the server answers
     a retry of a request it already took with that study (`created: false`), never a second one."""
-    from ..kernel.errors import CodefyError
+    from ..client.errors import CodefyError
 
     for attempt in range(SUBMIT_TRIES):
         try:
@@ -113,8 +113,8 @@ async def submit(client: Any, spec: dict[str, Any], key: str, *, delay: float = 
 
 async def _main(server: Any, action: str, spec: dict[str, Any], budget: dict[str, Any] | None,
                 args: argparse.Namespace) -> int:
-    from ..kernel.client import AsyncClient
-    from ..kernel.errors import CodefyError, describe
+    from ..client.client import AsyncClient
+    from ..client.errors import CodefyError, describe
 
     client = AsyncClient(server=server)
     try:
@@ -157,7 +157,7 @@ async def _main(server: Any, action: str, spec: dict[str, Any], budget: dict[str
 
 
 def _report(doc: dict[str, Any], action: str, followed: bool, args: argparse.Namespace, server: Any) -> int:
-    from ..kernel.study_report import progress_line, table_lines
+    from ..client.study_report import progress_line, table_lines
 
     if args.json:
         dump(doc, server)
@@ -175,7 +175,7 @@ async def _follow(client: Any, study_id: str, quiet: bool) -> dict[str, Any]:
     """The study as it ended (the full form). Quiet, by its audit log's long-poll (a small page per
     batch of news); else by the study's own long-poll in the summary form, a progress line per
     change (twice a second at most), never a read per run."""
-    from ..kernel.study_report import progress_line
+    from ..client.study_report import progress_line
 
     if quiet:
         return await client.wait_study(study_id)

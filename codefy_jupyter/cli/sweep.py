@@ -12,10 +12,10 @@ import asyncio
 import sys
 from typing import Any
 
+from ..client.flags import add_server_arguments, seconds, server_from_arguments
 from . import interrupts
-from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, seconds
+from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from .output import announce, dump, error_doc, fail, out, value_text
-from .servers import add_server_arguments, server_from_arguments
 
 _positive_seconds = seconds(allow_zero=False)
 COLUMN_MAX = 24  # a parameter value wider than this is cut in the table
@@ -41,8 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def command(args: argparse.Namespace) -> int:
-    from ..kernel.client import load_sweep_spec
-    from ..kernel.errors import CodefyError
+    from ..client.client import load_sweep_spec
+    from ..client.errors import CodefyError
 
     try:
         spec = load_sweep_spec(args.spec)
@@ -62,8 +62,8 @@ def command(args: argparse.Namespace) -> int:
 
 
 async def _main(server: Any, spec: dict[str, Any], args: argparse.Namespace) -> int:
-    from ..kernel.client import AsyncClient
-    from ..kernel.errors import CodefyError, describe
+    from ..client.client import AsyncClient
+    from ..client.errors import CodefyError, describe
 
     client = AsyncClient(server=server)
     try:

@@ -32,10 +32,11 @@ from IPython.display import display
 from IPython.utils.text import DollarFormatter
 from traitlets import TraitError
 
-from . import errors
-from .client import Client, load_graph
-from .discovery import find_server
-from .errors import CodefyError
+from ..client import errors
+from ..client.client import Client, load_graph
+from ..client.discovery import find_server
+from ..client.errors import CodefyError
+from ..client.flags import add_run_arguments, add_server_arguments, submit_options
 
 # A whole argument that names a variable: `$graph` or `{graph}`.
 _NAMED = re.compile(r"(?<!\S)(?:\$([A-Za-z_]\w*)|\{([A-Za-z_]\w*)\})(?!\S)")
@@ -75,22 +76,18 @@ class _Done(Exception):
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    """The `codefy run` parser itself, so the magic takes exactly the CLI's flags."""
-    from ..cli.run import add_parser
-
+    """`codefy run`'s own flags (the client's), so the magic takes exactly the CLI's."""
     top = _Parser(prog="%codefy", add_help=False)
     sub = top.add_subparsers(dest="command")
-    add_parser(sub)
-    sub.choices["run"].description = (
+    run = sub.add_parser("run", help="submit a graph to a codefy server and follow the run", description=(
         "Submit a graph to the codefy server and show the live run view. The run belongs to the server: "
         "a kernel restart loses only the view (%codefy show ID shows it again). GRAPH is a JSON file, or "
-        "$var / {var} naming a graph dict or Graph; in %%codefy run the cell holds the graph (JSON or YAML).")
+        "$var / {var} naming a graph dict or Graph; in %%codefy run the cell holds the graph (JSON or YAML)."))
+    add_run_arguments(run)
     return top
 
 
 def _own_parser() -> argparse.ArgumentParser:
-    from ..cli.servers import add_server_arguments
-
     top = _Parser(prog="%codefy", add_help=False)
     sub = top.add_subparsers(dest="command")
     show = sub.add_parser("show", help="the live view of a run")
@@ -211,8 +208,6 @@ class CodefyMagics(Magics):
         return self._clients[key]
 
     def _run(self, args: argparse.Namespace, graph: tuple[dict[str, Any], str]) -> Any:
-        from ..cli.run import submit_options
-
         client = self._client(args)
         try:
             run = client.submit(graph[0], **submit_options(args))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_widget_esm import CHROMIUM, FAKE_MODEL, HEIGHT, WIDTH, _Quiet, chromium, ink, page_report
 
-from codefy_jupyter.kernel.study_report import budget_text, progress
+from codefy_jupyter.client.study_report import budget_text, progress
 from codefy_jupyter.kernel.widgets import StudyView, SweepView
 from codefy_jupyter.kernel.widgets.experiment_rows import sort_rows, study_rows, study_series, sweep_rows, sweep_state
 

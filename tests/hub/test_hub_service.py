@@ -273,7 +273,7 @@ def test_lab_in_bobs_browser_and_codefy_run_in_alices_terminal_act_as_themselves
     assert code == 200 and seen["owner"] == ALICE and seen["status"] == "succeeded", seen
 
     # The Python client in a kernel of her server (what `%codefy` uses): found the same way.
-    script = ("import json, sys\nfrom codefy_jupyter.kernel.client import Client\n"
+    script = ("import json, sys\nfrom codefy_jupyter.client.client import Client\n"
               "with Client() as c:\n    run = c.submit(json.load(open(sys.argv[1])))\n"
               "    print(json.dumps({'url': c.url, **c.wait(run['id'])}))\n")
     done = subprocess.run([sys.executable, "-c", script, str(graph)], env=env, cwd=env["HOME"],

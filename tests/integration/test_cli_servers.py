@@ -51,7 +51,7 @@ def test_several_servers_are_named_and_a_stopped_one_is_not_silently_replaced(tw
         f"{b.data_dir}); no `codefy start` server is running (none in {a.state_file})")
 
     # Found through the runtime dir's files, without importing jupyter-server (seconds) to list them.
-    check = ("import sys, json; from codefy_jupyter.kernel.discovery import discover; s = discover(); "
+    check = ("import sys, json; from codefy_jupyter.client.discovery import discover; s = discover(); "
              "print(json.dumps([s.url, s.source, 'jupyter_server' in sys.modules]))")
     found = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=120)
     assert json.loads(found.stdout) == [sb["url"], "jupyter server", False], found.stderr
@@ -99,7 +99,7 @@ def test_agent_start_without_control_uses_the_local_codefy_start_server(tmp_path
     assert servers.stop().returncode == 0
 
 
-KERNEL_LOOKUP = ("import json, sys; from codefy_jupyter.kernel.discovery import discover; s = discover(); "
+KERNEL_LOOKUP = ("import json, sys; from codefy_jupyter.client.discovery import discover; s = discover(); "
                  "print(json.dumps([s.url, s.source, s.why, 'jupyter_server' in sys.modules]))")
 
 

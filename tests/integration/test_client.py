@@ -9,7 +9,7 @@ import pytest
 from test_headless import SMALL, servers  # noqa: F401 - the fixture
 from test_server_runs import sleepy
 
-from codefy_jupyter.kernel import AsyncClient, Client, CodefyError, ServerInfo, discover
+from codefy_jupyter.client import AsyncClient, Client, CodefyError, ServerInfo, discover
 
 
 @pytest.fixture
@@ -66,7 +66,7 @@ async def test_a_wrong_token_is_refused(jp_serverapp, jp_base_url, http_server_p
 
 
 def test_graph_files_and_their_errors(tmp_path):
-    from codefy_jupyter.kernel import load_graph
+    from codefy_jupyter.client import load_graph
 
     good = tmp_path / "g.json"
     good.write_text(json.dumps(SMALL))

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from test_headless import Servers, edge
 
-from codefy_jupyter.kernel import Client, CodefyError, Graph
-from codefy_jupyter.kernel.client import load_study_spec
+from codefy_jupyter.client import Client, CodefyError, Graph
+from codefy_jupyter.client.client import load_study_spec
 from codefy_jupyter.kernel.widgets import StudyView, SweepView
 
 pytestmark = pytest.mark.slow

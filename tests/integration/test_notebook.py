@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from codefy_jupyter.kernel import AsyncClient, ServerInfo
+from codefy_jupyter.client import AsyncClient, ServerInfo
 
 pytestmark = pytest.mark.slow
 

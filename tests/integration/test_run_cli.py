@@ -561,7 +561,7 @@ def test_a_relative_graph_path_not_found_says_where_it_looked(cli):
 def test_cli_widget_rows_and_api_show_the_same_final_loss(cli):
     """The seen case: `runs ls` showed val_loss where RunsTable showed train_loss for one run."""
     from codefy_jupyter.cli.output import value_text
-    from codefy_jupyter.kernel.client import Client
+    from codefy_jupyter.client.client import Client
     from codefy_jupyter.kernel.widgets import RunsTable
     from codefy_jupyter.kernel.widgets.runs_rows import format_loss
 

@@ -520,7 +520,7 @@ class TestSharedServer:
 
 @pytest.fixture
 def aclient(jp_serverapp, jp_base_url, http_server_port, http_server):
-    from codefy_jupyter.kernel import AsyncClient, ServerInfo
+    from codefy_jupyter.client import AsyncClient, ServerInfo
 
     info = ServerInfo(f"http://localhost:{http_server_port[-1]}{jp_base_url}", jp_serverapp.identity_provider.token,
                       "arguments")
@@ -528,7 +528,7 @@ def aclient(jp_serverapp, jp_base_url, http_server_port, http_server):
 
 
 async def test_graph_sweep_builds_a_checked_body_the_client_follows_to_the_end(aclient):
-    from codefy_jupyter.kernel import CodefyError, Graph
+    from codefy_jupyter.client import CodefyError, Graph
 
     g = Graph()
     s = g.add("Score", id="s", k=2)

@@ -13,7 +13,7 @@ import pytest
 from test_headless import SMALL, Servers
 from test_server_runs import sleepy
 
-from codefy_jupyter.kernel import Client, CodefyError
+from codefy_jupyter.client import Client, CodefyError
 from codefy_jupyter.kernel.widgets import QueueDialog, RunsTable, RunView, WorkersTable
 from codefy_jupyter.kernel.widgets._heartbeat import PULSE
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from codefy_jupyter.kernel import Client, CodefyError
+from codefy_jupyter.client import Client, CodefyError
 from codefy_jupyter.kernel.widgets import QueueDialog, WorkersTable
 
 from test_server_runs import SMALL, call, wait_status

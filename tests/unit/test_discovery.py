@@ -7,7 +7,7 @@ import threading
 import time
 from dataclasses import replace
 
-from codefy_jupyter.kernel.discovery import (
+from codefy_jupyter.client.discovery import (
     ABSENT, CODEFY, CODEFY_START, FORBIDDEN, JUPYTER, RECOVERING, TIMEOUT, UNCHECKED, UNREACHABLE, Candidate,
     choose, no_server_message, probe_all,
 )

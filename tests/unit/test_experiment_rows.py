@@ -9,9 +9,9 @@ import asyncio
 import pytest
 
 from codefy_jupyter.cli.study import submit
-from codefy_jupyter.kernel import CodefyError
-from codefy_jupyter.kernel.study_report import progress, progress_line, ranking_rows, table_lines
-from codefy_jupyter.kernel.study_spec import study_body
+from codefy_jupyter.client import CodefyError
+from codefy_jupyter.client.study_report import progress, progress_line, ranking_rows, table_lines
+from codefy_jupyter.client.study_spec import study_body
 from codefy_jupyter.kernel.widgets.experiment_rows import (check_action, curve, sort_rows, study_rows, study_series,
                                                           sweep_rows)
 from codefy_jupyter.kernel.widgets.runs_rows import ActionError

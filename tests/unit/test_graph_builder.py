@@ -13,8 +13,8 @@ import pytest
 
 from codefy_jupyter.engine import run_graph
 from codefy_jupyter.engine.registry import default_registry
-from codefy_jupyter.kernel import CodefyError, load_graph
-from codefy_jupyter.kernel.graph_builder import Graph, NodeRef, Port, check_graph
+from codefy_jupyter.client import CodefyError, load_graph
+from codefy_jupyter.client.graph_builder import Graph, NodeRef, Port, check_graph
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "train_mlp.json"
 

@@ -158,6 +158,6 @@ def test_engine_imports_nothing_from_the_rest_of_the_package():
 
     code = ("import sys, codefy_jupyter.engine as e; e.default_registry();"
             "bad=[m for m in sys.modules if m.startswith(('codefy_jupyter.core','codefy_jupyter.server',"
-            "'codefy_jupyter.agent','codefy_jupyter.kernel','torch'))]; print(bad)")
+            "'codefy_jupyter.agent','codefy_jupyter.kernel','codefy_jupyter.client','torch'))]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

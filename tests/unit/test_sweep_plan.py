@@ -276,7 +276,7 @@ def test_the_example_spec_plans_eight_variants_on_the_example_graph():
     from pathlib import Path
 
     from codefy_jupyter.engine import default_registry
-    from codefy_jupyter.kernel.client import load_sweep_spec
+    from codefy_jupyter.client.client import load_sweep_spec
 
     body = load_sweep_spec(Path(__file__).parents[2] / "examples" / "sweep_lr.json")
     out = plan_sweep(parse_sweep(body), default_registry(), Caps(), body.get("options") or {})

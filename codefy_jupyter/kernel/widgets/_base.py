@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from ..client import Client
-from ..errors import CodefyError
+from ...client.client import Client
+from ...client.errors import CodefyError
 
 ASSETS = Path(__file__).parent
 CSS = ASSETS / "widgets.css"

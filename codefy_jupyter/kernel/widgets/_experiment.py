@@ -12,8 +12,8 @@ import anywidget
 import traitlets as t
 from ipywidgets import widget_serialization
 
-from ..client import Client
-from ..errors import CodefyError
+from ...client.client import Client
+from ...client.errors import CodefyError
 from ._base import CSS, client_or_default, error_doc, log
 from .experiment_rows import check_action, sort_rows
 from .run_view import RunView

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping
 
-from ..study_report import number, ranking_rows
+from ...client.study_report import number, ranking_rows
 from .runs_rows import ActionError
 
 ACTIVE_RUN = frozenset({"queued", "running", "disconnected"})

@@ -14,8 +14,8 @@ import anywidget
 import traitlets as t
 from ipywidgets import widget_serialization
 
-from ..client import Client, load_graph
-from ..errors import CodefyError
+from ...client.client import Client, load_graph
+from ...client.errors import CodefyError
 from ._base import CSS, client_or_default, error_doc, esm
 from ._watching import Watching
 from .queue_form import FormError, device_choices, submit_args, target_options

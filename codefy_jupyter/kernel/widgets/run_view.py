@@ -20,8 +20,8 @@ from typing import Any, Callable
 import anywidget
 import traitlets as t
 
-from ..client import Client
-from ..errors import CodefyError
+from ...client.client import Client
+from ...client.errors import CodefyError
 from ._base import CSS, client_or_default, esm, log
 from ._heartbeat import PULSE
 from .run_state_view import (FINISHED, QUEUED, RunViewState, apply_row, fold_all, needs_heartbeat, show_command,

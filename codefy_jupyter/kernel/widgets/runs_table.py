@@ -14,8 +14,8 @@ from typing import Any
 import anywidget
 import traitlets as t
 
-from ..client import Client
-from ..errors import CodefyError
+from ...client.client import Client
+from ...client.errors import CodefyError
 from ._base import CSS, Refresher, client_or_default, error_doc, esm
 from ._watching import Watching
 from .run_view import RunView

@@ -13,8 +13,8 @@ from typing import Any
 
 import traitlets as t
 
-from ..client import STUDY_ACTIVE, Client
-from ..study_report import budget_text, progress
+from ...client.client import STUDY_ACTIVE, Client
+from ...client.study_report import budget_text, progress
 from ._base import esm
 from ._experiment import ExperimentView
 from .experiment_rows import STUDY_SORTS, study_rows, study_series

@@ -12,7 +12,7 @@ from typing import Any
 
 import traitlets as t
 
-from ..client import Client, sweep_settled
+from ...client.client import Client, sweep_settled
 from ._base import esm
 from ._experiment import ExperimentView
 from .experiment_rows import SWEEP_SORTS, curve, sweep_rows, sweep_state

@@ -11,8 +11,8 @@ from typing import Any
 import anywidget
 import traitlets as t
 
-from ..client import Client
-from ..errors import CodefyError
+from ...client.client import Client
+from ...client.errors import CodefyError
 from ._base import CSS, Refresher, client_or_default, error_doc, esm
 from .workers_rows import NO_WORKERS, worker_rows
 
