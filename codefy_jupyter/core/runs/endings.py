@@ -1,6 +1,6 @@
 """How a run that ran here ends: its final status, closing event and error, decided from what its
 executor returned. Pure; the run service writes what this answers (core/runs/service.py
-`_write_final`, which asks the lifecycle table first).
+and core/runs/final_writes.py, which asks the lifecycle table first).
 
 An in-process run ends with the engine's `RunResult` (or the exception the engine raised); a worker
 run with the `ExecutionOutcome` the WorkerExecutor made of its frames. A run whose log lost events

@@ -16,10 +16,12 @@ import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable
 
+from ...engine import RunResult
 from ...engine.recorded import OUTPUT_STORE_RUNS, Captures, RunOutputStore, index_of, summarize
 from ...wire.output_reads import LIST, PORT, Answer, answer, not_recorded
 from ..store import output_drops
 from . import state as rs
+from .executors import ExecutionOutcome
 
 if TYPE_CHECKING:  # the workers' side is built after this one (core/workers/service.py)
     from ..workers.outputs import WorkerOutputReads
@@ -39,11 +41,33 @@ class RecordedOutputs:
         self.clock = clock
         self._order: OrderedDict[str, str | None] = OrderedDict()  # run id -> worker name, or LOCAL
         self._cache: dict[tuple[str, str, str], Answer] = {}
+        self.recording: set[str] = set()  # the runs executing now that record their outputs
+
 
     def holder(self, run_id: str) -> tuple[bool, str | None]:
         return run_id in self._order, self._order.get(run_id)
 
     # -- keeping --------------------------------------------------------------------------------------
+    def options(self, run_id: str, row: dict[str, Any]) -> dict[str, Any]:
+        """The recording option of a run that starts (or is adopted): it records until it ends."""
+        if not (row.get("options") or {}).get("record_outputs"):
+            return {}
+        self.recording.add(run_id)
+        return {"record_outputs": True}
+
+    async def keep_ending(self, run_id: str, result: Any, worker: str | None) -> None:
+        """A recording run ended: its captures here, or its place for the worker's."""
+        self.recording.discard(run_id)
+        try:
+            if isinstance(result, RunResult):
+                await self.keep_local(run_id, result.outputs)
+            elif isinstance(result, ExecutionOutcome) and "worker_pid" in (result.facts or {}):
+                # Only a run that started on its worker holds a place (one that failed before
+                # cannot push another run's outputs out).
+                await self.keep_worker(run_id, str(worker))
+        except Exception:
+            log.exception("codefy: keeping the recorded outputs of run %s failed", run_id)
+
     async def keep_local(self, run_id: str, captures: Captures) -> None:
         for evicted in self.local.put(run_id, captures):
             self._order.pop(evicted, None)

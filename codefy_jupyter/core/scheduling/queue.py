@@ -70,7 +70,7 @@ or `worker: local` is a local run: everything above, and nothing below, applies 
   `cuda`, `any`, a pool) reserves nothing, and neither does a head waiting for its worker.
 - The seeded gate guards this server's process only: a seeded run on a worker neither takes it,
   nor waits for it, nor counts as "running here"; an `any` run that lands here is a run here.
-- Refusals at submit (`check_placeable`, SubmitError 400, params name the field):
+- Refusals at submit (`check_placeable`, target_checks.py; SubmitError 400, params name the field):
   worker_interactive (options.lane), worker_unknown (options.target.worker: never enrolled or
   seen), pool_with_worker (options.target.pool), device_not_offered (the device field: the named
   worker's last report lacks it; for `any`, neither this server nor any seen worker offers it, or
@@ -137,8 +137,8 @@ from collections import deque
 from typing import Iterable, Mapping
 
 from codefy_jupyter.core.scheduling import memory_ledger as ml
-from codefy_jupyter.core.scheduling import placement as wp
 from codefy_jupyter.core.scheduling import quotas as qt
+from codefy_jupyter.core.scheduling import target_checks as tc
 from codefy_jupyter.core.scheduling.device_sets import (  # noqa: F401  (re-exported: one import point for callers)
     KIND_REQUESTS, Notice, ResolvedDevice, SubmitError, device_kind, parse_device_set, resolve_run_device,
     resolve_worker_device,
@@ -250,82 +250,16 @@ class RunQueue:
 
     def resolve_target(self, worker: str | None, option_device: str | None, graph_device: str | None,
                        target_devices: Iterable[str] | None, pool: str | None = None) -> ResolvedDevice:
-        """The device and set a run asks for, or SubmitError. Local (`worker` None or `local`, no
-        pool): `resolve_run_device` against this server's slots, exactly as without workers. Else
-        `resolve_worker_device`, with `auto` resolved against the named worker's last report (`any`:
-        this server's and every seen worker's devices; a pool: its workers'). An unknown worker name
-        is refused here already (`worker_unknown`)."""
-        local = self.topology().local_slots
-        if pool is None and worker in (None, LOCAL):
-            return resolve_run_device(option_device, graph_device, target_devices, local)
-        offered: Iterable[str] | None
-        name = worker if worker not in (None, LOCAL) else ANY
-        if pool is not None:
-            found = [d for o in self.workers() if o.one_shot and o.devices is not None for d in o.device_names()]
-            offered = found or None
-        elif name == ANY:
-            offered = [*local, *(d for o in self.workers() if not o.one_shot for d in o.device_names())]
-        else:
-            offer = self._workers.get(name)
-            if offer is None:
-                raise wp.refuse_unknown_worker(name)
-            offered = offer.device_names() if offer.devices is not None else None
-        return resolve_worker_device(option_device, graph_device, target_devices, offered, worker=name)
+        """The device and set a run asks for, or SubmitError (core/scheduling/target_checks.py)."""
+        return tc.resolve_target(self.topology(), self._workers, worker, option_device, graph_device, target_devices,
+                                 pool)
 
     def check_placeable(self, run: Run, node_types: Iterable[str] | None = None, *,
                         device_field: str = "options.device") -> None:
-        """SubmitError (400) for a worker run that could never run as asked; nothing for a run that
-        may wait (a known worker that is away, a device only an away worker offers). `node_types`:
-        the graph's (worker_handshake.graph_node_types), checked against a named degraded worker.
-        `device_field` names where a single device came from (a set is `options.target.devices`).
-        Local runs pass (their checks are `resolve_run_device`'s)."""
-        if run.is_local:
-            if run.memory_mib is not None:
-                raise ml.refuse_local(run.memory_mib / ml.GIB_MIB)
-            return
-        if run.lane == INTERACTIVE:
-            raise wp.refuse_interactive(run.worker, run.pool)
-        field_name = "options.target.devices" if len(run.devices) > 1 else device_field
-        need = wp.wanted(run.device, run.devices)
-        if run.pool is not None:
-            if run.worker != ANY:
-                raise wp.refuse_pool_with_worker(run.worker, run.pool)
-            return  # it waits for a one-shot worker that offers the device (RunService times it out)
-        local = self.topology().local_slots
-        if run.worker == ANY:
-            if wp.local_choice(run.device, run.devices, local) is not None:
-                return
-            if any(not o.one_shot and o.devices is not None and wp.device_choices(run.device, run.devices,
-                                                                                     o.device_names())
-                   for o in self._workers.values()):
-                return
-            raise wp.refuse_not_offered(field_name, ANY, need, None, wp.renumbered(run.device, run.devices, local))
-        offer = self._workers.get(run.worker)
-        if offer is None:
-            raise wp.refuse_unknown_worker(run.worker)
-        if offer.devices is not None and not wp.device_choices(run.device, run.devices, offer.device_names()):
-            raise wp.refuse_not_offered(field_name, offer.name, need, offer.device_names())
-        if node_types is not None:
-            err = wp.refuse_missing_types(offer.name, node_types, offer.missing_types)
-            if err is not None:
-                raise err
-        # Only a file outside the data folder is known never to reach another machine (mounts and
-        # the transfer capability may change with the agent's next start).
-        if run.files == "same_machine" and offer.machine_id is not None and not self.topology().same_machine(offer):
-            raise wp.refuse_storage(offer.name, run.files, self.mount_label)
-        self._check_fits_card(run, offer)
-
-    def _check_fits_card(self, run: Run, offer: WorkerOffer) -> None:
-        """A budget larger than a named worker's shared card can ever hold is refused (400)."""
-        if run.memory_mib is None or offer.devices is None:
-            return
-        need = run.memory_mib + self.cuda_context_mib
-        for devs in wp.device_choices(run.device, run.devices, offer.device_names())[:1]:
-            for dev in devs:
-                card = self._memory.get(slot_name(offer.name, dev))
-                if dev in offer.shared_memory and card is not None and card.total_mib is not None \
-                        and need > card.total_mib:
-                    raise ml.refuse_over_card(slot_name(offer.name, dev), need, card.total_mib)
+        """SubmitError (400) for a worker run that could never run as asked (core/scheduling/
+        target_checks.py); nothing for a run that may wait, or a local run without a budget."""
+        tc.check_placeable(run, self.topology(), self._workers, self._memory, node_types=node_types,
+                           device_field=device_field, mount_label=self.mount_label, context_mib=self.cuda_context_mib)
 
     # -- changes --
 

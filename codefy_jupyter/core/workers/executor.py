@@ -21,7 +21,7 @@ run in `run_alive` within CODEFY_WORKER_RESUME_GRACE_S resumes it (worker_reconn
 its unacked frames; past the grace the run ends interrupted (worker_gone) and its slots free. A
 `run_finished` that arrives after that is kept as `execution_facts.late_result`; nothing is added
 after the closing event. A run the worker reports that is not tracked here gets a `cancel` with
-grace 0.
+grace 0 (core/workers/strays.py). What an assign checks and carries: core/workers/assign.py.
 
 Released cards (capability `run_released`): a run whose process has exited while the agent
 uploads its files sends `run_released`; its slots and card memory go back to the queue at once
@@ -36,27 +36,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from functools import partial
 from typing import Any, Awaitable
 
 from ...wire import run_events as ev
+from ...wire.fingerprint import digest
+from ...wire.protocol import (
+    INBOX_MAX_FRAMES, Cancel, Drain, RunAlive, RunFacts, RunFinished, RunFrame, RunInbox, RunReleased, RunStarted,
+    should_pause_reading,
+)
 from ..runs import state as rs
 from ..runs.executors import ExecutionOutcome, RunSpec
-from ...wire.fingerprint import digest
+from ..storage.plan import S3, TRANSFER, StoragePlan
+from ..storage.s3 import storage_from_settings
+from ..storage.transfer import InputHashes
 from .acks import Acks
+from .assign import Assigner
 from .frames import events_of, outcome_of
-from .handshake import check_graph_types, graph_node_types
 from .host import RunHost
 from .records import RESUME, WorkerRun, facts_doc
-from ...wire.protocol import (
-    INBOX_MAX_FRAMES, Ack, Assign, Cancel, Drain, RunAlive, RunFacts, RunFinished, RunFrame, RunInbox, RunReleased,
-    RunStarted, should_pause_reading,
-)
 from .registry import Worker, WorkerRegistry
-from ..storage.plan import S3, TRANSFER, StoragePlan
-from ..storage.s3 import S3Error, storage_from_settings
-from ..storage.transfer import InputHashes
 from .s3_credentials import CredentialRefresh
+from .strays import Strays
 
 log = logging.getLogger("codefy.workers")
 
@@ -94,13 +94,12 @@ class WorkerExecutor:
         self._runs: dict[str, WorkerRun] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watchdog: asyncio.Task[None] | None = None
-        self._stray_cancelled: set[tuple[int, str]] = set()  # (link id, run id) told to stop
-        # (link id, run id) -> whether the store says frames of that untracked run may be dropped
-        self._stray_verdicts: dict[tuple[int, str], asyncio.Future[bool]] = {}
+        self.strays = Strays(host, self._spawn, self._task_done)
         self.closing = False
         self.hashes = InputHashes(host.store)
         self.s3 = storage_from_settings(host.settings)
         self.credentials = CredentialRefresh(self.s3, registry, self._runs, self._spawn) if self.s3 else None
+        self.assigner = Assigner(self.hashes, self.s3, self.credentials, cancel_grace_s, self._finish)
 
     @property
     def max_inbox(self) -> int:
@@ -178,7 +177,7 @@ class WorkerExecutor:
         self._track(run)
         worker = self.registry.get(spec.worker) or self.registry.placeholder(spec.worker)
         if worker.link is not None:
-            self._spawn(self._assign(run, worker))
+            self._spawn(self.assigner.assign(run, worker))
         return WorkerRunHandle(self, run)
 
     def adopt(self, row: dict[str, Any]) -> WorkerRunHandle:
@@ -212,71 +211,6 @@ class WorkerExecutor:
         self.host.events.attach(run.run_id, lambda: self._acks.capture_facts(run))
         run.acker = asyncio.get_running_loop().create_task(self._acks.loop(run))
 
-    async def _assign(self, run: WorkerRun, worker: Worker) -> None:
-        spec = run.spec
-        assert spec is not None
-        if run.assigned or run.finished:
-            return
-        run.assigned = True
-        if worker.catalog is not None and not worker.catalog.matches:
-            needed = await asyncio.to_thread(graph_node_types, spec.graph)
-            refused = check_graph_types(worker.name, needed, worker.node_types)
-            if refused is not None:
-                self._finish(run, ExecutionOutcome(rs.FAILED, error={"code": refused.code, "message": refused.message,
-                                                                     "params": refused.params},
-                                                   code=refused.code, message=refused.message))
-                return
-        if spec.options.get("record_outputs") and "record_outputs" not in worker.capabilities:
-            # Placed through `any` on an agent that cannot keep outputs (a named one is refused at submit).
-            message = (f"worker {worker.name} cannot keep recorded outputs (its agent does not list the "
-                       "record_outputs capability); run it without record_outputs or on another worker")
-            params = {"worker": worker.name}
-            self._finish(run, ExecutionOutcome(rs.FAILED, error={"code": "record_outputs_unsupported", "message": message,
-                                                                 "params": params},
-                                               code="record_outputs_unsupported", message=message, params=params))
-            return
-        graph, storage = spec.graph, None
-        plan: StoragePlan | None = run.storage
-        if plan is not None:
-            graph = plan.graph_for_worker(graph)
-            hashed: list[dict[str, Any]] = []
-            if plan.backend in (TRANSFER, S3) and plan.inputs:
-                try:
-                    hashed = await self.hashes.listing(plan.inputs)
-                except OSError as err:
-                    message = f"an input of this run cannot be read for the transfer to worker {worker.name}: {err}"
-                    self._fail_storage(run, "worker_transfer_failed", message, worker.name, err)
-                    return
-            storage = plan.assign_doc(hashed)
-            if plan.backend == S3:
-                try:
-                    storage, uploaded = await self.s3.assign_doc(run.run_id, hashed, [i.path for i in plan.inputs])
-                    run.facts["s3_inputs_uploaded"] = uploaded
-                except (S3Error, OSError) as err:
-                    message = f"the run's inputs could not be put in the S3 bucket for worker {worker.name}: {err}"
-                    self._fail_storage(run, "worker_s3_transfer_failed", message, worker.name, err)
-                    return
-        if worker.link is None:  # it went away while we looked at the graph: assign when it is back
-            run.assigned = False
-            return
-        worker.link.send(Assign(
-            run_id=run.run_id, graph=graph, device=spec.device, devices=list(spec.devices or (spec.device,)),
-            grace_s=float(self.cancel_grace_s), cpu_threads=spec.cpu.threads if spec.cpu else None, storage=storage,
-            memory_budgets=(dict(spec.memory_budgets) if spec.memory_budgets and "memory_budget" in worker.capabilities
-                            else None),
-            options={"seed": spec.seed, "deterministic": spec.deterministic,
-                     "max_parallel_nodes": spec.max_parallel_nodes, "name": spec.name,
-                     "queue_key": spec.queue_key, **spec.options}))
-        if plan is not None and plan.backend == S3 and self.credentials is not None and storage is not None:
-            keys = [i["key"] for i in storage["inputs"]]
-            run.facts.setdefault("storage", {})["input_keys"] = keys  # an adopted run refreshes with them
-            self.credentials.arm(run.run_id, keys)
-
-    def _fail_storage(self, run: WorkerRun, code: str, message: str, worker: str, err: BaseException) -> None:
-        params = {"worker": worker, "reason": str(err)}
-        self._finish(run, ExecutionOutcome(rs.FAILED, error={"code": code, "message": message, "params": params},
-                                           code=code, message=message, params=params))
-
     # -- the connection's life ----------------------------------------------------------------------
     def connected(self, worker: Worker) -> None:
         """A hello was accepted and welcomed: send what waited for this worker."""
@@ -285,7 +219,7 @@ class WorkerExecutor:
         for run_id in sorted(worker.runs):
             run = self._runs.get(run_id)
             if run is not None and not run.assigned and not run.finished:
-                self._spawn(self._assign(run, worker))
+                self._spawn(self.assigner.assign(run, worker))
 
     def dropped(self, worker: Worker, reason: dict[str, Any]) -> None:
         """The worker's connection is gone (the registry already dropped it): its runs wait."""
@@ -306,8 +240,7 @@ class WorkerExecutor:
             self._arm_grace(run)
 
     def link_closed(self, link_id: int) -> None:
-        self._stray_cancelled = {key for key in self._stray_cancelled if key[0] != link_id}
-        self._stray_verdicts = {key: v for key, v in self._stray_verdicts.items() if key[0] != link_id}
+        self.strays.link_closed(link_id)
 
     def _arm_grace(self, run: WorkerRun) -> None:
         if run.grace is not None:
@@ -337,7 +270,7 @@ class WorkerExecutor:
         for run_id in frame.runs:
             run = self._runs.get(run_id)
             if run is None or run.worker != worker.name or run.finished:
-                self._stop_stray(worker, run_id, link_id)
+                self.strays.stop(worker, run_id, link_id)
             else:
                 self._resume(run, worker)
         for run_id in sorted(worker.runs):
@@ -348,7 +281,7 @@ class WorkerExecutor:
                 # The assign was lost with the connection (the worker would list a run it has): again.
                 self._resume(run, worker)
                 run.assigned = False
-                self._spawn(self._assign(run, worker))
+                self._spawn(self.assigner.assign(run, worker))
                 continue
             self._end_here(run, rs.INTERRUPTED, "worker_gone", f"worker {worker.name} reconnected without this run",
                            {"worker": worker.name, "reason": {"code": "not_alive", "params": {},
@@ -368,13 +301,6 @@ class WorkerExecutor:
         # What is recorded already: the agent drops it and replays only the rest.
         self._acks.send(run, force=True)
         run.wake.set()
-
-    def _stop_stray(self, worker: Worker, run_id: str, link_id: int) -> None:
-        key = (link_id, run_id)
-        if key in self._stray_cancelled or worker.link is None:
-            return
-        self._stray_cancelled.add(key)
-        worker.link.send(Cancel(run_id=run_id, grace_s=0.0, reason="this run is not tracked by the control plane"))
 
     # -- frames ------------------------------------------------------------------------------------
     def frame(self, worker: Worker, frame: RunFrame, link_id: int) -> Awaitable[None] | None:
@@ -400,7 +326,7 @@ class WorkerExecutor:
         """`frame`'s work; returns the run when its inbox is over its bound (reading must pause)."""
         run = self._runs.get(frame.run_id)
         if run is None or run.worker != worker.name:
-            self._stray(worker, frame, link_id)
+            self.strays.frame(worker, frame, link_id)
             return None
         if run.state == rs.DISCONNECTED:  # frames before run_alive: it is back all the same
             self._resume(run, worker)
@@ -533,52 +459,6 @@ class WorkerExecutor:
             self._spawn(self.host.store.update_run(run.run_id, fingerprint_digest=fingerprint))
         else:
             run.facts.setdefault("run_facts", []).append({"kind": frame.kind, "facts": frame.facts})
-
-    def _stray(self, worker: Worker, frame: RunFrame, link_id: int) -> None:
-        """A frame of a run not tracked here (ended here, or never known): keep a late result as a
-        fact, tell the worker to stop the run, and acknowledge the frame so the agent can drop it,
-        once the store confirms that nothing will ever record it (see `_droppable`)."""
-        if isinstance(frame, RunFinished):
-            self._spawn(self._late_result(worker, frame))
-        else:
-            self._stop_stray(worker, frame.run_id, link_id)
-        key = (link_id, frame.run_id)
-        verdict = self._stray_verdicts.get(key)
-        if verdict is None:
-            verdict = self._stray_verdicts[key] = asyncio.ensure_future(self._droppable(frame.run_id))
-            verdict.add_done_callback(self._task_done)
-        verdict.add_done_callback(partial(self._ack_stray, worker, link_id, frame.run_id, frame.seq))
-
-    async def _droppable(self, run_id: str) -> bool:
-        """Frames of an untracked run may be dropped when the run is unknown to the store, or
-        finished with its log whole; never while its row is active (that would be frames lost), nor
-        when its log could not be written (they stay in the agent's spool)."""
-        row = await self.host.store.get_run(run_id)
-        if row is None:
-            return True
-        if row["status"] not in rs.FINISHED:
-            log.error("codefy: frames of run %s (%s) arrived but the run is not tracked; they are not "
-                      "acknowledged", run_id, row["status"])
-            return False
-        return "unrecorded_after" not in (row.get("execution_facts") or {})
-
-    def _ack_stray(self, worker: Worker, link_id: int, run_id: str, seq: int, verdict: asyncio.Future[bool]) -> None:
-        if verdict.cancelled() or verdict.exception() is not None or not verdict.result():
-            return
-        # Only on the connection the frame came by (a verdict is forgotten when its link closes).
-        if (link_id, run_id) in self._stray_verdicts and worker.link is not None:
-            worker.link.send(Ack(run_id=run_id, seq=seq))
-
-    async def _late_result(self, worker: Worker, frame: RunFinished) -> None:
-        row = await self.host.store.get_run(frame.run_id)
-        if row is None or row.get("worker_id") != worker.name or row["status"] not in rs.FINISHED:
-            return
-        facts = dict(row.get("execution_facts") or {})
-        if not facts.get("ended_here") or "late_result" in facts:
-            return
-        facts["late_result"] = {"status": frame.status, "error": frame.error, "exit_code": frame.exit_code,
-                                "duration_s": frame.duration_s, "received_at": self.host.clock()}
-        await self.host.store.update_run(frame.run_id, execution_facts=facts)
 
     # -- ending ------------------------------------------------------------------------------------
     def _finish(self, run: WorkerRun, outcome: ExecutionOutcome) -> None:

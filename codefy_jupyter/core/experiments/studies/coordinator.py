@@ -19,11 +19,8 @@ still submitted once.
 One asyncio lock per study serializes its decisions: a child's start or end, a cancel, a resume
 and the submit loop never interleave, so each decision reads what the previous one wrote.
 
-Test-only fault hooks: with CODEFY_TEST_CRASH_AFTER_SUBMIT=N in the environment, the process exits
-at once (os._exit) after the N-th child's submit returned and before `attempt_submitted` is
-written: the window the stamp exists for. With CODEFY_TEST_CRASH_BEFORE_SUBMIT=N it exits after
-the N-th `attempt_submitting` is durable and before that child is submitted (no run carries the
-stamp: the attempt is lost). The crash tests set them; nothing else should.
+Test-only fault hooks (core/experiments/studies/crash_hooks.py) end the process around a child's
+submit: the windows the stamp exists for.
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import uuid
 from functools import partial
 from typing import Any, Mapping
 
@@ -41,38 +37,18 @@ from ...scheduling.quotas import OWNER_QUEUE_FULL, Reservation
 from ...store import studies as db
 from ..children import study_child_name
 from . import state as st
+from .attempts import new_attempt, where as _where
+from .crash_hooks import CRASH_AFTER_SUBMIT_ENV, CRASH_BEFORE_SUBMIT_ENV, crash_hook as _crash_hook
 from .evidence import evidence
+from .harvest import StudyHarvest
 from .plan import Tally, active_seconds, current_attempts, decide, to_retry, would_halt_at_once
 from .request import Budget
 from .results import study_results
 
 log = logging.getLogger(__name__)
 
-CRASH_AFTER_SUBMIT_ENV = "CODEFY_TEST_CRASH_AFTER_SUBMIT"
-CRASH_BEFORE_SUBMIT_ENV = "CODEFY_TEST_CRASH_BEFORE_SUBMIT"
-
-
-def _crash_hook(name: str) -> int | None:
-    value = os.environ.get(name)
-    return int(value) if value and value.isdigit() else None
-
-
 RUN_NAME_MAX = 200  # the run API's limit on a name
 ACTIVE_RUN_STATUSES = frozenset({"queued", "running", "disconnected"})
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex[:16]
-
-
-def new_attempt(study_id: str, variant: int, repetition: int, number: int, seed: int, now: float) -> dict[str, Any]:
-    return {"id": new_id(), "study_id": study_id, "variant": variant, "repetition": repetition, "attempt": number,
-            "seed": seed, "run_id": new_id(), "status": st.PENDING, "created_at": now}
-
-
-def _where(a: Mapping[str, Any]) -> dict[str, Any]:
-    return {"attempt_id": a["id"], "run_id": a["run_id"], "variant": a["variant"], "repetition": a["repetition"],
-            "attempt": a["attempt"]}
 
 
 def _log_failed_change(study_id: str, task: asyncio.Task) -> None:
@@ -108,7 +84,7 @@ class Coordinator:
         self._announced: set[str] = set()  # held studies whose study_waiting is written
         runs.add_observer(self)
         runs.add_room_listener(self._wake_held)
-        self.store.add_prune_hook(self)
+        self.store.add_prune_hook(StudyHarvest(self.clock))  # retention copies children's evidence first
 
     # -- plumbing -----------------------------------------------------------------------------------
     def lock(self, study_id: str) -> asyncio.Lock:
@@ -295,7 +271,7 @@ class Coordinator:
         await self._change(study_id, stamp)
         self._submitting += 1
         if self._crash_before is not None and self._submitting >= self._crash_before:
-            os._exit(17)  # test-only (see the module docstring): the stamp is written, no child exists
+            os._exit(17)  # test-only (crash_hooks.py): the stamp is written, no child exists
         graphs = self._graphs.get(study_id)
         if graphs is None:  # received by an earlier process: SECRET values are blank now
             graphs = [v["graph"] for v in await self.store.read(db.get_variants, study_id)]
@@ -327,7 +303,7 @@ class Coordinator:
             return False
         self._submitted += 1
         if self._crash_after is not None and self._submitted >= self._crash_after:
-            os._exit(17)  # test-only (see the module docstring): between the submit and its record
+            os._exit(17)  # test-only (crash_hooks.py): between the submit and its record
         record = db.Change(attempts={a["id"]: {"status": st.A_QUEUED, "submitted_at": self.clock()}},
                            events=[("attempt_submitted", _where(a))])
         started = view.get("started_at") if view.get("status") == "running" else None
@@ -618,39 +594,3 @@ class Coordinator:
                     pass
         elif adopted and study["status"] in (st.RUNNING, st.QUEUED):
             await self.advance(study_id)
-
-    # -- retention (PruneHook: inside retention's transaction, on the writer thread) -----------------
-    def harvest(self, conn: Any, run_ids: Any) -> None:
-        by_study: dict[str, db.Change] = {}
-        for a in db.attempts_for_runs(conn, list(run_ids)):
-            if a["evidence_copied"]:
-                continue
-            study = db.get_study(conn, a["study_id"])
-            found = db.run_and_points(conn, a["run_id"])
-            if study is None or found is None:
-                continue
-            by_study.setdefault(a["study_id"], db.Change()).attempts[a["id"]] = evidence(found[0], found[1],
-                                                                                        study["objective"])
-        for study_id, change in by_study.items():
-            db.change(conn, study_id, change, self.clock())
-
-    def harvest_failed(self, conn: Any, run_ids: Any, error: Exception) -> None:
-        """Retention deleted children whose evidence could not be copied: say so on each study,
-        counting that study's runs across passes (a pass may hold one child). A study that
-        already carries another error (a failed submit) keeps it; the log has the harvest's."""
-        log.error("codefy: retention could not copy study evidence before deleting runs: %s", error)
-        counts: dict[str, int] = {}
-        for a in db.attempts_for_runs(conn, list(run_ids)):
-            if not a["evidence_copied"]:
-                counts[a["study_id"]] = counts.get(a["study_id"], 0) + 1
-        for study_id, n in counts.items():
-            study = db.get_study(conn, study_id)
-            before = study["error"] if study is not None else None
-            if before is not None and before.get("code") != "harvest_failed":
-                continue
-            total = n + (before["params"]["runs"] if before is not None else 0)
-            info = {"code": "harvest_failed", "params": {"runs": total},
-                    "message": f"retention deleted {total} run{'s' if total != 1 else ''} of this study on schedule "
-                               f"before their evidence could be copied onto it ({type(error).__name__}: {error}); "
-                               "a value the study had not read as its child ended is lost"}
-            db.change(conn, study_id, db.Change(study={"error": info}), self.clock())

@@ -14,7 +14,8 @@ from ...runs.service import RunService
 from ...scheduling.quotas import Reservation
 from ...store import studies as db
 from . import state as st
-from .coordinator import Coordinator, new_attempt, new_id
+from .attempts import new_attempt, new_id
+from .coordinator import Coordinator
 from .request import check_budget_covers, parse_budget, parse_study, seed_of
 from .rendered import FULL, SUMMARY, RenderedStudy
 from .views import study_csv, study_view, summary

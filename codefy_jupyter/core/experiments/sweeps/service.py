@@ -18,7 +18,8 @@ from typing import Any, Mapping, Sequence
 
 from ...errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError
 from ...runs import state as rs
-from ...runs.service import VALIDATE_INLINE_ITEMS, RunService
+from ...runs.service import RunService
+from ...runs.submit import VALIDATE_INLINE_ITEMS
 from ...scheduling.quotas import Reservation
 from ...store import sweeps as sweep_store
 from ..children import check_child_options, sweep_child_name
