@@ -1,9 +1,10 @@
 """Loss-checker: a study and a sweep under random faults, then every run's log audited.
 
 By default it builds its own deployment in a temporary folder: a real `codefy start` on a fixed
-port, and two real `codefy agent start` (`chaos-a`, `chaos-b`, each its own folder and identity)
-that reach the control plane through a small TCP forwarder in this process (the forwarder is what
-lets it cut their sockets). Then, round after round while faults remain, it submits
+port, and two real `codefy agent start` (`chaos-a`, `chaos-b`, each its own folder, identity and
+machine id, one run at a time) that reach the control plane through a small TCP forwarder in this
+process (the forwarder is what lets it cut their sockets). Then, round after round while faults
+remain, it submits
 
 - a study (`--variants` x `--repetitions`, `"target": {"worker": "any"}`, `max_parallel_runs` 3,
   `resume_policy` auto): its children run on both agents and on the control plane itself;
@@ -208,8 +209,11 @@ class Sandbox:
         self.port = free_port()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER_TOKEN"))}
         # Every run stays (retention off) so that every log can be read at the end.
+        # One run at a time on each agent, so that a study's children spread over both agents and
+        # this server (`any` takes workers first).
         self.env.update(CODEFY_DATA_DIR=str(self.data_dir), CODEFY_RUN_RETENTION_KEEP_LAST="-1",
-                        CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU="4")
+                        CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU="2",
+                        CODEFY_RUN_QUEUE_MAX_CONCURRENT=",".join(f"{name}/cpu=1" for name in AGENTS))
         self.state = self.start_control()
         self.forwarder = Forwarder(self.port)
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
@@ -236,7 +240,10 @@ class Sandbox:
         self.agents[name] = subprocess.Popen(
             [sys.executable, "-m", "codefy_jupyter.cli", "agent", "start", "--control", control, "--token",
              self.state["token"], "--name", name, "--data-dir", str(folder)],
-            env={**self.env, "JUPYTER_DATA_DIR": str(self.root / f"{name}-jupyter")}, stdout=log,
+            # A machine id of its own: not this server's cpu (which same-machine agents share with
+            # it, one slot group), a worker as on another box.
+            env={**self.env, "JUPYTER_DATA_DIR": str(self.root / f"{name}-jupyter"),
+                 "CODEFY_AGENT_MACHINE_ID": f"codefy-chaos-{name}"}, stdout=log,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
 
@@ -439,7 +446,8 @@ class Chaos:
                     "problems": problems},
                 "bad_runs": total["bad_runs"], "faults": self.faults, "resumes": self.resumes,
                 "studies": studies, "sweeps": sweeps,
-                "runs": [{k: a[k] for k in ("run_id", "status", "worker_id", "events", "lost", "duplicated", "gaps")}
+                "runs": [{k: a[k] for k in ("run_id", "status", "end_code", "worker_id", "events", "lost", "duplicated",
+                                            "gaps")}
                          for a in run_audits]}
 
 

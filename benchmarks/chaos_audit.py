@@ -79,8 +79,11 @@ def audit_run(run: dict[str, Any], events: list[dict[str, Any]], expected: list[
             closing_problem = f"closing event at seq {closing[0]['seq']}, not last ({ordered[-1]['seq']})"
     elif closing:
         closing_problem = f"a closing event while {run.get('status')}"
+    ending = (closing[-1].get("payload") or {}) if closing else {}
+    reason = ending.get("reason") or ending.get("error") or run.get("error") or {}
     return {
         "run_id": run["id"], "status": run.get("status"), "worker_id": run.get("worker_id"), "events": len(events),
+        "end_code": reason.get("code") if isinstance(reason, dict) else None,
         "lost": len(missing_seqs) + len(lost_keys), "duplicated": len(dup_seqs) + sum(counts[k] - 1 for k in counts
                                                                                      if counts[k] > 1),
         "gaps": len(missing_seqs), "missing_seqs": missing_seqs, "duplicate_seqs": dup_seqs,
