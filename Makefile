@@ -59,6 +59,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/lab_runs.py
 	$(PY) benchmarks/storage.py
 	$(PY) benchmarks/hub_forward.py
+	$(PY) benchmarks/chaos.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache docs/_build codefy_jupyter/labextension labextension/lib labextension/node_modules \

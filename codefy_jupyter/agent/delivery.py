@@ -15,7 +15,8 @@ replay sends the spooled texts in batches; a frame is still spooled before it is
 
 Spools survive the agent: `reload` finds this agent's spooled runs (`owner` file = registered name)
 after a restart. A run reloaded without a `run_finished` had its process end with the old agent, so
-one is added (failed, `agent_restarted`) for the control plane to close it with.
+one is added (failed, `agent_restarted`) for the control plane to close it with (as interrupted: the
+run did not fail, its agent went away).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Awaitable, Callable
 
 from . import private
 from ..wire.codec import BATCH_MAX_BYTES, BATCH_MAX_FRAMES, encode_batch
-from ..wire.frames import ProtocolError, RunFinished, RunFrame
+from ..wire.frames import AGENT_RESTARTED, ProtocolError, RunFinished, RunFrame
 from .frames import too_large_warning
 from .spool import RunSpool, SpoolError, run_dir, spooled_runs
 
@@ -104,7 +105,7 @@ class Deliveries:
             if delivery.finished_seq is None and run_id not in live:
                 self.add(run_id, RunFinished(
                     run_id=run_id, status="failed",
-                    error={"type": "AgentRestarted", "code": "agent_restarted",
+                    error={"type": "AgentRestarted", "code": AGENT_RESTARTED,
                            "message": "the worker agent stopped while this run was executing; its process ended "
                                       "with it"}))
             if delivery.done or (delivery.finished_seq is None and len(spool) == 0 and spool.last_seq == 0):

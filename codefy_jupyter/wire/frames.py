@@ -409,3 +409,7 @@ RUN_FINISHED_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 # was stopped (not because the run was cancelled): the control plane records the run as interrupted.
 # A control plane that does not know the code records it as cancelled, as before.
 AGENT_STOPPED = "agent_stopped"
+# The `error.code` of the `failed` run_finished an agent adds, once restarted, for a run whose process
+# ended with the agent before it (SIGKILL, a crash): the control plane records that run as
+# interrupted too, since the run itself did not fail, and a study runs its repetition again.
+AGENT_RESTARTED = "agent_restarted"

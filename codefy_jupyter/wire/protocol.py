@@ -56,7 +56,8 @@ from .codec import (
 )
 from .hello_limits import HELLO_MAX_BYTES, HELLO_MAX_DEVICES, HELLO_MAX_NODE_TYPES, TOO_LARGE, check_hello_size
 from .frames import (
-    AGENT_FRAMES, AGENT_STOPPED, Ack, Artifact, Assign, Batch, CAPABILITY_FRAMES, Cancel, Credentials, DEFAULT_GRACE_S,
+    AGENT_FRAMES, AGENT_RESTARTED, AGENT_STOPPED, Ack, Artifact, Assign, Batch, CAPABILITY_FRAMES, Cancel, Credentials,
+    DEFAULT_GRACE_S,
     DEFAULT_HEARTBEAT_S, Drain, Event, FRAME_TYPES, Frame, HEARTBEAT_MISSES, HELLO_TIMEOUT_S, Heartbeat,
     Hello, KILL_AFTER_TERMINATE_S, KNOWN_CAPABILITIES, Metrics, PROTOCOL_VERSION, ProtocolError,
     RUN_FINISHED_STATUSES, Reject, RunAlive, RunFacts, RunFinished, RunFrame, RunReleased, RunStarted, RunWarning,
@@ -64,7 +65,8 @@ from .frames import (
 )
 
 __all__ = [
-    "ACK_AFTER_S", "ACK_EVERY_FRAMES", "AGENT_FRAMES", "AGENT_STOPPED", "Ack", "Artifact", "Assign",
+    "ACK_AFTER_S", "ACK_EVERY_FRAMES", "AGENT_FRAMES", "AGENT_RESTARTED", "AGENT_STOPPED", "Ack", "Artifact",
+    "Assign",
     "BATCH_MAX_BYTES", "BATCH_MAX_FRAMES", "Batch", "CAPABILITY_FRAMES", "Cancel", "Clock", "Credentials", "DEFAULT_GRACE_S",
     "DEFAULT_HEARTBEAT_S", "Drain", "Event", "FRAME_TYPES", "Frame", "HEARTBEAT_MISSES", "HELLO_TIMEOUT_S",
     "HELLO_MAX_BYTES", "HELLO_MAX_DEVICES", "HELLO_MAX_NODE_TYPES", "Heartbeat", "Hello", "INBOX_MAX_FRAMES", "KILL_AFTER_TERMINATE_S", "KNOWN_CAPABILITIES",

@@ -154,3 +154,40 @@ async def test_a_halted_study_reports_its_ranking_so_far(jp_fetch):
     assert event["payload"]["ranking"] == halted["rankings"]
     ranked = [r["label"] for r in halted["rankings"]]
     assert ranked[0] == "one" and "three" in ranked and halted["counts"]["succeeded"] == len(ranked)
+
+
+async def test_a_resume_after_a_sibling_ended_in_an_interrupted_study_still_records_the_retried_child(jp_fetch):
+    # Found by benchmarks/chaos.py: the sibling's end loaded the interrupted study's attempts into
+    # memory, the resume's new attempt joined them without its stored fields (stop_reason...), and
+    # the retried child's end then failed on the missing key: the study stayed running for ever.
+    import asyncio
+
+    register_probe_node()
+    code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=2),
+                                                        budget={"max_parallel_runs": 2}))
+    assert code == 201, study
+    sid = study["id"]
+    deadline = asyncio.get_running_loop().time() + 60
+    while True:  # seeded children here run one at a time: one runs, the next waits
+        children = await runs_of(jp_fetch, sid)
+        if sorted(r["status"] for r in children) == ["queued", "running"]:
+            break
+        assert asyncio.get_running_loop().time() < deadline, children
+        await asyncio.sleep(0.05)
+    running = next(r for r in children if r["status"] == "running")
+    code, _ = await call(jp_fetch, "api", "runs", running["id"], "cancel", method="POST")
+    assert code == 200
+    # The waiting sibling runs on and ends in the interrupted study.
+    settled = await wait_study(jp_fetch, sid, {"interrupted"})
+    while settled["counts"]["queued"] + settled["counts"]["running"]:
+        assert asyncio.get_running_loop().time() < deadline, settled["counts"]
+        await asyncio.sleep(0.05)
+        settled = await wait_study(jp_fetch, sid, {"interrupted"})
+    assert settled["counts"]["succeeded"] == 1 and settled["counts"]["cancelled"] == 1, settled["counts"]
+    code, _ = await call(jp_fetch, "api", "studies", sid, "resume", method="POST", body={})
+    assert code == 200
+    done = await wait_study(jp_fetch, sid, {"succeeded", "failed", "interrupted"}, timeout=90)
+    assert done["status"] == "succeeded", done["counts"]
+    attempts = [[(a["repetition"], a["attempt"], a["status"]) for a in v["attempts"]] for v in done["variants"]]
+    retried = [a for v in attempts for a in v if a[1] > 1]
+    assert retried == [(0, 2, "succeeded")] and (0, 1, "cancelled") in attempts[0], attempts

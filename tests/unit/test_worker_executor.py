@@ -11,7 +11,7 @@ from codefy_jupyter.core.runs.service import RunService
 from codefy_jupyter.core.store.database import Store
 from codefy_jupyter.core.workers.handshake import Credential
 from codefy_jupyter.wire.protocol import (
-    AGENT_STOPPED, PROTOCOL_VERSION, Ack, Assign, Cancel, Event, Hello, RunFinished, RunStarted,
+    AGENT_RESTARTED, AGENT_STOPPED, PROTOCOL_VERSION, Ack, Assign, Cancel, Event, Hello, RunFinished, RunStarted,
 )
 
 SMALL = {"nodes": [{"id": "k", "type": "Float", "params": {"value": 2}}], "edges": []}
@@ -174,6 +174,36 @@ async def test_a_run_its_agent_stopped_is_interrupted_and_a_cancelled_one_stays_
         assert stopped_closing["reason"] == {"code": AGENT_STOPPED, "message": "the worker agent box was stopped",
                                              "params": {"worker": "box"}}
         assert cancelled == "cancelled" and cancelled_closing["reason"]["code"] == "cancelled"
+    finally:
+        await service.shutdown()
+        await store.close()
+
+
+async def test_a_run_whose_agent_died_under_it_is_interrupted_and_a_failed_one_stays_failed(tmp_path):
+    # Found by benchmarks/chaos.py: a SIGKILLed agent's runs ended failed, a result a study never
+    # runs again, so a repetition was lost to an agent crash.
+    store, service, worker, link = await box_connected(tmp_path)
+    workers = service.workers
+    try:
+        ends = {}
+        died = {"code": AGENT_RESTARTED, "type": "AgentRestarted",
+                "message": "the worker agent stopped while this run was executing; its process ended with it"}
+        for error in (died, {"type": "ValueError", "message": "bad input"}):
+            run = await service.submit({"graph": SMALL, "options": {"target": {"worker": "box"}}})
+            rid = run["id"]
+            await until(lambda: any(isinstance(f, Assign) and f.run_id == rid for f in link.frames))
+            workers.frame(worker, RunStarted(run_id=rid, seq=1), link)
+            workers.frame(worker, RunFinished(run_id=rid, status="failed", error=error, seq=2), link)
+            for _ in range(1000):
+                if (await store.get_run(rid))["status"] in ("interrupted", "failed"):
+                    break
+                await asyncio.sleep(0.01)
+            ends[error is died] = (await store.get_run(rid))["status"], (await store.last_event(rid)).payload
+        (restarted, restarted_closing), (failed, failed_closing) = ends[True], ends[False]
+        assert restarted == "interrupted" and restarted_closing["status"] == "interrupted"
+        assert restarted_closing["reason"]["code"] == AGENT_RESTARTED
+        assert restarted_closing["reason"]["params"] == {"worker": "box"}
+        assert failed == "failed" and failed_closing["status"] == "failed"
     finally:
         await service.shutdown()
         await store.close()

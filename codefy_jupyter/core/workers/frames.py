@@ -9,7 +9,7 @@ worker.
 from __future__ import annotations
 
 from ...wire import run_events as ev
-from ...wire.protocol import AGENT_STOPPED, Artifact, Event, Metrics, RunFinished, RunFrame, RunWarning
+from ...wire.protocol import AGENT_RESTARTED, AGENT_STOPPED, Artifact, Event, Metrics, RunFinished, RunFrame, RunWarning
 from ..runs import state as rs
 from ..runs.executors import ExecutionOutcome
 from .frame_events import event_of, events_of_report
@@ -39,6 +39,12 @@ def outcome_of(frame: RunFinished, worker: str) -> ExecutionOutcome:
             if value is not None:
                 error.setdefault(key, value)
     message, params = None, {}
+    if frame.status == rs.FAILED and error is not None and error.get("code") == AGENT_RESTARTED:
+        # Its process ended with the agent before it (SIGKILL, a crash): the run itself did not fail.
+        return ExecutionOutcome(rs.INTERRUPTED, executed=frame.executed, cached=frame.cached,
+                                metrics=dict(frame.metrics), duration_s=frame.duration_s, code=AGENT_RESTARTED,
+                                message=str(error.get("message") or "the worker agent stopped while the run executed"),
+                                params={"worker": worker})
     if frame.status == rs.CANCELLED and error is not None and error.get("code") == AGENT_STOPPED:
         # Stopped because its agent was stopped (`codefy agent stop`, SIGTERM): nobody cancelled it.
         return ExecutionOutcome(rs.INTERRUPTED, executed=frame.executed, cached=frame.cached,

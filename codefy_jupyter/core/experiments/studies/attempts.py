@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Mapping
 
+from ...store import studies as db
 from . import state as st
 
 
@@ -14,8 +15,10 @@ def new_id() -> str:
 
 
 def new_attempt(study_id: str, variant: int, repetition: int, number: int, seed: int, now: float) -> dict[str, Any]:
-    return {"id": new_id(), "study_id": study_id, "variant": variant, "repetition": repetition, "attempt": number,
-            "seed": seed, "run_id": new_id(), "status": st.PENDING, "created_at": now}
+    # Every column, as the store reads it back: a tally held across a resume takes this dict as is.
+    return {**dict.fromkeys(db.ATTEMPT_COLUMNS), "evidence_copied": False, "id": new_id(), "study_id": study_id,
+            "variant": variant, "repetition": repetition, "attempt": number, "seed": seed, "run_id": new_id(),
+            "status": st.PENDING, "created_at": now}
 
 
 def where(a: Mapping[str, Any]) -> dict[str, Any]:

@@ -567,7 +567,15 @@ class Coordinator:
         if study["status"] not in st.ACTIVE:  # its attempts put right; its status stays
             await self._change(study_id, change)
             return
-        if not adopted:
+        # A child the restart retired beside one taken over from a worker: nothing would ever retry
+        # it, so the study is interrupted as without one (an auto study resumes at once).
+        retired = any(change.attempts.get(a["id"], {}).get("status") in (st.A_INTERRUPTED, st.A_CANCELLED)
+                      for a in current_attempts(attempts).values())
+        if adopted and retired and study["status"] in (st.RUNNING, st.QUEUED):
+            change.study = {"status": st.next_status(study["status"], "interrupt")}
+            change.events.append(("study_interrupted", {"reason": "server_restart"}))
+            resume = study["resume_policy"] == "auto"
+        elif not adopted:
             if study["status"] == st.CANCEL_REQUESTED:
                 change.study = {"status": st.next_status(st.CANCEL_REQUESTED, "interrupt")}
                 change.events.append(("study_cancelled", {"reason": "server_restart"}))
@@ -592,5 +600,5 @@ class Coordinator:
                     await self.runs.cancel(run_id)
                 except ServiceError:
                     pass
-        elif adopted and study["status"] in (st.RUNNING, st.QUEUED):
+        elif adopted and not change.study and study["status"] in (st.RUNNING, st.QUEUED):
             await self.advance(study_id)
