@@ -41,7 +41,7 @@ class TestRetention:
     async def test_a_harvest_retention_could_not_finish_is_reported_on_the_study(self, jp_fetch, monkeypatch):
         # The copy fails inside retention's transaction (the store's writer thread) only: a
         # child's own ending, on the event loop, still copies what it can read before the prune.
-        from codefy_jupyter.core.experiments.studies import coordinator
+        from codefy_jupyter.core.experiments.studies import coordinator, harvest
 
         real = coordinator.evidence
         main = threading.main_thread()
@@ -53,7 +53,8 @@ class TestRetention:
                 raise RuntimeError("disk on fire")
             return real(run, points, objective)
 
-        monkeypatch.setattr(coordinator, "evidence", broken)
+        monkeypatch.setattr(coordinator, "evidence", broken)  # a child's own ending
+        monkeypatch.setattr(harvest, "evidence", broken)  # retention's hook
         register_probe_node()
         code, study = await post_study(jp_fetch, probe_spec(base_graph=probe(seconds=0.05)))
         assert code == 201, study
