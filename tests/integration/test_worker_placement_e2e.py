@@ -392,9 +392,9 @@ async def test_a_degraded_worker_is_listed_refuses_graphs_it_cannot_run_and_any_
     box = start_agent(agents, tmp_path, "box", BOX_CARDS, degraded_env)
     worker = await until_connected(jp_fetch, box)
     assert worker["status"] == "degraded"
-    assert worker["missing_types"] == ["Environ", "IgnoreTerm", "Say", "Segfault", "Stubborn", "Threads"]
+    assert worker["missing_types"] == ["Chatter", "Environ", "IgnoreTerm", "Say", "Segfault", "Stubborn", "Threads"]
     assert worker["extra_types"] == ["OnlyOnAgent"]
-    assert "missing node types: Environ, IgnoreTerm, Say, Segfault, Stubborn, Threads" in box.output()
+    assert "missing node types: Chatter, Environ, IgnoreTerm, Say, Segfault, Stubborn, Threads" in box.output()
 
     # A graph with a type the worker lacks is refused at once, naming the types, wherever they hide.
     say = {"id": "say", "type": "Say", "params": {"text": "hi"}}
