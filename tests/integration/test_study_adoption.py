@@ -17,7 +17,7 @@ import pytest
 from codefy_jupyter.wire import protocol as wp
 
 from test_headless import Servers, api, free_port
-from test_worker_adoption import hello, kill_hard
+from test_worker_adoption import _close_agents, hello, kill_hard  # noqa: F401 (an autouse fixture)
 from test_worker_handlers import RawAgent, node_event
 
 pytestmark = pytest.mark.slow
@@ -29,13 +29,6 @@ def servers(tmp_path, request) -> Servers:
     s.env["CODEFY_RUN_QUEUE_MAX_CONCURRENT"] = "box/cpu=1"  # the worker takes one child, this server the other
     request.addfinalizer(s.kill_leftovers)
     return s
-
-
-@pytest.fixture(autouse=True)
-def _close_agents():
-    yield
-    while RawAgent.opened:
-        RawAgent.opened.pop().close()
 
 
 def edge(s, sp, t, tp):
