@@ -59,6 +59,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/lab_runs.py
 	$(PY) benchmarks/storage.py
 	$(PY) benchmarks/hub_forward.py
+	$(PY) benchmarks/request_cost.py
 	$(PY) benchmarks/chaos.py
 
 clean:
