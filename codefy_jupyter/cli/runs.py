@@ -262,8 +262,8 @@ async def _events(client: Any, args: argparse.Namespace) -> int:
     if args.follow:
         if args.json:  # JSON lines have no document to say it in
             announce(client.server)
-        await client.get(args.run_id)  # an unknown id fails here, clearly
-        async for event in client.follow(args.run_id, args.cursor, reconnect_s=reconnect_s()):
+        run_id = (await client.get(args.run_id))["id"]  # an unknown id fails here, clearly; a prefix made whole
+        async for event in client.follow(run_id, args.cursor, reconnect_s=reconnect_s()):
             out(json.dumps(event, default=str) if args.json else _event_line(event))
         return EXIT_OK
     events, cursor = [], args.cursor

@@ -238,7 +238,9 @@ class CodefyMagics(Magics):
         if not run_id:
             raise UsageError("%codefy show: which run? Give its id (no run was submitted from this kernel yet)")
         client = self._client(args)
-        client.get(run_id)  # an unknown id is the server's 404, said here rather than in the view
+        # An unknown id is the server's 404 (an ambiguous prefix its 409), said here rather than in
+        # the view; the view follows the whole id a prefix stands for.
+        run_id = client.get(run_id)["id"]
         self._display_view(run_id, client)
 
     def _display_view(self, run_id: str, client: Client) -> Any:
