@@ -286,15 +286,16 @@ def start_a_study_and_a_sweep() -> tuple[str, str]:
 
 async def test_sweep_and_study_views(server, shell):
     study_id, sweep_id = await asyncio.to_thread(start_a_study_and_a_sweep)
-    _, out = await shell.ok(f"%codefy study {study_id}")
+    _, out = await shell.ok(f"%codefy study {study_id[:12]}")  # the 12 characters Lab shows
     view = shell.magics.last_widget
     assert type(view).__name__ == "StudyView" and any(WIDGET_MIME in o.data for o in out.outputs)
+    assert view.study_id == study_id
     await asyncio.to_thread(view.wait, 60)
     assert view.status == "succeeded" and [r["label"] for r in view.rows] == ["one"]
     view.close()
-    await shell.ok(f"%codefy sweep {sweep_id}")
+    await shell.ok(f"%codefy sweep {sweep_id[:8]}")
     view = shell.magics.last_widget
-    assert type(view).__name__ == "SweepView"
+    assert type(view).__name__ == "SweepView" and view.sweep_id == sweep_id
     await asyncio.to_thread(view.wait, 60)
     assert view.state == "finished" and [r["objective"] for r in view.rows] == [2.0, 2.0]
     assert "HTTP 404" in await shell.refused("%codefy study 0123456789abcdef")
