@@ -23,6 +23,9 @@ PLOT_WIDTH = 48
 _positive_seconds = seconds(allow_zero=False)
 
 
+ID_HELP = "the run's id, or a unique prefix of 8 or more characters (Lab shows 12)"
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register `runs` and its actions on the `codefy` command's subparsers."""
     runs = sub.add_parser("runs", help="list, inspect, cancel and delete the runs of a codefy server",
@@ -40,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     add_server_arguments(ls)
 
     show = rsub.add_parser("show", help="one run in detail", description="One run in detail.")
-    show.add_argument("run_id", metavar="ID")
+    show.add_argument("run_id", metavar="ID", help=ID_HELP)
     show.add_argument("--json", action="store_true", help="print the run as one JSON document")
     add_server_arguments(show)
 
@@ -49,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                             "from the run's log, then followed live until the run ends (a finished run is shown "
                             "whole). Ctrl+C stops watching, not the run. Exit codes as `codefy run`: 0 succeeded, "
                             "1 failed, cancelled, interrupted or timed out, 130 Ctrl+C.")
-    watch.add_argument("run_id", metavar="ID")
+    watch.add_argument("run_id", metavar="ID", help=ID_HELP)
     watch.add_argument("--timeout", type=_positive_seconds, metavar="S",
                        help="stop watching after S seconds and exit 1 (the run keeps going on the server)")
     watch.add_argument("--json", action="store_true", help="no live view: print the final run as one JSON document")
@@ -58,18 +61,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     cancel = rsub.add_parser("cancel", help="cancel a queued or running run",
                              description="Cancel a run: a queued one leaves the line at once, a running one "
                              "stops cooperatively.")
-    cancel.add_argument("run_id", metavar="ID")
+    cancel.add_argument("run_id", metavar="ID", help=ID_HELP)
     cancel.add_argument("--json", action="store_true", help="print the run as one JSON document")
     add_server_arguments(cancel)
 
     rm = rsub.add_parser("rm", help="delete a finished run",
                          description="Delete a finished run with its events, metrics and artifact records.")
-    rm.add_argument("run_id", metavar="ID")
+    rm.add_argument("run_id", metavar="ID", help=ID_HELP)
     rm.add_argument("--json", action="store_true", help='print {"deleted": ID} as one JSON document')
     add_server_arguments(rm)
 
     ev = rsub.add_parser("events", help="a run's event log", description="A run's event log, one line per event.")
-    ev.add_argument("run_id", metavar="ID")
+    ev.add_argument("run_id", metavar="ID", help=ID_HELP)
     ev.add_argument("--cursor", type=int_in("cursor", 0), default=0, metavar="N",
                     help="only the events after sequence number N")
     ev.add_argument("--follow", action="store_true", help="keep printing events live until the run ends")
@@ -79,7 +82,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
     me = rsub.add_parser("metrics", help="a run's metric series", description="A run's metric series: last, min "
                          "and max of each, as CSV, or as a small terminal plot.")
-    me.add_argument("run_id", metavar="ID")
+    me.add_argument("run_id", metavar="ID", help=ID_HELP)
     fmt = me.add_mutually_exclusive_group()
     fmt.add_argument("--csv", action="store_true", help="every metric point as CSV (the server's export)")
     fmt.add_argument("--plot", action="store_true", help="a sparkline per series")
@@ -262,8 +265,8 @@ async def _events(client: Any, args: argparse.Namespace) -> int:
     if args.follow:
         if args.json:  # JSON lines have no document to say it in
             announce(client.server)
-        await client.get(args.run_id)  # an unknown id fails here, clearly
-        async for event in client.follow(args.run_id, args.cursor, reconnect_s=reconnect_s()):
+        run_id = (await client.get(args.run_id))["id"]  # an unknown id fails here, clearly; a prefix made whole
+        async for event in client.follow(run_id, args.cursor, reconnect_s=reconnect_s()):
             out(json.dumps(event, default=str) if args.json else _event_line(event))
         return EXIT_OK
     events, cursor = [], args.cursor

@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "watching, not the study. Exit codes: 0 succeeded (or submitted with --detach, or the action done), "
         "1 anything else, refused or timed out, 2 bad arguments, 130 Ctrl+C.")
     study.add_argument("spec", metavar="SPEC|show|cancel|resume|ls", help="study spec JSON file, or an action")
-    study.add_argument("study_id", nargs="?", metavar="ID", help="the study an action is for")
+    study.add_argument("study_id", nargs="?", metavar="ID", help="the study an action is for: its id, or a unique prefix of 8 or more characters")
     study.add_argument("--name", help="the study's name (its runs are named '<name> / <label> / r<n>')")
     study.add_argument("--idempotency-key", metavar="KEY",
                        help="send this Idempotency-Key (default: one made for this invocation); submitting "

@@ -19,6 +19,22 @@ class CodefyError(Exception):
     def field(self) -> str | None:
         return self.params.get("field")
 
+    @property
+    def suggestions(self) -> dict[str, list[str]]:
+        """An invalid graph's unknown node types' close matches, by node id (`{"s": ["Scale"]}`
+        for a node of type 'Scael'); the message already asks "did you mean 'Scale'?"."""
+        out: dict[str, list[str]] = {}
+        for problem in self.params.get("problems") or ():
+            close = (problem.get("params") or {}).get("suggestions") if isinstance(problem, dict) else None
+            if close:
+                out[str(problem.get("node_id"))] = list(close)
+        return out
+
+    @property
+    def candidates(self) -> list[str]:
+        """The ids an ambiguous id prefix starts (409 ambiguous_id: the first 10), else []."""
+        return list(self.params.get("candidates") or ()) if self.code == "ambiguous_id" else []
+
 
 def describe(err: CodefyError, url: str | None = None) -> str:
     """A CodefyError as the message a person reads: the server's message, its field, its status

@@ -288,7 +288,7 @@ def check_graph(graph: dict[str, Any], definitions: dict[str, dict[str, Any]]) -
         types[node["id"]] = definition
         if definition is None:
             close = difflib.get_close_matches(node["type"], list(definitions), n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""  # as the server says it
             problem(node["id"], "type", f"unknown node type {node['type']!r}{hint}", "unknown_node_type")
             continue
         for name in node["params"]:

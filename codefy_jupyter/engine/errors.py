@@ -36,6 +36,14 @@ class Problem:
         return f"{prefix}: {self.message}" if prefix else self.message
 
 
+def unknown_type(type_: Any, node_id: str, suggestions: list[str]) -> Problem:
+    """A node of a type the registry does not hold, with the registered types close to it (the
+    message asks "did you mean 'Scale'?"; `params.suggestions` lists them for a client to show)."""
+    hint = f"; did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+    return Problem("unknown_type", f"unknown node type {type_!r}{hint}", node_id, "type",
+                   {"type": type_, "suggestions": list(suggestions)})
+
+
 class EngineError(Exception):
     """Base of every error the engine raises on purpose."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .errors import GraphError, Problem, Problems
+from .errors import MAX_PROBLEMS_LISTED, GraphError, Problem, Problems, unknown_type
 from .registry import NodeDef, NodeRegistry, PortSpec, types_compatible
 
 MAX_NESTING = 16
@@ -381,7 +381,8 @@ def _node_spec(raw: dict[str, Any], nid: str, registry: NodeRegistry, resolver: 
     type_ = raw.get("type")
     nd = registry._defs.get(type_) if isinstance(type_, str) else None
     if nd is None:
-        problems.append(Problem("unknown_type", f"unknown node type {type_!r}", nid, "type", {"type": type_}))
+        listed = isinstance(type_, str) and len(problems) < MAX_PROBLEMS_LISTED  # suggest where it is read
+        problems.append(unknown_type(type_, nid, registry.close_types(type_) if listed else []))
         return None
     raw_params = raw.get("params")
     if raw_params is None:

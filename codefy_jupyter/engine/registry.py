@@ -7,6 +7,7 @@ the control plane can tell whether they run the same nodes.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import inspect
 import json
@@ -309,6 +310,10 @@ class NodeRegistry:
 
     def types(self) -> list[str]:
         return sorted(self._defs)
+
+    def close_types(self, type_: str, n: int = 3) -> list[str]:
+        """Registered types whose names are close to `type_` (what a typo likely meant), best first."""
+        return difflib.get_close_matches(type_, list(self._defs), n=n)
 
     def definitions(self) -> list[dict[str, Any]]:
         return [self._defs[t].definition() for t in self.types()]

@@ -238,7 +238,9 @@ class CodefyMagics(Magics):
         if not run_id:
             raise UsageError("%codefy show: which run? Give its id (no run was submitted from this kernel yet)")
         client = self._client(args)
-        client.get(run_id)  # an unknown id is the server's 404, said here rather than in the view
+        # An unknown id is the server's 404 (an ambiguous prefix its 409), said here rather than in
+        # the view; the view follows the whole id a prefix stands for.
+        run_id = client.get(run_id)["id"]
         self._display_view(run_id, client)
 
     def _display_view(self, run_id: str, client: Client) -> Any:
@@ -264,11 +266,13 @@ class CodefyMagics(Magics):
         elif command == "workers":
             self.last_widget = widgets.WorkersTable(client=client)
         elif command == "sweep":
-            client.get_sweep(args.sweep_id)  # an unknown id is the server's 404, said here
-            self.last_widget = widgets.SweepView(args.sweep_id, client=client)
+            # An unknown id is the server's 404 (an ambiguous prefix its 409), said here; the view
+            # follows the whole id.
+            sweep_id = client.get_sweep(args.sweep_id)["sweep_id"]
+            self.last_widget = widgets.SweepView(sweep_id, client=client)
         elif command == "study":
-            client.get_study(args.study_id)
-            self.last_widget = widgets.StudyView(args.study_id, client=client)
+            study_id = client.get_study(args.study_id, view="summary")["id"]
+            self.last_widget = widgets.StudyView(study_id, client=client)
         else:  # a file goes as its path, so the dialog names it
             given = args.graph
             graph = graphs[given][1] if given in graphs else str(Path(given).expanduser())

@@ -27,6 +27,7 @@ from tornado import web
 from ..core.errors import ServiceError
 from ..core.experiments.service import Experiments
 from ..core.runs.service import RunService
+from ..core.store.ids import resolve_id
 from .request_body import CappedBody, CodefyHTTPError, write_error_shape
 
 AUTH_RESOURCE = "codefy"
@@ -73,9 +74,16 @@ def error_body(err: Exception) -> tuple[int, dict[str, Any]]:
     return 500, {"error": {"code": "internal_error", "message": "internal error", "params": {}}}
 
 
+# The path arguments that name a run, sweep or study, and their kind of id (core/store/ids.py).
+PATH_IDS = {"run_id": "run", "sweep_id": "sweep", "study_id": "study"}
+
+
 class CodefyAPIHandler(CappedBody, ExtensionHandlerMixin, APIHandler):
     auth_resource = AUTH_RESOURCE
     service: RunService
+    # Whether `api` resolves the ids in the path from a unique prefix (not for the agents' routes,
+    # which name their runs whole).
+    resolves_ids = True
 
     async def prepare(self) -> None:
         await super().prepare()
@@ -173,6 +181,15 @@ class CodefyAPIHandler(CappedBody, ExtensionHandlerMixin, APIHandler):
             return
         super()._log()
 
+    async def resolve_path_ids(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The path's run, sweep and study ids made whole: a unique prefix of 8 or more characters
+        stands for its id, an ambiguous one is refused with 409 ambiguous_id (core/store/ids.py)."""
+        for name, kind in PATH_IDS.items():
+            if isinstance(kwargs.get(name), str):
+                kwargs[name] = self.path_kwargs[name] = await resolve_id(self.service.store, kind, kwargs[name],
+                                                                         field=name)
+        return kwargs
+
     def int_arg(self, name: str, default: int) -> int:
         raw = self.get_argument(name, None)
         if raw is None:
@@ -195,13 +212,16 @@ class CodefyAPIHandler(CappedBody, ExtensionHandlerMixin, APIHandler):
 
 
 def api(method: Any) -> Any:
-    """Every refusal a handler method raises leaves through `fail`, in the one error shape."""
+    """Every refusal a handler method raises leaves through `fail`, in the one error shape. The
+    ids in the path reach the method whole (`resolve_path_ids`)."""
 
     @functools.wraps(method)
     async def wrapper(self: CodefyAPIHandler, *args: Any, **kwargs: Any) -> None:
         if self._finished:  # refused while its body arrived (over the size cap)
             return
         try:
+            if self.resolves_ids and kwargs:
+                kwargs = await self.resolve_path_ids(kwargs)
             await method(self, *args, **kwargs)
         except Exception as err:
             self.fail(err)

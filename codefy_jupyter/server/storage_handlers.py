@@ -28,6 +28,7 @@ READ_CHUNK = 4 << 20
 
 
 class _WorkerRoute(CodefyAPIHandler):
+    resolves_ids = False  # an agent names its run whole
     def check_xsrf_cookie(self) -> None:
         return None  # no cookie is used: the worker token is in the Authorization header
 

@@ -57,6 +57,28 @@ async def test_async_client_cancel_and_refusals_carry_the_servers_error(aclient)
     await aclient.close()
 
 
+async def test_the_client_takes_an_id_prefix_and_shows_candidates_and_suggestions(aclient, jp_serverapp):
+    run = await aclient.submit(SMALL)
+    got = await aclient.get(run["id"][:12])
+    assert got["id"] == run["id"]
+    service = await jp_serverapp.extension_manager.extension_points["codefy"].app.ready()
+    for run_id in ("c0ffee000001aaaa", "c0ffee000002bbbb"):
+        await service.submit({"graph": SMALL}, run_id=run_id)
+    with pytest.raises(CodefyError) as info:
+        await aclient.get("c0ffee00")
+    assert (info.value.status, info.value.code) == (409, "ambiguous_id")
+    assert info.value.candidates == ["c0ffee000001aaaa", "c0ffee000002bbbb"] and info.value.field == "run_id"
+    assert "c0ffee000001aaaa, c0ffee000002bbbb" in str(info.value)
+    with pytest.raises(CodefyError) as info:
+        await aclient.submit({"nodes": [{"id": "s", "type": "Scael"}]})
+    assert info.value.suggestions == {"s": ["Scale"]} and info.value.candidates == []
+    assert "did you mean 'Scale'?" in str(info.value)
+    for run_id in (run["id"], "c0ffee000001aaaa", "c0ffee000002bbbb"):
+        final = [e async for e in aclient.follow(run_id)]
+        assert final[-1]["type"] == "execution_complete"
+    await aclient.close()
+
+
 async def test_a_wrong_token_is_refused(jp_serverapp, jp_base_url, http_server_port, http_server):
     client = AsyncClient(server=ServerInfo(f"http://localhost:{http_server_port[-1]}{jp_base_url}", "wrong", "arguments"))
     with pytest.raises(CodefyError) as info:

@@ -151,8 +151,9 @@ async def test_show_picks_a_run_up_again_in_a_new_shell_and_cancel_stops_it(serv
 
     again = Shell(tmp_path)  # a kernel restart: nothing of the old shell is left
     try:
-        await again.ok(f"%codefy show {run['id']}")
+        await again.ok(f"%codefy show {run['id'][:12]}")  # the 12 characters Lab and the widgets show
         view = again.magics.last_view
+        assert view.run_id == run["id"] and view.show_command == f"%codefy show {run['id']}"
         assert await asyncio.to_thread(view.wait_until, lambda v: v.status == "running", 30)
         again.ip.user_ns["run"] = run
         _, out = await again.ok("%codefy cancel {run['id']}")
@@ -196,6 +197,7 @@ async def test_tables_and_the_queue_dialog(server, shell, tmp_path):
                                       "HTTP 400"]),
     ("%codefy run {g} --name " + "x" * 201, ["at most 200 characters", "field: name", "HTTP 422"]),
     ("%codefy run {bad}", ["the server refused the run", "unknown node type 'Nope'", "HTTP 400, invalid_graph"]),
+    ("%codefy run {typo}", ["the server refused the run", "unknown node type 'Scael'; did you mean 'Scale'?"]),
     ("%codefy run {g} --seed -1", ["%codefy run: argument --seed: seed must be from 0 to 4294967295, got -1"]),
     ("%codefy run {g} --detach --wait", ["not allowed with argument"]),
     ("%codefy show 0123456789abcdef", ["no run 0123456789abcdef", "HTTP 404, run_not_found"]),
@@ -211,6 +213,7 @@ async def test_tables_and_the_queue_dialog(server, shell, tmp_path):
 async def test_refusals_print_the_message_and_field_not_a_traceback(server, shell, source, words):
     shell.ip.user_ns["g"] = {"nodes": [{"id": "k", "type": "Float"}], "edges": []}
     shell.ip.user_ns["bad"] = {"nodes": [{"id": "k", "type": "Nope"}], "edges": []}
+    shell.ip.user_ns["typo"] = {"nodes": [{"id": "k", "type": "Scael"}], "edges": []}
     message = await shell.refused(source)
     for word in words:
         assert word in message
@@ -283,15 +286,16 @@ def start_a_study_and_a_sweep() -> tuple[str, str]:
 
 async def test_sweep_and_study_views(server, shell):
     study_id, sweep_id = await asyncio.to_thread(start_a_study_and_a_sweep)
-    _, out = await shell.ok(f"%codefy study {study_id}")
+    _, out = await shell.ok(f"%codefy study {study_id[:12]}")  # the 12 characters Lab shows
     view = shell.magics.last_widget
     assert type(view).__name__ == "StudyView" and any(WIDGET_MIME in o.data for o in out.outputs)
+    assert view.study_id == study_id
     await asyncio.to_thread(view.wait, 60)
     assert view.status == "succeeded" and [r["label"] for r in view.rows] == ["one"]
     view.close()
-    await shell.ok(f"%codefy sweep {sweep_id}")
+    await shell.ok(f"%codefy sweep {sweep_id[:8]}")
     view = shell.magics.last_widget
-    assert type(view).__name__ == "SweepView"
+    assert type(view).__name__ == "SweepView" and view.sweep_id == sweep_id
     await asyncio.to_thread(view.wait, 60)
     assert view.state == "finished" and [r["objective"] for r in view.rows] == [2.0, 2.0]
     assert "HTTP 404" in await shell.refused("%codefy study 0123456789abcdef")

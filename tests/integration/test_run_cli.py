@@ -247,6 +247,11 @@ def test_a_rejected_submit_prints_the_servers_message_and_field(cli):
     unknown = cli("run", cli.graph("bad-type.json", {"nodes": [{"id": "n", "type": "NoSuchNode"}], "edges": []}))
     assert unknown.returncode == 1
     assert "unknown node type 'NoSuchNode'" in unknown.stderr and "invalid_graph" in unknown.stderr
+    assert "did you mean" not in unknown.stderr  # nothing registered is close to it
+
+    typo = cli("run", cli.graph("typo.json", {"nodes": [{"id": "n", "type": "Scael"}], "edges": []}))
+    assert typo.returncode == 1
+    assert "node 'n', type: unknown node type 'Scael'; did you mean 'Scale'?" in typo.stderr, typo.stderr
 
 
 def test_bad_arguments_exit_2(cli):
@@ -524,6 +529,23 @@ def test_runs_watch_replays_a_finished_run_like_codefy_run(cli, finished):
     assert as_json.returncode == 1 and json.loads(as_json.stdout)["status"] == "failed"
     unknown = cli("runs", "watch", "0123456789abcdef")
     assert unknown.returncode == 1 and "HTTP 404, run_not_found" in unknown.stderr
+
+
+def test_the_twelve_characters_lab_shows_are_an_id_every_command_takes(cli, finished):
+    full, short = finished["ok"], finished["ok"][:12]
+    shown = cli("runs", "show", short)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(rf"Run ID\s+{full}", shown.stdout) and re.search(r"Status\s+succeeded", shown.stdout)
+    watched = cli("runs", "watch", short)
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert re.search(rf"Run ID\s+{full}", watched.stdout) and "✓ run complete" in watched.stdout
+    followed = cli("runs", "events", short[:8], "--follow")
+    assert followed.returncode == 0, followed.stderr
+    assert "execution_start" in followed.stdout and "execution_complete" in followed.stdout
+    metrics = cli("runs", "metrics", short, "--json")
+    assert metrics.returncode == 0 and json.loads(metrics.stdout)["metrics"], metrics.stderr
+    too_short = cli("runs", "show", full[:7])
+    assert too_short.returncode == 1 and "HTTP 404, run_not_found" in too_short.stderr
 
 
 def test_runs_watch_follows_a_running_run_to_its_end(cli):

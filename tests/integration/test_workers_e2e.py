@@ -194,6 +194,9 @@ async def test_a_run_on_the_worker_completes_with_a_gapless_log(jp_fetch, agents
     assert [(e["payload"]["node_id"], e["payload"]["status"]) for e in events if e["type"] == "node_status"] == [
         ("k", "running"), ("k", "done"), ("s", "running"), ("s", "done")]
     assert events[-1]["type"] == "execution_complete" and events[-1]["payload"]["executed"] == 2
+    # A worker's run is read by the 12 characters Lab shows, like any other (issue 28).
+    assert (await all_events(jp_fetch, run["id"][:12])) == events
+    assert (await wait_status(jp_fetch, run["id"][:12], {"succeeded"}))["worker_id"] == "box"
     # The run's files live in the agent's folder; its spool is gone once everything was acknowledged.
     run_dir = agent.dir / "agent-runs" / run["id"]
     assert (run_dir / "output.log").exists()

@@ -145,7 +145,7 @@ def test_validate_lists_every_unknown_name_with_its_node_and_field(catalog):
     ]
     text = str(err)
     assert text.startswith("graph has 3 problems:")
-    assert "unknown node type 'Scael'; did you mean Scale" in text
+    assert "unknown node type 'Scael'; did you mean 'Scale'?" in text
     assert "Float has no output 'valeu' (outputs: value)" in text
 
 

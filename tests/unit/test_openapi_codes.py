@@ -16,6 +16,7 @@ import yaml
 from tornado import web
 
 import route_codes as rc
+from codefy_jupyter.server.handlers import PATH_IDS
 from codefy_jupyter.server.routes import route_table
 
 SPEC = yaml.safe_load((Path(__file__).resolve().parents[2] / "codefy_jupyter/server/openapi.yaml").read_text())
@@ -79,9 +80,19 @@ def _login_required(handler: type, method: str) -> bool:
     return any(ast.unparse(d) == "web.authenticated" for d in node.decorator_list)
 
 
+def _resolves_path_ids(handler: type, path: str) -> bool:
+    """Whether `api` makes the path's ids whole before the method runs (handlers.resolve_path_ids):
+    the walk does not enter decorators, so it is walked as an entry of its own."""
+    return getattr(handler, "resolves_ids", False) and any(f"{{{name}}}" in path for name in PATH_IDS)
+
+
 def found(method: str, path: str, handler: type) -> dict[int, dict[str, set[str]]]:
     """status -> code -> where, what the code answers on this operation."""
     codes = rc.operation_codes(handler, method, BOUNDARIES)
+    if _resolves_path_ids(handler, path):
+        for status, by_code in rc.operation_codes(handler, "resolve_path_ids", BOUNDARIES).items():
+            for name, where in by_code.items():
+                codes.setdefault(status, {}).setdefault(name, set()).update(where)
     extra = dict(EXTRA.get((method, path), {}))
     if _login_required(handler, method):
         for status, names in LOGIN.items():
@@ -149,4 +160,10 @@ def test_the_walk_finds_what_the_issue_found_missing():
     assert "memory_budget_local" in by_op[("post", "/runs")][400]
     assert "idempotency_key_mismatch" in by_op[("post", "/studies")][400]
     # and does not wander: a read of one run cannot answer a study's refusal
-    assert set(by_op[("get", "/runs/{run_id}")]) == {400, 403, 404, 413, 503, 507}
+    assert set(by_op[("get", "/runs/{run_id}")]) == {400, 403, 404, 409, 413, 503, 507}
+    # Issue 28: every reader by id takes a unique prefix and refuses an ambiguous one; a route
+    # without an id in its path, or an agent's (it names its run whole), does not.
+    assert "ambiguous_id" in by_op[("get", "/runs/{run_id}")][409]
+    assert "ambiguous_id" in by_op[("post", "/studies/{study_id}/resume")][409]
+    assert "ambiguous_id" not in by_op[("post", "/runs")].get(409, {})
+    assert 409 not in by_op[("get", "/runs/{run_id}/inputs/{sha256}")]

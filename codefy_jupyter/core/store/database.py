@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 from ..errors import StorageFull, is_storage_full
 from . import workers as store_workers
 from .checkpoints import CheckpointPolicy
+from .ids import select_ids_with_prefix
 from .writer import BUSY_TIMEOUT_MS, Outcomes, Write, WriterThread, settle
 from .migrations import SCHEMA_VERSION, SchemaVersionError, migrate, read_schema_version
 from .queries import (
@@ -410,6 +411,10 @@ class Store:
 
     async def get_run(self, run_id: str) -> dict | None:
         return await self._reader.run(select_run, run_id)
+
+    async def ids_with_prefix(self, kind: str, prefix: str, limit: int) -> list[str]:
+        """Up to `limit` ids of `kind` (run, sweep, study) starting with `prefix` (ids.IdIndex)."""
+        return await self._reader.run(select_ids_with_prefix, kind, prefix, limit)
 
     async def run_status(self, run_id: str) -> tuple[str, int] | None:
         """(status, last_seq) without the rest of the row: what a follower asks on every page."""
