@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from ..errors import StorageFull, is_storage_full
+from ..telemetry import Histogram
 from . import workers as store_workers
 from .checkpoints import CheckpointPolicy
 from .writer import BUSY_TIMEOUT_MS, Outcomes, Write, WriterThread, settle
@@ -282,6 +283,11 @@ class Store:
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def commit_seconds(self) -> Histogram:
+        """How long the writer's batches took to apply and commit (core/telemetry.py)."""
+        return self._writer.commit_seconds
 
     async def __aenter__(self) -> "Store":
         return self
