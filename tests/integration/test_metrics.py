@@ -6,6 +6,9 @@ the test, and waited for with a deadline, never timed."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +19,7 @@ from test_server_runs import SMALL, call, edge, sleepy, wait_status
 from test_workers_e2e import agents, control, server_token, until_connected  # noqa: F401  (fixtures)
 
 Samples = dict[tuple[str, frozenset], float]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -182,3 +186,20 @@ async def test_metrics_need_the_token_like_the_rest_of_the_server(jp_http_port, 
     with pytest.raises(HTTPClientError) as refused:
         await AsyncHTTPClient().fetch(f"http://127.0.0.1:{jp_http_port}{jp_base_url}metrics")
     assert refused.value.code == 403
+
+
+async def test_every_exported_metric_is_documented_and_the_dashboard_uses_only_those(jp_fetch):
+    await first_scrape(jp_fetch)
+    response = await jp_fetch("metrics", method="GET")
+    exported = {}
+    for family in text_string_to_metric_families(response.body.decode()):
+        if family.name.startswith("codefy_"):
+            exported[family.name + ("_total" if family.type == "counter" else "")] = family.type
+    page = (ROOT / "docs" / "reference" / "metrics.md").read_text()
+    documented = dict(re.findall(r"^\| `(codefy_[a-z_]+)` \| (gauge|counter|histogram) \|", page, re.M))
+    assert documented == exported
+    board = json.loads((ROOT / "deploy" / "grafana" / "codefy.json").read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    used = {re.sub(r"_(bucket|sum|count)$", "", name) for e in exprs for name in re.findall(r"codefy_[a-z_]+", e)}
+    assert used and used <= set(exported), used - set(exported)
+    assert used == set(exported)  # every metric has a panel
