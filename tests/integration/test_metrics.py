@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +205,39 @@ async def test_every_exported_metric_is_documented_and_the_dashboard_uses_only_t
     used = {re.sub(r"_(bucket|sum|count)$", "", name) for e in exprs for name in re.findall(r"codefy_[a-z_]+", e)}
     assert used and used <= set(exported), used - set(exported)
     assert used == set(exported)  # every metric has a panel
+
+
+@pytest.mark.slow
+def test_codefy_start_serves_the_same_metrics_with_its_token(tmp_path, request):
+    # `codefy start` is a headless jupyter-server: /metrics there, with the token in <data_dir>/token.
+    from test_headless import Servers, api, submit as submit_headless, wait_status as wait_headless
+
+    servers = Servers(tmp_path)
+    request.addfinalizer(servers.kill_leftovers)
+    state = servers.start()
+    try:
+        url = f"{state['url']}metrics"
+
+        def fetch(token: str | None) -> tuple[int, Samples]:
+            req = urllib.request.Request(url, headers={"Authorization": f"token {token}"} if token else {})
+            try:
+                with urllib.request.urlopen(req, timeout=15) as response:
+                    text = response.read().decode()
+            except urllib.error.HTTPError as err:
+                err.close()
+                return err.code, {}
+            return 200, {(s.name, frozenset(s.labels.items())): s.value
+                         for f in text_string_to_metric_families(text) for s in f.samples}
+
+        assert fetch(None)[0] == 403
+        assert (servers.data_dir / "token").read_text().strip() == state["token"]
+        run = submit_headless(state, SMALL, name="small")
+        assert wait_headless(state, run["id"], {"succeeded", "failed"})["status"] == "succeeded"
+        code, samples = fetch(state["token"])
+        assert code == 200
+        assert value(samples, "codefy_runs_finished_total", status="succeeded", reason="completed") == 1
+        assert value(samples, "codefy_runs_started_total", queue="cpu") == 1
+        assert value(samples, "codefy_queue_slots", queue="cpu") == 2  # the default cpu limit
+        assert api(state, "GET", "runs")[0] == 200
+    finally:
+        assert servers.stop().returncode == 0
