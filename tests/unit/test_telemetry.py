@@ -75,13 +75,16 @@ def test_the_reason_a_run_ended():
 
 def test_the_run_tally_counts_starts_waits_ends_and_durations():
     tally = RunTally()
-    tally.started("box.job1/cuda:0", 12.0)
-    tally.started("cpu", -0.5)  # a clock step back counts as no wait
+    tally.started("box.job1/cuda:0", 112.0, 100.0)
+    tally.started("cpu", 99.5, 100.0)  # a clock step back counts as no wait
+    tally.started("cpu", 100.0, None)  # its submit time unknown: started, no wait observed
     closing = ev.execution_stopped("r", status="cancelled", code="cancelled", message="before it started")
     tally.finished("cancelled", closing, None, None)  # never started: no duration
     tally.finished("succeeded", ev.execution_complete("r", duration_s=3, metrics={}, executed=1, cached=0), None, 3.0)
-    assert tally.started_total.samples() == {("box/cuda:0",): 1, ("cpu",): 1}
-    assert tally.wait_seconds.samples()[("cpu",)].sum == 0
+    assert tally.started_total.samples() == {("box/cuda:0",): 1, ("cpu",): 2}
+    waits = tally.wait_seconds.samples()
+    assert (waits[("cpu",)].count, waits[("cpu",)].sum) == (1, 0)
+    assert (waits[("box/cuda:0",)].count, waits[("box/cuda:0",)].sum) == (1, 12.0)
     assert tally.finished_total.samples() == {("cancelled", "cancelled"): 1, ("succeeded", COMPLETED): 1}
     assert list(tally.duration_seconds.samples()) == [("succeeded",)]
 

@@ -20,10 +20,12 @@ class RunTally:
         self.finished_total = Counter(("status", "reason"))
         self.duration_seconds = Histogram(LONG_S, ("status",))
 
-    def started(self, queue_key: str, waited_s: float) -> None:
+    def started(self, queue_key: str, started_at: float, submitted_at: float | None) -> None:
+        """A run left its queue (`submitted_at` None: unknown, its wait is not observed)."""
         queue = queue_label(queue_key)
         self.started_total.inc((queue,))
-        self.wait_seconds.observe(max(0.0, waited_s), (queue,))
+        if submitted_at is not None:
+            self.wait_seconds.observe(max(0.0, started_at - submitted_at), (queue,))
 
     def finished(self, status: str, closing: ev.RunEvent, error: Any, duration_s: float | None) -> None:
         """`duration_s`: None for a run that never started (cancelled while it waited, say)."""
