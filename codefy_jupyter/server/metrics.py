@@ -19,6 +19,7 @@ import asyncio
 import logging
 import sqlite3
 import time
+import weakref
 from typing import Any, Iterable, Iterator
 
 from prometheus_client import REGISTRY
@@ -224,14 +225,14 @@ class CodefyCollector:
 
 
 COLLECTOR = CodefyCollector()
-_registered: set[int] = set()
+_registered: "weakref.WeakSet[CollectorRegistry]" = weakref.WeakSet()
 
 
 def watch(owner: Any, service: RunService, registry: CollectorRegistry = REGISTRY) -> None:
     """Export `service`'s metrics from now until `unwatch(owner)`."""
-    if id(registry) not in _registered:
+    if registry not in _registered:
         registry.register(COLLECTOR)  # type: ignore[arg-type]
-        _registered.add(id(registry))
+        _registered.add(registry)
     COLLECTOR.watch(owner, service)
 
 
