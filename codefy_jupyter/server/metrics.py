@@ -20,7 +20,7 @@ import logging
 import sqlite3
 import time
 import weakref
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -47,15 +47,17 @@ class ExperimentCounts:
     """Sweeps by state and studies by status, refreshed in the background when a scrape finds the
     last count older than `every_s` (one count at a time)."""
 
-    def __init__(self, service: RunService, every_s: float = EXPERIMENT_COUNTS_S) -> None:
+    def __init__(self, service: RunService, every_s: float = EXPERIMENT_COUNTS_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.service = service
         self.every_s = every_s
+        self.clock = clock
         self.values: dict[str, dict[str, int]] = {"sweeps": {}, "studies": {}}
         self._at: float | None = None
         self._busy = False
 
     def refresh_if_due(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if self._busy or (self._at is not None and now - self._at < self.every_s) or self.service.closing:
             return
         try:
