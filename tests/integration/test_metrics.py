@@ -134,6 +134,7 @@ async def test_queue_depth_counters_and_histograms_follow_the_runs(jp_fetch):
     assert value(after, "codefy_store_commit_seconds_sum") >= 0
 
 
+@pytest.mark.slow
 async def test_a_worker_agent_shows_in_the_worker_gauges_and_its_frames_are_counted(jp_fetch, agents):
     before = await first_scrape(jp_fetch)
     assert value(before, "codefy_workers", state="connected") == 0
