@@ -25,6 +25,7 @@ from ..core.errors import Unavailable
 from ..core.store.database import Store
 from ..core.store.lock import DATABASE_FILE, DatabaseLock, DatabaseLocked
 from ..core.store.queries import StoreError
+from . import metrics
 from .forward import forward_routes
 from .routes import route_table
 from .sharing import Sharing, decide_sharing
@@ -125,6 +126,7 @@ class CodefyApp(ExtensionApp):
             lock.release()
             raise
         self._database_lock, self.store, self.service, self.experiments = lock, store, service, experiments
+        metrics.watch(self, service)  # on jupyter-server's /metrics (server/metrics.py)
         interval = float(self.serverapp.web_app.settings.get(ACTIVITY_INTERVAL_SETTING, ACTIVITY_INTERVAL_S))
         self._was_active = False
         self._activity = PeriodicCallback(self._report_activity, interval * 1000)
@@ -196,6 +198,7 @@ class CodefyApp(ExtensionApp):
             await asyncio.gather(self._starting, return_exceptions=True)
         if getattr(self, "_activity", None) is not None:
             self._activity.stop()
+        metrics.unwatch(self)
         if self.service is not None:
             await self.service.shutdown()
         if self.store is not None:

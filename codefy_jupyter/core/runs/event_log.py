@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from ...wire.run_events import RunEvent, cap_payload, encode, encode_storable
 from ..store.database import Store
+from ..telemetry import SHORT_S, Histogram
 
 log = logging.getLogger("codefy.events")
 
@@ -66,6 +67,9 @@ class EventLog:
         # Closing events shown to followers before they are durable (the disk was full at the
         # run's final write; see `announce`): the last such seq of each run.
         self._announced: dict[str, int] = {}
+        # Seconds from an event's emit to its commit (the oldest of each durable batch): the metrics'
+        # event-log lag (server/metrics.py).
+        self.lag_seconds = Histogram(SHORT_S)
 
     # -- writing ----------------------------------------------------------------------------------
     def track(self, run_id: str, last_seq: int) -> None:
@@ -215,6 +219,7 @@ class EventLog:
         if not rows:
             return
         self._flushed[run_id] = max(self._flushed.get(run_id, 0), rows[-1][0])
+        self.lag_seconds.observe(max(0.0, self._clock() - rows[0][3]))
         if self._announced.get(run_id, 0) <= rows[-1][0]:
             self._announced.pop(run_id, None)
         self._remember(run_id, rows)

@@ -14,6 +14,7 @@ from . import state as rs
 from .event_log import EventLog
 from .reads import RunReads
 from .records import RunBook
+from .tally import RunTally
 from .unwritten import Rows, StorageWatch, UnwrittenEnding
 
 
@@ -27,6 +28,7 @@ class FinalWrites:
         self.reads = reads
         self.clock = clock
         self.finished = finished  # (run_id, status): the ending has committed
+        self.tally = RunTally()  # runs started and finished, for the metrics (core/runs/tally.py)
 
     async def write(self, run_id: str, status: str, closing: ev.RunEvent, *, error: Any,
                     facts: dict[str, Any] | None = None, from_state: str | None = None) -> None:
@@ -36,6 +38,7 @@ class FinalWrites:
         before = self.reads.known_status(run_id) if from_state is None else from_state
         rs.finish(before if before is not None else "unknown", status)
         started = self.runs.finishing(run_id, before).started  # followers see `before` until the write commits
+        duration = self.clock() - started if started is not None else None
         rows = self.events.take_closing(run_id, closing)
         extra = {"execution_facts": facts} if facts is not None else {}
         try:
@@ -54,12 +57,14 @@ class FinalWrites:
             # The run ends all the same (in memory, for its followers); the disk gets it once it has room.
             rows = self.events.follow_durable(run_id, rows)
             self.runs.finished(run_id, status)
+            self.tally.finished(status, closing, error, duration)
             self.storage.keep(UnwrittenEnding(run_id, status, rows, error, facts, self.clock(), started))
             self.events.announce(run_id, rows)
             return
         except BaseException:
             self.runs.discard(run_id)
             raise
+        self.tally.finished(status, closing, error, duration)
         await self.written(run_id, status, rows)
 
     async def written(self, run_id: str, status: str, rows: Rows) -> None:

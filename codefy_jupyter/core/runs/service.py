@@ -370,6 +370,7 @@ class RunService:
         graph = graph or (row or {}).get("graph")
         record.status, record.started = rs.next_state(record.status, rs.START), self.clock()
         self.listeners.notify("run_started", run_id)
+        self.final.tally.started(placement.queue_key, record.started, (row or {}).get("submitted_at"))
         if placement.worker != LOCAL:
             self._start_on_worker(placement, record, row, graph)
             return

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from ..errors import StorageFull, is_storage_full
+from ..telemetry import Histogram
 from . import workers as store_workers
 from .checkpoints import CheckpointPolicy
 from .ids import select_ids_with_prefix
@@ -283,6 +284,11 @@ class Store:
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def commit_seconds(self) -> Histogram:
+        """How long the writer's batches took to apply and commit (core/telemetry.py)."""
+        return self._writer.commit_seconds
 
     async def __aenter__(self) -> "Store":
         return self

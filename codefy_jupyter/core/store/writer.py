@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ..telemetry import SHORT_S, Histogram
 from .checkpoints import CheckpointPolicy
 from .queries import apply_batch
 
@@ -62,6 +63,8 @@ class WriterThread:
         self._max_batch = max_batch
         self._checkpoints = checkpoints
         self.checkpoint_runs = self.checkpoint_short = 0  # read by the owner for its statistics
+        # Seconds each batch took to apply and commit, observed on the thread (server/metrics.py).
+        self.commit_seconds = Histogram(SHORT_S)
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._opened = self._loop.create_future()
         self._drained = self._loop.create_future()
@@ -135,7 +138,9 @@ class WriterThread:
                     stopping = True
                     break
                 batch.append(item)
+            began = time.perf_counter()
             outcomes = self._apply(conn, batch)
+            self.commit_seconds.observe(time.perf_counter() - began)
             self._post(self.deliver, batch, outcomes)
             if self._checkpoints is not None:
                 self._maybe_checkpoint(conn, len(outcomes[1]))

@@ -51,6 +51,7 @@ from ..storage.s3 import storage_from_settings
 from ..storage.transfer import InputHashes
 from .acks import Acks
 from .assign import Assigner
+from .frame_tally import FrameTally
 from .frames import events_of, outcome_of
 from .host import RunHost
 from .records import RESUME, WorkerRun, facts_doc
@@ -100,6 +101,7 @@ class WorkerExecutor:
         self.s3 = storage_from_settings(host.settings)
         self.credentials = CredentialRefresh(self.s3, registry, self._runs, self._spawn) if self.s3 else None
         self.assigner = Assigner(self.hashes, self.s3, self.credentials, cancel_grace_s, self._finish)
+        self.tally = FrameTally()  # frames received, replayed, duplicated (core/workers/frame_tally.py)
 
     @property
     def max_inbox(self) -> int:
@@ -272,6 +274,7 @@ class WorkerExecutor:
             if run is None or run.worker != worker.name or run.finished:
                 self.strays.stop(worker, run_id, link_id)
             else:
+                run.replay_until = max(run.replay_until, int(frame.runs[run_id] or 0))
                 self._resume(run, worker)
         for run_id in sorted(worker.runs):
             run = self._runs.get(run_id)
@@ -324,6 +327,7 @@ class WorkerExecutor:
 
     def _record(self, worker: Worker, frame: RunFrame, link_id: int) -> WorkerRun | None:
         """`frame`'s work; returns the run when its inbox is over its bound (reading must pause)."""
+        self.tally.received(frame)
         run = self._runs.get(frame.run_id)
         if run is None or run.worker != worker.name:
             self.strays.frame(worker, frame, link_id)
@@ -332,6 +336,7 @@ class WorkerExecutor:
             self._resume(run, worker)
         run.heard = True
         got = run.inbox.accept(frame)
+        self.tally.accepted(run, frame, got.new)
         if not got.new:
             run.wake.set()  # a replay of something acked may need the ack again
             return None

@@ -36,6 +36,7 @@ class WorkerRun:
     reconnected: bool = False
     cancel_requested: bool = False
     recorded_seq: int = 0  # highest frame seq whose effects are in the sink
+    replay_until: int = 0  # the last seq the agent had sent when it reconnected (run_alive): what it replays
     facts_seq: int = 0  # recorded_seq as of the last execution_facts write handed to the store
     started_at: float = 0.0
     grace: asyncio.TimerHandle | None = None
