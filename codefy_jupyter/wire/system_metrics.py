@@ -80,9 +80,10 @@ class SystemSampler:
     added to it; idle (waiting, reading nothing) while none is.
 
     Each run's points reach its `emit(points)`, called on the sampling thread under the sampler's
-    lock, so once `remove` returns none follows. psutil's CPU count starts when the first run of a
-    busy spell is added; the first sample comes one interval later, so a run shorter than the
-    interval records none (its note says so)."""
+    lock, so once `remove` returns none follows. The thread wakes when the first run of a busy
+    spell is added (psutil's CPU count starts then) and goes idle at the first tick that finds no
+    run; the first sample comes one interval after the wake-up, so a run shorter than the interval
+    may record none (its note says so)."""
 
     def __init__(self, *, interval_s: float, psutil: Any, nvml: Any, pid: int | None = None,
                  process_text: str = "the run's own process") -> None:
@@ -95,7 +96,7 @@ class SystemSampler:
         self.nvml: Any = None  # the module once NVML started on the sampling thread
         self._runs: dict[str, _Run] = {}
         self._lock = threading.Lock()
-        self._busy = threading.Event()  # set while runs are added (and to stop)
+        self._busy = threading.Event()  # set from the first add of a busy spell to its first empty tick
         self._stop = threading.Event()
         self._opened = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="codefy-system-metrics", daemon=True)
@@ -107,14 +108,13 @@ class SystemSampler:
     def add(self, key: str, cards: Mapping[str, str], emit: Callable[[list[Point]], None]) -> None:
         with self._lock:
             self._runs[key] = _Run(cards, emit)
-            self._busy.set()
+            if not self._busy.is_set():  # set() takes the event's own lock even when it is set
+                self._busy.set()
 
     def remove(self, key: str) -> dict[str, Any] | None:
         """Stop sampling for `key`; its note (`execution_facts.system_metrics`), or None if unknown."""
         with self._lock:
             run = self._runs.pop(key, None)
-            if not self._runs and not self._stop.is_set():
-                self._busy.clear()
         if run is None:
             return None
         gpu = run.gpu
@@ -150,7 +150,11 @@ class SystemSampler:
                 if self._stop.is_set():
                     break
                 self._read_cpu()  # the count starts now, not at the end of the last busy spell
-                while not self._stop.wait(self.interval_s) and self._busy.is_set():
+                while not self._stop.wait(self.interval_s):
+                    with self._lock:
+                        if not self._runs:  # idle from the first tick with no run: runs that come and
+                            self._busy.clear()  # go between two ticks never wake the thread
+                            break
                     self.sample()
         finally:
             if self.nvml is not None:
