@@ -10,8 +10,8 @@ on a daemon thread and recorded as metric points of the run (the same `metric` e
 
 Each series counts its own `step` (0, 1, 2... one per sample) and has no node: a node's metrics,
 their steps, the run's last values (`execution_complete.metrics`) and its peak memory are untouched.
-`note` says what was sampled, for the run's `execution_facts.system_metrics`, with `gpu` saying why
-there are no GPU values where there are none.
+`SystemSampler.remove` answers the run's note, what was sampled, for its
+`execution_facts.system_metrics`, with `gpu` saying why there are no GPU values where there are none.
 
 One sampler (one daemon thread) samples one process for any number of runs: the control plane
 keeps one for all the runs executing in it (they share its process), the agent one per run
