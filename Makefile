@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/run_queue.py
 	$(PY) benchmarks/workers.py
 	$(PY) benchmarks/cpu_threads.py
+	$(PY) benchmarks/system_metrics.py
 	$(PY) benchmarks/discovery.py
 	$(PY) benchmarks/experiments.py
 	$(PY) benchmarks/store_readers.py

@@ -34,6 +34,7 @@ from . import pipe
 from .transfer import InputCache, RunTransfer, TransferFailed, UploadStopped, point_inputs, upload_order
 from .isolation import OfferedDevice, Visibility, child_environment, visibility
 from .launch import LaunchError, Launched, ProcessExit
+from .system_sampling import RunSampling, interval_from, run_cards
 
 log = logging.getLogger("codefy.agent")
 
@@ -117,6 +118,7 @@ class RunProcess:
         self.directory = runner.runs_dir / request.run_id
         self.log_path = self.directory / OUTPUT_LOG
         self.launched: Launched | None = None
+        self.sampling: RunSampling | None = None
         self.report: dict[str, Any] | None = None
         self.cancel_requested = False
         self.killed = False
@@ -260,6 +262,8 @@ class RunProcess:
             self._held = []  # run_started waits for the cap (seed #788: capped before run_started)
         else:  # nothing to wait for: no extra hop for runs without budgets
             self._report_started(None)
+        self.sampling = RunSampling(self.runner.system_metrics_interval_s, self.run_id, launched.pid,
+                                    run_cards(view, self.runner.offered), self._system_message)
         spec = {
             "run_id": r.run_id, "graph": graph, "device": view.engine_device, "seed": r.seed,
             "deterministic": r.deterministic, "max_parallel_nodes": r.max_parallel_nodes,
@@ -279,7 +283,10 @@ class RunProcess:
             writer.write(pipe.encode("cancel", {"reason": self._cancel_reason}))
         with contextlib.suppress(ConnectionError):
             await writer.drain()
-        await self._read(reader)
+        try:
+            await self._read(reader)
+        finally:
+            self.sampling.stop()  # the process is gone (or its socket broke): no more samples
         exit_ = await self._exit_status()
         writer.close()
         if self._ending is not None:
@@ -298,6 +305,14 @@ class RunProcess:
         if self._transfer_facts is not None:
             self.runner.on_message(self.run_id, "facts", {"kind": "transfer", "facts": self._transfer_facts})
         for kind, body in held:
+            self.runner.on_message(self.run_id, kind, body)
+
+    def _system_message(self, kind: str, body: dict[str, Any]) -> None:
+        """A system metric point or the sampling note (agent/system_sampling.py), sent as the run's
+        process's own messages are: held until a budgeted run is reported started."""
+        if self._held is not None:
+            self._held.append((kind, body))
+        elif self.report is None:
             self.runner.on_message(self.run_id, kind, body)
 
     def _never_capped(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -339,6 +354,8 @@ class RunProcess:
             if kind == "finished" and self._held is not None:
                 body = self._never_capped(body)
             if kind == "finished":
+                if self.sampling is not None:  # before the report: its note goes ahead of the end
+                    self.sampling.stop()
                 self.report = body
                 if self.request.record_outputs:
                     # Its outputs are written after the report (seed: recorded outputs on a
@@ -494,6 +511,7 @@ class Runner:
         self.on_finished = on_finished
         self.kill_policy = kill_policy or KillPolicy()
         self.transfer = transfer
+        self.system_metrics_interval_s = interval_from(os.environ)
         # Called with a record_outputs run's id once its process (which writes them) has exited.
         self.on_outputs: Callable[[str], None] | None = None
         # Processes still writing a finished run's outputs: `agent stop` waits for them too.

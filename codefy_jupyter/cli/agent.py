@@ -96,6 +96,10 @@ def add_parser(sub: Any) -> None:
                     help="how many finished runs keep their folder (agent-runs/<run>/: output.log, data/), the "
                     f"newest; older ones are removed (default: $CODEFY_AGENT_KEEP_RUNS, else {DEFAULT_KEEP_RUNS}; "
                     "-1 keeps all)")
+    st.add_argument("--system-metrics-interval", type=seconds(allow_zero=True), metavar="S",
+                    help="seconds between samples of each run's system metrics (CPU, resident memory, its cards' "
+                    "utilization and memory through NVML), recorded as metrics of the run; 0: off (default: "
+                    "$CODEFY_SYSTEM_METRICS_INTERVAL_S, else 5)")
     sp = cmds.add_parser("stop", help="stop the agents running from an agent folder",
                          description="Ask each running agent of the folder (or the one --name names) to stop: its "
                          "runs get 10 s to stop cooperatively, then are terminated; their last frames are sent.")
@@ -156,6 +160,8 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             args.keep_runs = keep_runs(os.environ.get("CODEFY_AGENT_KEEP_RUNS", str(DEFAULT_KEEP_RUNS)))
         except argparse.ArgumentTypeError as err:
             parser.error(f"CODEFY_AGENT_KEEP_RUNS: {err}")
+    if args.system_metrics_interval is not None:  # read by the runner (agent/system_sampling.py)
+        os.environ["CODEFY_SYSTEM_METRICS_INTERVAL_S"] = str(args.system_metrics_interval)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s codefy-agent %(levelname)s %(message)s")
     agent_dir = Path(args.data_dir).expanduser() if args.data_dir else default_agent_dir()

@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable
 
 from ..client.flags import add_server_arguments, int_in, seconds, server_from_arguments
+from ..wire import system_metrics as sm
 from . import interrupts
 from .args import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from .output import announce, dump, duration, error_doc, fail, out, row, timestamp, value_text
@@ -214,12 +215,42 @@ async def _show(client: Any, args: argparse.Namespace) -> int:
         points = await client.metrics(run["id"])
     except CodefyError:
         points = []
-    series = _series(points)
+    series = {key: values for key, values in _series(points).items() if not sm.is_system(key[1])}
     if series:
         out("  Metrics")
         for (node, name), values in series.items():
             out(row(f"  {name}", f"{value_text(values[-1])}" + (f"  ({node})" if node else "")))
+    for label, text in system_rows(sm.summary(points), (run.get("execution_facts") or {}).get("system_metrics")):
+        out(row(label, text))
     return EXIT_OK
+
+
+def _bytes(value: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value:.0f} B"
+
+
+def system_rows(peaks: dict[str, float], note: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """`runs show`'s system summary: the peaks of the run's system metrics, and why GPU values are
+    missing where they are."""
+    if not peaks and not note:
+        return []
+    rows = [("System", f"sampled every {note['interval_s']:g} s" if note and note.get("interval_s") else "sampled")]
+    if sm.CPU_PERCENT in peaks:
+        rows.append(("  peak CPU", f"{peaks[sm.CPU_PERCENT]:.0f} %"))
+    if sm.RSS_BYTES in peaks:
+        rows.append(("  peak RSS", _bytes(peaks[sm.RSS_BYTES])))
+    for name in sorted(n for n in peaks if n.startswith(sm.GPU_UTIL)):
+        rows.append((f"  peak GPU {name[len(sm.GPU_UTIL):]}", f"{peaks[name]:.0f} %"))
+    for name in sorted(n for n in peaks if n.startswith(sm.GPU_MEMORY)):
+        rows.append((f"  peak GPU memory {name[len(sm.GPU_MEMORY):]}", _bytes(peaks[name])))
+    if note and not any(n.startswith(sm.GPU_UTIL) or n.startswith(sm.GPU_MEMORY) for n in peaks):
+        rows.append(("  GPU", str(note.get("gpu") or "none")))
+    if len(rows) == 1 and not note:
+        return []
+    return rows
 
 
 def _cpu_threads(budget: dict[str, Any]) -> str:

@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any, Callable, TextIO
 
+from ..wire.system_metrics import is_system
+
 BAR_WIDTH = 24
 
 
@@ -51,6 +53,8 @@ class LiveView:
             now = self.clock() if at is None else at
             kind = event.get("event", "")
             if kind == "metric":
+                if is_system(event.get("name")):
+                    return  # the run's system metrics: `codefy runs show` sums them up
                 key = (event["node_id"], event.get("step"))
                 if key != self._metrics_key:
                     self._flush_metrics()

@@ -78,6 +78,12 @@ SETTINGS: tuple[Setting, ...] = (
             "OPENBLAS_NUM_THREADS in a worker run's process). 0: automatic, the machine's cores divided among its "
             "cpu queue's slots (run_queue_max_concurrent_cpu, or its override), at least 1. A run's "
             "options.cpu_threads beats it; the run's execution_facts.cpu_threads says what it got."),
+    Setting("system_metrics_interval_s", float, 5.0,
+            "Seconds between samples of a running run's system metrics, recorded as metrics of the run: "
+            "system/cpu_percent and system/rss_bytes of its process (for a run in the control plane, the "
+            "control plane's process), and system/gpu_util_percent/<card> and system/gpu_memory_bytes/<card> "
+            "through NVML for its CUDA cards. 0: off. A worker agent reads the same variable from its own "
+            "environment (or `codefy agent start --system-metrics-interval`) for the runs it executes."),
     Setting("max_parallel_nodes", int, 4, "Nodes executing concurrently inside one run (a seeded run uses 1)."),
     Setting("run_retention_keep_last", int, 200,
             "How many finished runs to keep. 0 keeps none; a negative value disables retention."),
@@ -149,6 +155,16 @@ def _coerce(setting: Setting, value: Any) -> Any:
             return int(str(value).strip()) if not isinstance(value, int) else value
         except ValueError:
             raise ConfigError(setting, value, "expected an integer") from None
+    if setting.kind is float:
+        if isinstance(value, bool):
+            raise ConfigError(setting, value, "expected a number")
+        try:
+            number = float(str(value).strip()) if not isinstance(value, (int, float)) else float(value)
+        except ValueError:
+            raise ConfigError(setting, value, "expected a number") from None
+        if number != number or number in (float("inf"), float("-inf")):
+            raise ConfigError(setting, value, "expected a finite number")
+        return number
     return str(value)
 
 
@@ -171,6 +187,7 @@ class Settings:
     worker_heartbeat_s: int = 10
     worker_cancel_grace_s: int = 30
     run_cpu_threads: int = 0
+    system_metrics_interval_s: float = 5.0
     max_parallel_nodes: int = 4
     run_retention_keep_last: int = 200
     run_event_payload_cap_bytes: int = 131072

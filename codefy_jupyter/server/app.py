@@ -12,7 +12,7 @@ from typing import Any
 from jupyter_server._tz import utcnow
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Bool, Int, List, Unicode
+from traitlets import Bool, Float, Int, List, Unicode
 
 from .._version import __version__
 from ..core.config import SETTINGS, Settings
@@ -41,7 +41,7 @@ _DEFAULT_WAIT = object()
 def _setting_traits() -> dict[str, Any]:
     traits = {}
     for s in SETTINGS:
-        kind = Int if s.kind is int else Unicode
+        kind = {int: Int, float: Float}.get(s.kind, Unicode)
         traits[s.name] = kind(s.default, help=f"{s.help} (env: {s.env}, which wins)").tag(config=True)
     return traits
 

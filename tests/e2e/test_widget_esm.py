@@ -55,7 +55,7 @@ def run_row(n: int, status: str, **fields) -> dict:
     return row
 
 
-def view_state() -> dict:
+def view_state(with_system: bool = False) -> dict:
     log = [("execution_start", {"device": "cpu", "devices": ["cpu"], "seed": 42, "queue_key": "cpu",
                                 "name": "mlp", "started_at": NOW - 30})]
     for node_id, node_type in (("data", "SyntheticClassification"), ("split", "TrainTestSplit"), ("model", "MLP")):
@@ -63,6 +63,11 @@ def view_state() -> dict:
     for epoch in range(1, 4):
         log.append(("metric", {"node_id": "train", "name": "train_loss", "value": 1.0 / epoch, "step": epoch}))
         log.append(("metric", {"node_id": "train", "name": "val_loss", "value": 1.2 / epoch, "step": epoch}))
+        if with_system:  # the run's system metrics (wire/system_metrics.py): no node, steps of their own
+            log.append(("metric", {"node_id": None, "name": "system/cpu_percent", "value": 90.0 * epoch,
+                                   "step": epoch - 1}))
+            log.append(("metric", {"node_id": None, "name": "system/rss_bytes", "value": 2.0e8 * epoch,
+                                   "step": epoch - 1}))
     log.append(("progress", {"node_id": "train", "node_type": "TrainingLoop", "value": 40, "total": 150,
                              "label": "epoch 3/10"}))
     events = [{"seq": i, "type": kind, "payload": payload} for i, (kind, payload) in enumerate(log, start=1)]
@@ -70,7 +75,7 @@ def view_state() -> dict:
 
 
 def fixtures() -> dict:
-    state = view_state()
+    state = view_state(with_system=True)
     runs = [run_row(1, "running", name="mlp"),
             run_row(2, "queued", started_at=None, queue_position=2,
                     queue_reason={"code": "worker_away", "message": "waiting for worker gpu-box to reconnect"}),
@@ -205,7 +210,10 @@ def test_the_widgets_render_their_rows_and_send_their_actions(site, tmp_path):
     # Run view: node states, epoch and batch bars, one chart line per series.
     assert report["view_nodes"] == {"data": "done", "split": "done", "model": "done", "train": "running"}
     assert report["bars"] == ["26.7%", "66.7%"]  # 2 of 10 epochs and 10 of the 15 batches of the third
-    assert sorted(report["series"]) == [["train_loss", 3], ["val_loss", 3]]
+    assert sorted(report["series"]) == [["system/cpu_percent", 3], ["system/rss_bytes", 3], ["train_loss", 3],
+                                        ["val_loss", 3]]
+    # The system metrics in charts of their own (percent, bytes): the training curves keep their scale.
+    assert report["charts"] == [["train_loss", "val_loss"], ["system/cpu_percent"], ["system/rss_bytes"]]
 
     # Workers: the rows, and the empty state.
     assert report["worker_rows"] == ["gpu-box", "laptop"]
@@ -264,7 +272,8 @@ def test_views_say_when_their_kernel_went_away_and_the_dialog_watches_in_full(si
     watch = report["watch"]
     assert watch["run_views"] == 1 and watch["strip"] is False
     assert watch["nodes"] == {"data": "done", "split": "done", "model": "done", "train": "running"}
-    assert watch["bars"] == ["26.7%", "66.7%"] and watch["series"] == 2 and watch["title"] == "mlp"
+    # Its series: train_loss and val_loss, and its two system metrics in charts of their own.
+    assert watch["bars"] == ["26.7%", "66.7%"] and watch["series"] == 4 and watch["title"] == "mlp"
     assert "run complete" in report["watch_after"] and "train_loss 0.25" in report["watch_after"]
     assert report["watch_cleared"] == {"run_views": 0, "strip": True}
 

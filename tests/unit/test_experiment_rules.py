@@ -111,6 +111,14 @@ def test_final_metrics_take_the_objective_nodes_value_for_its_names():
     assert objective.series_names(points) == ["loss", "lr", "val_acc"]
 
 
+def test_a_runs_system_metrics_are_no_final_metric_but_may_be_an_objective():
+    points = [_p("a", "loss", 1, 1.0), _p(None, "system/rss_bytes", 0, 3e8), _p(None, "system/cpu_percent", 0, 80.0),
+              _p(None, "system/rss_bytes", 1, 4e8)]
+    assert objective.final_metrics(points) == {"loss": 1.0}
+    assert objective.series_names(points) == ["loss"]
+    assert objective.read_objective(points, "system/rss_bytes").value == 4e8
+
+
 # -- children -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("options,code,field", [

@@ -66,3 +66,17 @@ def test_state_changes_always_print_and_held_metrics_come_out_at_close():
     view.close()
     assert out.getvalue().splitlines() == [
         "  · a step 1: loss 1", "  ! a: careful", "  ↳ model: /m.pt", "✓ b (Float) 0 ms", "  · a step 3: loss 0.25"]
+
+
+def test_a_runs_system_metrics_print_no_lines():
+    out = Tty()
+    view = LiveView(out, plain_interval_s=5.0)
+    view({"event": "metric", "node_id": "train", "name": "train_loss", "value": 0.5, "step": 1}, at=1.0)
+    for step in range(3):
+        view({"event": "metric", "node_id": None, "name": "system/cpu_percent", "value": 80.0, "step": step}, at=2.0)
+        view({"event": "metric", "node_id": None, "name": "system/rss_bytes", "value": 3e8, "step": step}, at=2.0)
+    view({"event": "node_status", "node_id": "train", "node_type": "TrainingLoop", "status": "done",
+          "elapsed_s": 2.0}, at=3.0)
+    view.close()
+    text = out.getvalue()
+    assert "train_loss 0.5" in text and "system/" not in text and "None" not in text

@@ -8,7 +8,9 @@ and the run's final metrics. Pure; the points are `run_metrics` rows in write or
   no value, and `ambiguous_producers` lists them ("(run)" for a series logged without a node). No
   producer is picked for the user.
 - Final metrics: the last value of every series the run logged, in write order, except that a
-  name the objective's node logged shows that node's value.
+  name the objective's node logged shows that node's value. The run's system metrics
+  (`system/...`, wire/system_metrics.py) are no result of it: they are left out there and of the
+  series names (an objective may still name one).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
+
+from ...wire.system_metrics import is_system
 
 RUN_LEVEL = "(run)"  # how a series logged without a node is named among producers
 
@@ -74,7 +78,7 @@ def final_metrics(points: Iterable[Mapping[str, Any]], objective_node: str | Non
     preferred: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
     for order, point in enumerate(points):
         name = point.get("name")
-        if not isinstance(name, str):
+        if not isinstance(name, str) or is_system(name):
             continue
         last[name] = _finite(point.get("value"))
         if objective_node is not None and _producer(point) == objective_node:
@@ -86,4 +90,4 @@ def final_metrics(points: Iterable[Mapping[str, Any]], objective_node: str | Non
 
 def series_names(points: Iterable[Mapping[str, Any]]) -> list[str]:
     """The series a run recorded (an objective_warning lists them when nobody logged the objective)."""
-    return sorted({p["name"] for p in points if isinstance(p.get("name"), str)})
+    return sorted({p["name"] for p in points if isinstance(p.get("name"), str) and not is_system(p["name"])})

@@ -39,6 +39,7 @@ class RunRecord:
     worker: str | None = None
     device: str | None = None  # an in-process run's device, for its peak memory
     facts: dict[str, Any] | None = None  # an in-process run's execution_facts written at its start
+    sampler: Any = None  # an in-process run's system metrics sampler (core/runs/system_sampling.py)
     # Its final write is under way: `status` is still the one before, which followers see until the
     # write commits.
     finishing: bool = False

@@ -47,7 +47,7 @@ from ..scheduling.records import Placement
 from ..scheduling.slot_groups import LOCAL, LocalMachine
 from ..store.database import Store
 from ..workers.service import WorkerService
-from . import endings, recovery
+from . import endings, recovery, system_sampling
 from . import state as rs
 from .estimates import MemoryEstimates
 from .event_log import EventLog
@@ -397,6 +397,8 @@ class RunService:
                        data_dir=self.data_dir / "runs" / run_id, cache=cache, cpu=budget,
                        options=self.outputs.options(run_id, row))
         handle = record.handle = self.executor.start(spec, partial(self._on_engine_event, run_id))
+        record.sampler = system_sampling.start(self.settings.system_metrics_interval_s, run_id, placement.device,
+                                               partial(self._on_engine_event, run_id))
         task = loop.create_task(self._await_run(run_id, handle))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -472,6 +474,7 @@ class RunService:
         except BaseException as err:  # the engine refused the graph or crashed: the run fails
             result, error = None, err
         self.queue.finish(run_id)  # the slot first: the next run may start while we file this one
+        sampled = system_sampling.stop(active.sampler)
         if self._runs.executing(run_id) is not active:
             return  # shutdown already closed it (it outlived the grace period)
         await self._reschedule()
@@ -482,8 +485,10 @@ class RunService:
             ending = endings.of_result(run_id, result, error, duration=duration, lost=self.events.lost.get(run_id),
                                        shutting_down=self._closing)
             peak = in_process_peak(active.device or "cpu")
-            if peak:
-                ending = replace(ending, facts={**(active.facts or {}), **(ending.facts or {}), "peak_memory": peak})
+            if peak or sampled:
+                ending = replace(ending, facts={**(active.facts or {}), **(ending.facts or {}),
+                                                **({"peak_memory": peak} if peak else {}),
+                                                **({"system_metrics": sampled} if sampled else {})})
         if run_id in self.outputs.recording:  # kept before the final status shows: a read right after finds them
             await self.outputs.keep_ending(run_id, result, active.worker)
         await self._write_final(run_id, ending.status, ending.closing, error=ending.error, facts=ending.facts)

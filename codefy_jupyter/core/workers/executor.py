@@ -462,6 +462,8 @@ class WorkerExecutor:
             run.facts["numerics"] = frame.facts.get("numerics")
             self._spawn(self.host.store.put_fingerprint(fingerprint, document))
             self._spawn(self.host.store.update_run(run.run_id, fingerprint_digest=fingerprint))
+        elif frame.kind == "system_metrics":  # what the agent sampled (agent/system_sampling.py)
+            run.facts["system_metrics"] = frame.facts
         else:
             run.facts.setdefault("run_facts", []).append({"kind": frame.kind, "facts": frame.facts})
 

@@ -76,6 +76,18 @@ function chart(metrics) {
   return h("div", { class: "cdf-chart" }, svg, legend);
 }
 
+// The run's own metrics in one chart; its system metrics (`system/...`, wire/system_metrics.py) in
+// two of their own, percent and bytes, so that their scales never flatten the training curves.
+function charts(metrics) {
+  const own = {}, percent = {}, bytes = {};
+  for (const [name, byNode] of Object.entries(metrics || {})) {
+    if (!name.startsWith("system/")) own[name] = byNode;
+    else if (/_bytes(\/|$)/.test(name)) bytes[name] = byNode;
+    else percent[name] = byNode;
+  }
+  return [chart(own), chart(percent), chart(bytes)];
+}
+
 // A run in one of these statuses changes no more, so its view cannot go stale; the same list as
 // run_state_view.py FINISHED (tests/unit/test_widget_exports.py holds them equal).
 const RUN_FINISHED = ["succeeded", "failed", "cancelled", "interrupted"];
@@ -200,7 +212,7 @@ function renderRunView({ model, el }) {
   const draw = () => {
     el.dataset.viewState = stale ? "disconnected" : "live";
     root.replaceChildren(
-      ...[staleBanner(), header(), queueLine(), nodes(), progress(), chart(get("metrics")), ...outcome()].filter(Boolean));
+      ...[staleBanner(), header(), queueLine(), nodes(), progress(), ...charts(get("metrics")), ...outcome()].filter(Boolean));
   };
   const keys = ["status", "name", "queue_position", "queue_reason", "queue_key", "nodes", "inner_nodes", "progress",
     "metrics", "error", "stop_reason", "result", "warnings", "follow_error", "duration_s", "device", "seed",
