@@ -84,7 +84,7 @@ async def test_a_full_inbox_pauses_reading_until_its_frames_are_recorded(tmp_pat
         assert max(f.seq for f in link.frames if isinstance(f, Ack)) <= 8
 
         workers.frame(worker, RunFinished(run_id=rid, status="succeeded", seq=9), link)
-        await until(lambda: service._known_status(rid) == "succeeded")
+        await until(lambda: service.reads.known_status(rid) == "succeeded")
         row = await store.get_run(rid)
         assert row["status"] == "succeeded" and row["last_seq"] == 9
         await until(lambda: any(isinstance(f, Ack) and f.seq == 9 for f in link.frames))
@@ -114,7 +114,7 @@ async def test_a_batch_is_recorded_in_order_and_pauses_reading_once_past_the_bou
         assert inbox.persisted_seq == 11 and inbox.duplicates == 1
         assert any(isinstance(f, Cancel) and f.run_id == "gone" for f in link.frames)
         workers.frame(worker, RunFinished(run_id=rid, status="succeeded", seq=12), link)
-        await until(lambda: service._known_status(rid) == "succeeded")
+        await until(lambda: service.reads.known_status(rid) == "succeeded")
         events, _, more = await store.read_events(rid)
         assert not more
         nodes = [e.payload["node_id"] for e in events if e.type == "node_status"]

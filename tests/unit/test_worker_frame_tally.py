@@ -39,7 +39,7 @@ async def test_frames_replayed_after_a_reconnect_are_counted_and_duplicates_amon
         for i in (3, 4, 5, 6, 7):
             workers.frame(back, Event(run_id=rid, seq=i, event=event(i)), again)
         workers.frame(back, RunFinished(run_id=rid, status="succeeded", seq=8), again)
-        await until(lambda: service._known_status(rid) == "succeeded")
+        await until(lambda: service.reads.known_status(rid) == "succeeded")
 
         assert tally.replayed_total.value() == 4  # seqs 3 to 6
         assert tally.duplicate_total.value() == 2  # 3 and 4, dropped

@@ -485,10 +485,9 @@ class RunService:
             ending = endings.of_result(run_id, result, error, duration=duration, lost=self.events.lost.get(run_id),
                                        shutting_down=self._closing)
             peak = in_process_peak(active.device or "cpu")
-            if peak or sampled:
-                ending = replace(ending, facts={**(active.facts or {}), **(ending.facts or {}),
-                                                **({"peak_memory": peak} if peak else {}),
-                                                **({"system_metrics": sampled} if sampled else {})})
+            measured = {key: value for key, value in (("peak_memory", peak), ("system_metrics", sampled)) if value}
+            if measured:
+                ending = replace(ending, facts={**(active.facts or {}), **(ending.facts or {}), **measured})
         if run_id in self.outputs.recording:  # kept before the final status shows: a read right after finds them
             await self.outputs.keep_ending(run_id, result, active.worker)
         await self._write_final(run_id, ending.status, ending.closing, error=ending.error, facts=ending.facts)
@@ -580,9 +579,6 @@ class RunService:
 
     async def s3_artifact(self, run_id: str, artifact_id: str) -> tuple[Any, str]:
         return await self.reads.s3_artifact(run_id, artifact_id)
-
-    def _known_status(self, run_id: str) -> str | None:
-        return self.reads.known_status(run_id)
 
     def statistics(self) -> dict[str, Any]:
         stats = self.queue.statistics()

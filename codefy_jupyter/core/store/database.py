@@ -2,13 +2,12 @@
 one SQLite file.
 
 Why it is shaped this way:
-- One writer connection on a thread of its own (`store_writer.py`). A write is a function of that
-  connection; the thread takes whatever writes are queued and applies them in one
-  `BEGIN IMMEDIATE` transaction (group commit). Under load a batch
-  forms while the previous commit is in flight, so N concurrent writes cost about one fsync
-  rather than N, and an idle store adds no delay. `await store.write(...)` returns only after its
-  transaction committed, with WAL and `synchronous=FULL`, so a write acknowledged to a client
-  survives a crash.
+- One writer connection on a thread of its own (`writer.py`). A write is a function of that
+  connection; the thread takes whatever writes are queued and applies them in one `BEGIN
+  IMMEDIATE` transaction (group commit). Under load a batch forms while the previous commit is in
+  flight, so N concurrent writes cost about one fsync rather than N, and an idle store adds no
+  delay. `await store.write(...)` returns only after its transaction committed, with WAL and
+  `synchronous=FULL`, so a write acknowledged to a client survives a crash.
 - Reads go through a second, read-only connection on another thread. In WAL mode a reader never
   waits for the writer and sees every committed transaction.
 - The repository functions take a plain sqlite3 connection, not the Store, so each one runs on
@@ -20,10 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sqlite3
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -34,8 +31,9 @@ from ..telemetry import Histogram
 from . import workers as store_workers
 from .checkpoints import CheckpointPolicy
 from .ids import select_ids_with_prefix
-from .writer import BUSY_TIMEOUT_MS, Outcomes, Write, WriterThread, settle
-from .migrations import SCHEMA_VERSION, SchemaVersionError, migrate, read_schema_version
+from .migrations import SchemaVersionError
+from .sqlite_file import ConnectionThread, check_is_sqlite, connect_reader, connect_writer, make_private, probe_room
+from .writer import Outcomes, Write, WriterThread, settle
 from .queries import (
     EVENT_ENVELOPE_BYTES,
     EVENTS_PAGE_BYTES,
@@ -81,10 +79,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Clock = Callable[[], float]
-_SQLITE_HEADER = b"SQLite format 3\x00"
-# What `probe_room` writes to see whether a full disk has room again: about one batch of events.
-PROBE_BYTES = 256 * 1024
-PROBE_NAME = ".codefy-space-probe"
 
 
 @dataclass(frozen=True)
@@ -99,131 +93,13 @@ class StoreStatistics:
 
 
 # ---------------------------------------------------------------------------------------------
-# Connections on their own threads
-
-
-class _ConnectionThread:
-    """A sqlite3 connection living on one thread; `await run(fn, *args)` calls fn(conn, *args) there.
-
-    Why not a call per statement (what aiosqlite offers): each call is a thread hand-off, measured
-    at 0.1-0.3 ms on a 2-core box, while a statement takes a few microseconds. Running a whole batch
-    of writes, or a whole read, as one function costs one hand-off.
-    """
-
-    def __init__(self, executor: ThreadPoolExecutor, conn: sqlite3.Connection) -> None:
-        self._executor = executor
-        self._conn = conn
-
-    @classmethod
-    async def start(cls, name: str, connect: Callable[[], sqlite3.Connection]) -> "_ConnectionThread":
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-        try:
-            conn = await asyncio.get_running_loop().run_in_executor(executor, connect)
-        except BaseException:
-            executor.shutdown(wait=True)
-            raise
-        return cls(executor, conn)
-
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, self._conn, *args))
-
-    async def close(self) -> None:
-        try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._conn.close)
-        finally:
-            self._executor.shutdown(wait=True)  # the thread is idle by now: this returns at once
-
-
-def _connect_writer(path: Path, synchronous: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None)  # autocommit: we issue BEGIN ourselves
-    try:
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        # Read the version before anything writes: a newer file must stay untouched.
-        version = read_schema_version(conn)
-        if version > SCHEMA_VERSION:
-            raise SchemaVersionError(version, SCHEMA_VERSION)
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise StoreError(f"{path}: SQLite would not switch to WAL mode (got {mode!r})", path=path)
-        conn.execute(f"PRAGMA synchronous = {synchronous}")
-        # The writer thread checkpoints between batches (checkpoints.py), not inside a COMMIT.
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
-        migrate(conn)
-        return conn
-    except BaseException:
-        conn.close()
-        raise
-
-
-def _connect_reader(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True, isolation_level=None)
-    conn.execute("PRAGMA busy_timeout = 5000")
-    return conn
-
-
-def _check_is_sqlite(path: Path) -> None:
-    """Refuse a file that is not SQLite before SQLite gets to touch it."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(_SQLITE_HEADER))
-    except FileNotFoundError:
-        return
-    except IsADirectoryError:
-        raise StoreError(f"{path} is a directory, not a database file", path=path) from None
-    except OSError as exc:
-        raise StoreError(f"cannot read the database file {path}: {exc}", path=path) from exc
-    if head and head != _SQLITE_HEADER:  # an empty file is a valid, empty database
-        raise StoreError(f"{path} is not an SQLite database; refusing to use it (it was left unchanged)", path=path)
-
-
-def _probe_room(folder: Path) -> bool:
-    probe = folder / PROBE_NAME
-    try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            left = memoryview(b"\0" * PROBE_BYTES)
-            while left:  # a nearly full disk takes part of a write, then refuses the rest
-                left = left[os.write(fd, left):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return True
-    except OSError as exc:
-        if not is_storage_full(exc):
-            log.warning("store: probing %s for room failed: %s", folder, exc)
-        return False
-    finally:
-        try:
-            probe.unlink()
-        except OSError:
-            pass
-
-
-def _make_private(path: Path) -> None:
-    """The database (and its -wal, -shm, -journal) readable by the owner only: runs hold graphs,
-    parameters and outputs. SQLite gives its side files the database file's mode, so creating the
-    database 0600 before SQLite does is enough for new files; older, wider ones are narrowed."""
-    try:
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-    except OSError as exc:
-        raise StoreError(f"cannot open the database file {path}: {exc}", path=path) from exc
-    for side in ("", "-wal", "-shm", "-journal"):
-        try:
-            os.chmod(f"{path}{side}", 0o600)
-        except FileNotFoundError:
-            pass
-        except PermissionError:
-            log.warning("store: cannot make %s%s private to its owner", path, side)
-
-
-# ---------------------------------------------------------------------------------------------
 # The store
 
 
 class Store:
     """Open with `await Store.open(path)`; close with `await store.close()` (or `async with`)."""
 
-    def __init__(self, path: Path, writer: WriterThread, reader: _ConnectionThread, *, clock: Clock) -> None:
+    def __init__(self, path: Path, writer: WriterThread, reader: ConnectionThread, *, clock: Clock) -> None:
         self._path = path
         self._writer = writer
         self._reader = reader
@@ -260,11 +136,11 @@ class Store:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         path = Path(path).expanduser().absolute()
-        _check_is_sqlite(path)
+        check_is_sqlite(path)
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _make_private(path)
+        make_private(path)
         try:
-            writer = await WriterThread.start("codefy-store-writer", partial(_connect_writer, path, synchronous),
+            writer = await WriterThread.start("codefy-store-writer", partial(connect_writer, path, synchronous),
                                               batch_window_s=batch_window_s, max_batch=max_batch,
                                               checkpoints=checkpoints or CheckpointPolicy())
         except SchemaVersionError as exc:
@@ -273,7 +149,7 @@ class Store:
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot use {path} as the codefy database: {exc}", path=path) from exc
         try:
-            reader = await _ConnectionThread.start("codefy-store-reader", partial(_connect_reader, path))
+            reader = await ConnectionThread.start("codefy-store-reader", partial(connect_reader, path))
         except BaseException as exc:
             await writer.close()
             if isinstance(exc, sqlite3.Error):
@@ -356,7 +232,7 @@ class Store:
     async def probe_room(self) -> bool:
         """After a full disk: whether it has room again (a small file written, synced and removed
         next to the database); clears `full` when it has."""
-        room = await asyncio.to_thread(_probe_room, self._path.parent)
+        room = await asyncio.to_thread(probe_room, self._path.parent)
         if room and self.full:
             self.full = False
             log.warning("store: the disk holding %s has room again", self._path)
