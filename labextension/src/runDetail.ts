@@ -1,9 +1,10 @@
 // A run's detail (Watch, or a click on its name in the Runs panel), in the main area: status,
 // the device it ran on (requested device on hover), seed, Deterministic, Env (the first 12
 // characters of the environment digest, the whole on hover), the error, the metrics chart with its
-// Download CSV button, the recorded artifacts each with Copy path, and the last 200 events of its
-// log, which keep arriving while the run is active. Metrics and artifacts are read on open and again
-// (at most once a second) after a metric, artifact or closing event.
+// Download CSV button (the system metrics sampled while it ran in charts of their own), the
+// recorded artifacts each with Copy path, and the last 200 events of its log, which keep arriving
+// while the run is active. Metrics and artifacts are read on open and again (at most once a
+// second) after a metric, artifact or closing event.
 
 import { Widget } from '@lumino/widgets';
 
@@ -17,7 +18,7 @@ import {
 import { LiveSocket } from './live';
 import { renderError, renderNotice } from './messages';
 import { eventLine, EVENTS_KEPT, mergeEvents } from './events';
-import { Artifact, artifactName, artifactPath, metricSeries, RECORD_EVENTS } from './runRecords';
+import { Artifact, artifactName, artifactPath, chartGroups, metricSeries, RECORD_EVENTS } from './runRecords';
 import type { Series } from './experiments';
 import type { EventsFrame, Run, RunEvent } from './types';
 
@@ -33,6 +34,7 @@ export class RunDetail extends Widget {
   private error = '';
   private live: LiveSocket | null = null;
   private series: Series[] = [];
+  private systemSeries: Series[][] = [];  // percent, then bytes: the ones the run has
   private artifacts: Artifact[] = [];
   private copied = '';
   private recordsTimer: ReturnType<typeof setTimeout> | null = null;
@@ -106,7 +108,9 @@ export class RunDetail extends Widget {
     this.recordsTimer = null;
     try {
       const [metrics, artifacts] = await Promise.all([this.api.metrics(this.runId), this.api.artifacts(this.runId)]);
-      this.series = metricSeries(metrics.metrics);
+      const groups = chartGroups(metrics.metrics);
+      this.series = metricSeries(groups.own);
+      this.systemSeries = [metricSeries(groups.percent), metricSeries(groups.bytes)].filter(s => s.length);
       this.artifacts = artifacts;
     } catch (err) {
       this.error = err instanceof ApiError ? renderError(err.body, this.trans, err.message) : String(err);
@@ -122,6 +126,11 @@ export class RunDetail extends Widget {
     if (this.series.length) {
       parts.push(h('div', { class: 'cdf-subtitle' }, t.__('Metrics')),
         h('div', { class: 'cdf-curves cdf-run-metrics' }, lineChart(this.series, t.__('step'))));
+    }
+    if (this.systemSeries.length) {
+      parts.push(h('div', { class: 'cdf-subtitle' }, t.__('System (sampled while it ran)')),
+        ...this.systemSeries.map(series =>
+          h('div', { class: 'cdf-curves cdf-run-system' }, lineChart(series, t.__('sample')))));
     }
     if (this.artifacts.length) {
       parts.push(h('div', { class: 'cdf-subtitle' }, t.__('Artifacts')),

@@ -48,6 +48,23 @@ export function metricSeries(rows: MetricRow[]): Series[] {
   }));
 }
 
+/** A run's metric rows by the chart they go in: its own metrics, and its system metrics
+ * (`system/...`, sampled while it ran: wire/system_metrics.py) in two charts of their own, percent
+ * and bytes, so that their scales never flatten the training curves (RunView draws them alike). */
+export function chartGroups(rows: MetricRow[]): { own: MetricRow[]; percent: MetricRow[]; bytes: MetricRow[] } {
+  const groups = { own: [] as MetricRow[], percent: [] as MetricRow[], bytes: [] as MetricRow[] };
+  for (const row of rows) {
+    if (!row.name.startsWith('system/')) {
+      groups.own.push(row);
+    } else if (/_bytes(\/|$)/.test(row.name)) {
+      groups.bytes.push(row);
+    } else {
+      groups.percent.push(row);
+    }
+  }
+  return groups;
+}
+
 /** The path Copy path copies: where the file is on this server (for every backend, as GET
  * runs/{id}/artifacts documents it). */
 export function artifactPath(a: Artifact): string {

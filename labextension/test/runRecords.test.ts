@@ -1,7 +1,24 @@
 import { describe, expect, it } from 'vitest';
 
 import { canResumeStudy } from '../src/experiments';
-import { artifactName, artifactPath, metricSeries, RECORD_EVENTS } from '../src/runRecords';
+import { artifactName, artifactPath, chartGroups, metricSeries, RECORD_EVENTS } from '../src/runRecords';
+
+describe('chart groups', () => {
+  it('keeps system metrics out of the training chart, percent apart from bytes', () => {
+    const rows = [
+      { node_id: 'train', name: 'train_loss', step: 0, value: 1.0 },
+      { node_id: null, name: 'system/cpu_percent', step: 0, value: 97 },
+      { node_id: null, name: 'system/rss_bytes', step: 0, value: 2 ** 30 },
+      { node_id: null, name: 'system/gpu_util_percent/cuda:0', step: 0, value: 80 },
+      { node_id: null, name: 'system/gpu_memory_bytes/cuda:0', step: 0, value: 2 ** 33 },
+      { node_id: 'train', name: 'systemic_bytes', step: 0, value: 3 }
+    ];
+    const groups = chartGroups(rows);
+    expect(groups.own.map(r => r.name)).toEqual(['train_loss', 'systemic_bytes']);
+    expect(groups.percent.map(r => r.name)).toEqual(['system/cpu_percent', 'system/gpu_util_percent/cuda:0']);
+    expect(groups.bytes.map(r => r.name)).toEqual(['system/rss_bytes', 'system/gpu_memory_bytes/cuda:0']);
+  });
+});
 
 describe('metric series', () => {
   it('makes one series per node and name, x the step, in the order first logged', () => {
