@@ -1,10 +1,10 @@
-// A run's detail (Watch, or a click on its name in the Runs panel), in the main area: status,
-// the device it ran on (requested device on hover), seed, Deterministic, Env (the first 12
-// characters of the environment digest, the whole on hover), the error, the metrics chart with its
-// Download CSV button (the system metrics sampled while it ran in charts of their own), the
-// recorded artifacts each with Copy path, and the last 200 events of its log, which keep arriving
-// while the run is active. Metrics and artifacts are read on open and again (at most once a
-// second) after a metric, artifact or closing event.
+// A run's detail (Watch, or a click on its name in the Runs panel), in the main area: its id with
+// Copy id, status, the device it ran on (requested device on hover), seed, Deterministic, Env (the
+// first 12 characters of the environment digest, the whole on hover), the error, the metrics chart
+// with its Download CSV button (the system metrics sampled while it ran in charts of their own),
+// the recorded artifacts each with Copy path, and the last 200 events of its log, which keep
+// arriving while the run is active. Metrics and artifacts are read on open and again (at most once
+// a second) after a metric, artifact or closing event.
 
 import { Widget } from '@lumino/widgets';
 
@@ -152,6 +152,13 @@ export class RunDetail extends Widget {
     const t = this.trans;
     const requested = run.options?.requested_device;
     const rows: [string, HTMLElement | string][] = [
+      // The 12 characters Lab shows everywhere: every client and REST reader takes them (a unique
+      // prefix of 8 or more stands for its id); Copy id puts the whole id on the clipboard.
+      [t.__('Id'), h('span', {}, h('span', { class: 'cdf-mono cdf-run-id', title: run.id }, run.id.slice(0, 12)), ' ',
+        h('button', { class: 'cdf-copy-id', onclick: async () => {
+          this.copied = (await copyText(run.id)) ? run.id : '';
+          this.draw();
+        } }, this.copied === run.id ? t.__('Copied') : t.__('Copy id')))],
       [t.__('Status'), h('span', { class: `cdf-status cdf-${run.status}` }, run.status)],
       [t.__('Worker'), workerLabel(run, t)],
       [t.__('Device'), h('span', { title: requested && requested !== run.device ? t.__('requested %1', requested) : '' },

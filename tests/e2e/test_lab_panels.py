@@ -124,6 +124,13 @@ def test_runs_and_workers_panels_live(lab: Lab) -> None:
             artifact.locator("button.cdf-copy-path").click()
             expect(artifact.locator("button.cdf-copy-path")).to_have_text("Copied")
             assert page.evaluate("navigator.clipboard.readText()") == model["path"]
+            # The id as Lab shows it (12 characters) is one every reader takes; Copy id copies it whole.
+            shown = detail.locator(".cdf-run-id")
+            expect(shown).to_have_text(train[:12])
+            assert lab.api("GET", f"runs/{shown.inner_text()}")["id"] == train
+            detail.locator("button.cdf-copy-id").click()
+            expect(detail.locator("button.cdf-copy-id")).to_have_text("Copied")
+            assert page.evaluate("navigator.clipboard.readText()") == train
             with page.expect_download() as got:
                 detail.locator("button.cdf-csv").click()
             csv = Path(got.value.path()).read_text()
