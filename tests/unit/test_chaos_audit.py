@@ -39,6 +39,19 @@ def test_a_whole_log_is_clean():
     assert (a["lost"], a["duplicated"], a["gaps"]) == (0, 0, 0) and audit.run_ok(a)
 
 
+def test_system_metrics_sampled_in_between_are_neither_unexpected_nor_lost():
+    events = whole_log()
+    sampled = [{"seq": 0, "type": "metric", "payload": {"node_id": None, "name": name, "value": 1.0, "step": step}}
+               for step in range(3) for name in ("system/cpu_percent", "system/rss_bytes")]
+    events = renumber(events[:3] + sampled + events[3:])
+    a = audit.audit_run(run(last_seq=len(events)), events, EXPECTED)
+    assert a["unexpected_events"] == [] and (a["lost"], a["duplicated"], a["gaps"]) == (0, 0, 0) and audit.run_ok(a)
+    # Their seqs are checked as every event's are: one missing is a gap.
+    del events[4]
+    a = audit.audit_run(run(last_seq=len(events) + 1), events, EXPECTED)
+    assert a["gaps"] == 1 and not audit.run_ok(a)
+
+
 def test_a_missing_seq_is_a_gap_and_a_loss():
     events = whole_log()
     del events[3]

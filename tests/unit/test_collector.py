@@ -137,7 +137,12 @@ def test_a_heap_frozen_by_someone_else_stays_frozen(reg, seen):
     try:
         before = gc.get_freeze_count()
         assert run_graph(graph_of(seen), registry=reg, presets=PresetLibrary(include_env=False)).ok
-        assert gc.get_freeze_count() == before and seen["graph_reachable"] is True
+        # Still frozen, and nothing frozen on top (an unfreeze, or a freeze of the run's structures,
+        # would count every object the test has made since). Fewer is fine: a frozen object that
+        # is freed (here, or on a thread of the test runner) leaves the permanent generation.
+        after = gc.get_freeze_count()
+        assert 0 < after <= before and before - after < 1000, (before, after)
+        assert seen["graph_reachable"] is True
     finally:
         gc.unfreeze()
 
