@@ -6,11 +6,12 @@ Public surface (other code and outside tests rely on it; `tests/unit/test_engine
 from .cache import LRUCache, NoCache, OutputCache, RAMPressureCache, SessionCache
 from .context import CancelToken, EngineCallbacks, ExecutionContext
 from .errors import EngineError, GraphError, NodeFailure, Problem, RegistryError, RunCancelled
-from .executor import RunResult, execute_graph, run_graph
+from .executor import execute_graph, run_graph
 from .expansion import Expand
 from .graph import Graph, parse_graph, validate_graph
 from .presets import PresetLibrary
 from .registry import NodeDef, NodeRegistry, ParamSpec, PortSpec, default_registry, lazy, node, optional, param
+from .run_result import RunResult
 
 __all__ = [
     "CancelToken", "EngineCallbacks", "EngineError", "ExecutionContext", "Expand", "Graph", "GraphError",

@@ -235,3 +235,17 @@ def test_there_are_no_circles_between_rooms():
         rooms.setdefault(room, set()).update(_room(t) for t in _ours(targets) if t != PKG and _room(t) != room)
     circles = _circles(rooms)
     assert circles == [], "\n".join(" <-> ".join(c) for c in circles)
+
+
+MODULE_LINES_MAX = 600  # STYLE.md 13: small modules, one job each
+
+
+def test_no_module_is_over_600_lines():
+    # No exceptions: a module that grows past this is split along its jobs (engine/executor.py into
+    # executor, execution, pick_classes, run_result; studies/coordinator.py into coordinator and
+    # reconcile), keeping every public name importable where it was.
+    sizes = {path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+             for path in (ROOT / PKG).rglob("*.py")}
+    over = sorted((n, p) for p, n in sizes.items() if n > MODULE_LINES_MAX)
+    assert over == [], f"modules over {MODULE_LINES_MAX} lines (split each along its jobs):\n" + "\n".join(
+        f"  {path}: {lines} lines" for lines, path in reversed(over))

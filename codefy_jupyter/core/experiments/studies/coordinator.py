@@ -1,11 +1,12 @@
-"""The study coordinator: submits a study's children, follows them, copies their evidence onto
-their attempts, and puts every study a previous process left active back in order at start-up.
+"""The study coordinator: submits a study's children, follows them, and copies their evidence onto
+their attempts. Putting every study a previous process left active back in order at start-up is
+reconcile.py's (`Reconciler`, the coordinator with that pass; StudyService stands on it).
 
 Exactly once. Each attempt's child run id is chosen when the attempt is created (the stamp) and
 written with `attempt_submitting` before the child is submitted; the child carries the attempt's
 id in `study_attempt_id`. A process that dies between the submit and `attempt_submitted` leaves
-the attempt `submitting`: the next start finds the child by its stamp and links it back
-(`attempt_relinked`), or, when no run carries the stamp, marks the attempt lost and gives the
+the attempt `submitting`: the next start (reconcile.py) finds the child by its stamp and links it
+back (`attempt_relinked`), or, when no run carries the stamp, marks the attempt lost and gives the
 repetition a new attempt (`attempt_added`). No repetition is ever submitted twice for one attempt.
 
 The owner's queued cap (core/scheduling/quotas.py). A child takes a place of its owner's queued
@@ -48,7 +49,6 @@ from .results import study_results
 log = logging.getLogger(__name__)
 
 RUN_NAME_MAX = 200  # the run API's limit on a name
-ACTIVE_RUN_STATUSES = frozenset({"queued", "running", "disconnected"})
 
 
 def _log_failed_change(study_id: str, task: asyncio.Task) -> None:
@@ -473,16 +473,6 @@ class Coordinator:
             if resume_after:
                 await self.resume_locked(study_id, None)
 
-    async def _evidence(self, study: Mapping[str, Any], a: Mapping[str, Any]) -> dict[str, Any]:
-        """The child's evidence, unless retention already copied it (the run is gone then)."""
-        # Metric points are flushed apart from the closing write that run_finished follows: make
-        # every point the child logged durable before reading them.
-        await self.runs.events.flush()
-        found = await self.store.read(db.run_and_points, a["run_id"])
-        if found is None or a["evidence_copied"]:
-            return {}
-        return evidence(found[0], found[1], study["objective"])
-
     # -- resume (call with the lock held) -----------------------------------------------------------
     async def resume_locked(self, study_id: str, budget: Budget | None, *, expected_revision: int | None = None,
                             halt_instead: bool = False) -> int | None:
@@ -519,86 +509,3 @@ class Coordinator:
         if revision is not None:
             await self.advance(study_id)
         return revision
-
-    # -- start-up reconciliation --------------------------------------------------------------------
-    async def reconcile(self) -> None:
-        ids = await self.store.read(db.active_study_ids, sorted(st.ACTIVE))
-        # A study that had stopped scheduling may still have had children in flight.
-        ids += [i for i in await self.store.read(db.studies_with_attempts_in, sorted(st.IN_FLIGHT)) if i not in ids]
-        for study_id in ids:
-            try:
-                async with self.lock(study_id):
-                    await self._reconcile(study_id)
-            except Exception:
-                log.exception("study %s: reconciling after the restart failed", study_id)
-
-    async def _reconcile(self, study_id: str) -> None:
-        study = await self.store.read(db.get_study, study_id)
-        attempts = await self._attempts(study_id)
-        now = self.clock()
-        change = db.Change()
-        adopted: list[str] = []
-        for a in current_attempts(attempts).values():
-            if a["status"] not in st.IN_FLIGHT:
-                continue
-            run = await self.store.read(db.run_by_stamp, a["id"])
-            if run is None:  # the submission never created a run
-                again = new_attempt(study_id, a["variant"], a["repetition"], a["attempt"] + 1, a["seed"], now)
-                change.attempts[a["id"]] = {"status": st.LOST}
-                change.new_attempts.append(again)
-                change.events += [("attempt_lost", _where(a)),
-                                  ("attempt_added", {**_where(again), "replaces": a["id"]})]
-                continue
-            if a["status"] == st.SUBMITTING:
-                change.events.append(("attempt_relinked", {**_where(a), "run_status": run["status"]}))
-            if run["status"] in ACTIVE_RUN_STATUSES:  # taken over from a worker: it runs on
-                self._children[a["run_id"]] = study_id
-                adopted.append(a["run_id"])
-                if a["started_at"] is not None:
-                    self._arm_run_timer(study, a, now - a["started_at"])
-                change.attempts[a["id"]] = {"status": st.A_RUNNING if run["status"] != "queued" else st.A_QUEUED}
-                continue
-            status = st.attempt_status_of_run(run["status"], a["stop_reason"])
-            change.attempts[a["id"]] = {"status": status, **await self._evidence(study, a)}
-            change.events.append(("attempt_finished", {**_where(a), "status": status,
-                                                       "objective_value": change.attempts[a["id"]].get(
-                                                           "objective_value")}))
-        resume = False
-        if study["status"] not in st.ACTIVE:  # its attempts put right; its status stays
-            await self._change(study_id, change)
-            return
-        # A child the restart retired beside one taken over from a worker: nothing would ever retry
-        # it, so the study is interrupted as without one (an auto study resumes at once).
-        retired = any(change.attempts.get(a["id"], {}).get("status") in (st.A_INTERRUPTED, st.A_CANCELLED)
-                      for a in current_attempts(attempts).values())
-        if adopted and retired and study["status"] in (st.RUNNING, st.QUEUED):
-            change.study = {"status": st.next_status(study["status"], "interrupt")}
-            change.events.append(("study_interrupted", {"reason": "server_restart"}))
-            resume = study["resume_policy"] == "auto"
-        elif not adopted:
-            if study["status"] == st.CANCEL_REQUESTED:
-                change.study = {"status": st.next_status(st.CANCEL_REQUESTED, "interrupt")}
-                change.events.append(("study_cancelled", {"reason": "server_restart"}))
-            else:
-                after = [{**a, **change.attempts.get(a["id"], {})} for a in attempts] + change.new_attempts
-                if decide(Budget(**study["budget"]), after, now).done and study["status"] == st.RUNNING:
-                    change.study = {"status": st.next_status(st.RUNNING, "finish")}
-                    labels = [v["label"] for v in await self.store.read(db.get_variants, study_id)]
-                    ranking = study_results(labels, study["repetitions"], after, study["objective"]["direction"],
-                                            comparisons=False)["rankings"]
-                    change.events.append(("study_finished", {"ranking": ranking}))
-                else:
-                    change.study = {"status": st.next_status(study["status"], "interrupt")}
-                    change.events.append(("study_interrupted", {"reason": "server_restart"}))
-                    resume = study["resume_policy"] == "auto"
-        await self._change(study_id, change)
-        if resume:
-            await self.resume_locked(study_id, None, halt_instead=True)
-        elif adopted and study["status"] == st.CANCEL_REQUESTED:
-            for run_id in adopted:
-                try:
-                    await self.runs.cancel(run_id)
-                except ServiceError:
-                    pass
-        elif adopted and not change.study and study["status"] in (st.RUNNING, st.QUEUED):
-            await self.advance(study_id)

@@ -15,7 +15,7 @@ from ...scheduling.quotas import Reservation
 from ...store import studies as db
 from . import state as st
 from .attempts import new_attempt, new_id
-from .coordinator import Coordinator
+from .reconcile import Reconciler
 from .request import check_budget_covers, parse_budget, parse_study, seed_of
 from .rendered import FULL, SUMMARY, RenderedStudy
 from .views import study_csv, study_view, summary
@@ -33,7 +33,7 @@ LIST_LIMIT = 50
 INT64_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset or cursor cannot even be bound
 
 
-class StudyService(Coordinator):
+class StudyService(Reconciler):
     def __init__(self, runs: RunService) -> None:
         super().__init__(runs)
         self._rendered: dict[str, RenderedStudy] = {}  # the studies read last, most recent last
