@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+import sys
+from pathlib import Path
 
 from codefy_jupyter._version import __version__
 from codefy_jupyter.core.workers.session import CLOSE_HELLO_TOO_LARGE
 from codefy_jupyter.wire import hello_limits as hl
 from codefy_jupyter.wire import protocol as wp
 from codefy_jupyter.wire.compact_json import dumps
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import request_cost  # noqa: E402  (the largest hello, shared with the benchmark)
 
 from test_server_runs import call
 from test_worker_placement_e2e import until_state
@@ -24,24 +28,11 @@ from test_worker_handlers import (  # noqa: F401 (fixtures)
 )
 
 
-def device(box: int, i: int) -> dict[str, Any]:
-    """A device entry of exactly HELLO_MAX_DEVICE_CHARS characters."""
-    entry = {"device": f"cuda:{i}", "uuid": f"GPU-{box}-{i}", "total_memory": 80 << 30, "name": ""}
-    entry["name"] = "N" * (hl.HELLO_MAX_DEVICE_CHARS - len(dumps(entry)))
-    return entry
-
-
 async def largest_hello(jp_fetch, name: str, box: int) -> wp.Hello:
     """A hello at the bounds that show in GET workers: every device, every node type (all of them
-    the server's and as many more as fit, listed as extra), the longest version and platform."""
-    cat = await catalog(jp_fetch)
-    types = {f"pack.T{i:05d}".ljust(hl.HELLO_MAX_NAME_CHARS, "t"): "h" * 64
-             for i in range(hl.HELLO_MAX_NODE_TYPES - len(cat["types"]))}
-    return wp.Hello(name=name, version=__version__, protocol_version=wp.PROTOCOL_VERSION,
-                    catalog_hash="x" * 64, node_types={**cat["types"], **types}, capabilities=["ack"],
-                    devices=[device(box, i) for i in range(hl.HELLO_MAX_DEVICES)],
-                    platform="p" * hl.HELLO_MAX_TEXT_CHARS, machine_id="m" * 64,
-                    fingerprint={"packages": [f"pkg{i}==1.0" for i in range(2000)]})
+    the server's and as many more as fit, listed as extra), the longest version and platform; the
+    same one benchmarks/request_cost.py measures the listing with."""
+    return request_cost.largest_hello(name, box, await catalog(jp_fetch))
 
 
 async def connect(jp_http_port, jp_base_url, token: str) -> RawAgent:
