@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..client.flags import add_run_arguments, server_from_arguments, submit_options
+from ..wire import messages as words
 from . import interrupts
 from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from .output import announce, dump, error_doc, fail, out, row, value_text
@@ -220,7 +221,7 @@ class RunWatcher:
         shown = None
         run = self.run
         while run.get("status") == "queued":
-            reason = (run.get("queue_reason") or {}).get("message")
+            reason = words.text_of(run.get("queue_reason")) or None
             key = (run.get("queue_position"), run.get("queue_key"), reason)
             if key != shown and not self.as_json:
                 pos = run.get("queue_position")

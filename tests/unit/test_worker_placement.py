@@ -338,8 +338,11 @@ class TestRefusals:
         assert q.go() == []
         assert q.why("a")[0] == "worker_disconnected"
         assert q.why("b") == ("behind_waiting_run",
-                              "behind run a in the box/cuda:0 queue, which is waiting for worker box to reconnect",
-                              {"run_id": "a", "code": "worker_disconnected"})
+                              "behind run a in the box/cuda:0 queue, which is held up: waiting for worker box to "
+                              "reconnect",
+                              {"run_id": "a", "name": None, "queue": "box/cuda:0", "code": "worker_disconnected",
+                               "ahead": {"code": "worker_disconnected", "params": {"worker": "box"},
+                                         "message": "waiting for worker box to reconnect"}})
 
     def test_an_enrolled_worker_that_never_reported_takes_any_device_and_graph(self):
         q = Q()
@@ -453,7 +456,7 @@ class TestNamedWorker:
         assert q.ids() == []
         assert q.why("set") is None  # its own card is busy: its turn
         assert q.why("sneak") == ("device_reserved", "box/cuda:0 is reserved for run set, which waits ahead of this run",
-                                  {"device": "box/cuda:0", "run_id": "set"})
+                                  {"device": "box/cuda:0", "run_id": "set", "name": None})
         assert q.why("kind") is None
         assert q.done("busy") == [("set", "box", ("box/cuda:1", "box/cuda:0"))]
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from codefy_jupyter.core.scheduling.device_sets import Notice, SubmitError
+from codefy_jupyter.wire import messages as words
 
 MIB = 1024 * 1024
 GIB_MIB = 1024
@@ -107,12 +108,9 @@ def shared_group(members: Iterable[tuple[str, bool, bool]]) -> bool:
 
 
 def reason_memory_wait(slot: str, need_mib: int, room: int | None) -> Notice:
-    if room is None:
-        return Notice("memory_wait", f"waiting for {slot} to report its free memory (needs {need_mib} MiB)",
-                      {"device": slot, "need_mib": need_mib, "free_mib": None})
-    return Notice("memory_wait",
-                  f"waiting for memory on {slot}: needs {need_mib} MiB (budget and CUDA context), {room} MiB free",
-                  {"device": slot, "need_mib": need_mib, "free_mib": room})
+    # In GiB for people ("6.0 GiB free of 8.5 GiB needed"), the exact MiB in the params.
+    params = {"device": slot, "need_mib": need_mib, "free_mib": room}
+    return Notice("memory_wait", words.message("memory_wait", params), params)
 
 
 def reason_no_budget(slot: str, *, whole: bool, running: int) -> Notice:
