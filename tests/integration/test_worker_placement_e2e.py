@@ -464,8 +464,8 @@ async def test_one_shot_workers_say_why_a_run_naming_them_waits(jp_fetch, agents
     await wait_status(jp_fetch, mine["id"], {"running"}, timeout=120)
     other = await queued(jp_fetch, SMALL, target={"worker": "job"})
     assert await reason_of(jp_fetch, other["id"]) == {
-        "code": "one_shot_run_id", "params": {"worker": "job", "run_id": mine["id"]},
-        "message": f"one-shot worker job was started for run {mine['id']}"}
+        "code": "one_shot_run_id", "params": {"worker": "job", "run_id": mine["id"], "name": None},
+        "message": f"one-shot worker job was started for run {mine['id'][:12]}"}  # the id as surfaces show it
 
     solo = agents("--one-shot", name="solo")
     await until_connected(jp_fetch, solo)

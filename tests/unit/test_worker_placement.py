@@ -756,11 +756,20 @@ class TestOneShot:
         q.set_worker(box("shot", "cpu", one_shot=True, run_id="other"))
         q.add("n", "cpu", worker="shot")
         assert q.why("n") == ("one_shot_run_id", "one-shot worker shot was started for run other",
-                              {"worker": "shot", "run_id": "other"})
+                              {"worker": "shot", "run_id": "other", "name": None})
         q.set_worker(box("shot", "cpu", one_shot=True))
         q.add("m", "cpu", worker="shot")
         assert q.ids() == ["n"]
         assert q.why("m") == ("one_shot_taken", "one-shot worker shot has already taken its run", {"worker": "shot"})
+
+    def test_the_run_a_one_shot_worker_was_started_for_is_said_by_its_name(self):
+        q = Q()
+        q.add("other", "cpu", name="the job")  # runs here; the one-shot worker names it all the same
+        assert q.ids() == ["other"]
+        q.set_worker(box("shot", "cpu", one_shot=True, run_id="other"))
+        q.add("n", "cpu", worker="shot")
+        assert q.why("n") == ("one_shot_run_id", "one-shot worker shot was started for run 'the job'",
+                              {"worker": "shot", "run_id": "other", "name": "the job"})
 
     def test_any_never_uses_a_one_shot_worker(self):
         q = Q(Limits(cpu=1))

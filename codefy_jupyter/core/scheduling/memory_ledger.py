@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from codefy_jupyter.core.scheduling.device_sets import Notice, SubmitError
-from codefy_jupyter.wire import messages as words
 
 MIB = 1024 * 1024
 GIB_MIB = 1024
@@ -110,26 +109,19 @@ def shared_group(members: Iterable[tuple[str, bool, bool]]) -> bool:
 def reason_memory_wait(slot: str, need_mib: int, room: int | None) -> Notice:
     # In GiB for people ("6.0 GiB free of 8.5 GiB needed"), the exact MiB in the params.
     params = {"device": slot, "need_mib": need_mib, "free_mib": room}
-    return Notice("memory_wait", words.message("memory_wait", params), params)
+    return Notice.worded("memory_wait", params)
 
 
 def reason_no_budget(slot: str, *, whole: bool, running: int) -> Notice:
-    if whole:
-        text = (f"waiting for {slot} to empty: it is shared by memory and this run has no budget "
-                "(options.target.memory_gib), so it takes the card whole")
-    else:
-        text = f"waiting for {slot}: a run without a memory budget has the card whole"
-    return Notice("memory_no_budget", text, {"device": slot, "whole": whole, "running": running})
+    return Notice.worded("memory_no_budget", {"device": slot, "whole": whole, "running": running})
 
 
 def reason_budget_raised(slot: str, estimate_gib: float, raised_gib: float, need_mib: int | None = None,
                          room: int | None = None) -> Notice:
     """A memory wait of a run whose accepted estimate the server raised (memory_estimate.py): the
     raise is why it waits when the estimate it was given would have fitted."""
-    return Notice("budget_raised",
-                  f"the estimated budget was raised from {estimate_gib:g} to {raised_gib:g} GiB; waiting for it on {slot}",
-                  {"device": slot, "estimate_gib": estimate_gib, "memory_gib": raised_gib, "need_mib": need_mib,
-                   "free_mib": room})
+    return Notice.worded("budget_raised", {"device": slot, "estimate_gib": estimate_gib, "memory_gib": raised_gib,
+                                           "need_mib": need_mib, "free_mib": room})
 
 
 def raised(why: Notice, estimate_gib: float | None, budget_mib_: int) -> Notice:

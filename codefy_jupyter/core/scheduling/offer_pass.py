@@ -18,7 +18,6 @@ from codefy_jupyter.core.scheduling.records import INTERACTIVE, QUEUED, Run
 from codefy_jupyter.core.scheduling.slot_groups import (
     DISCONNECTED, DRAINING, LOCAL, OFFLINE, Topology, WorkerOffer, slot_name,
 )
-from codefy_jupyter.wire import messages as words
 
 
 class Held(NamedTuple):
@@ -276,7 +275,8 @@ class OfferPass:
             return [], wp.reason_storage(run.files, offer.name, self._mount_label, run.files_why), False
         if offer.one_shot:
             if offer.run_id is not None and offer.run_id != run.run_id:
-                return [], wp.reason_one_shot_run_id(offer.name, offer.run_id), False
+                return [], wp.reason_one_shot_run_id(offer.name, offer.run_id,
+                                                     self._who(offer.run_id, state)["name"]), False
             choices = self._one_shot_choices(run, [offer], state)
             if not choices and self._one_shot_busy(offer, state):
                 return [], wp.reason_one_shot_taken(offer.name), False
@@ -341,9 +341,7 @@ class OfferPass:
             slot, holder = reserved_by
             return said("device_reserved", {"device": slot, **self._who(holder, state)}), False
         if busy_set:
-            return Notice("waiting_for_set_devices",
-                          f"waiting for {', '.join(busy_set)}: a device-set run starts when every device is free",
-                          {"devices": busy_set}), False
+            return said("waiting_for_set_devices", {"devices": busy_set}), False
         if alone_blocked and (not own_full or any(slots[0] not in h.slots or h.run.lane == INTERACTIVE
                                                   for h in local_running)):
             return said("waiting_to_run_alone", {"running": len(local_running)}), False
@@ -402,9 +400,7 @@ class OfferPass:
                 self._one_shot_taken.add(worker)
 
 
-def said(code: str, params: dict) -> Notice:
-    """A reason whose English words are the message catalog's (wire/messages.json)."""
-    return Notice(code, words.message(code, params), params)
+said = Notice.worded  # a reason in the message catalog's words (wire/messages.json)
 
 
 def behind(head: Run, why: Notice) -> Notice:
