@@ -24,9 +24,11 @@ def catalog() -> dict[str, list[Any]]:
 
 
 def _get(params: Mapping[str, Any], key: str) -> Any:
+    if "." not in key:
+        return params.get(key)
     value: Any = params
     for part in key.split("."):
-        value = value.get(part) if isinstance(value, Mapping) else None
+        value = value.get(part) if isinstance(value, dict) else None  # JSON objects are dicts
     return value
 
 
@@ -73,7 +75,7 @@ def _filtered(value: Any, name: str | None, params: Mapping[str, Any]) -> str | 
         named = params.get("name")
         return f"'{named}'" if isinstance(named, str) and named else str(value)[:SHORT_ID]
     if name == "reason":
-        return text_of(value) if isinstance(value, Mapping) else None
+        return text_of(value) if isinstance(value, dict) else None
     raise ValueError(f"unknown filter {name!r} in the message catalog")
 
 
@@ -81,21 +83,33 @@ def _variant(variant: Any) -> tuple[dict[str, Any], str]:
     return ({}, variant) if isinstance(variant, str) else (variant.get("when") or {}, variant["text"])
 
 
+@lru_cache(maxsize=1024)
+def _parts(text: str) -> tuple[str | tuple[str, str | None], ...]:
+    """A template once split into literals and (key, filter) placeholders: the server words its
+    wait reasons on every scheduling pass."""
+    out: list[str | tuple[str, str | None]] = []
+    at = 0
+    for match in _PLACEHOLDER.finditer(text):
+        out.append(text[at:match.start()])
+        out.append((match.group(1), match.group(2)))
+        at = match.end()
+    out.append(text[at:])
+    return tuple(out)
+
+
 def fill(text: str, params: Mapping[str, Any]) -> str | None:
     """`text` with its placeholders filled, or None when one of them has no value."""
-    missing = False
-
-    def one(match: re.Match[str]) -> str:
-        nonlocal missing
-        value = _get(params, match.group(1))
-        out = None if value is None else _filtered(value, match.group(2), params)
+    pieces: list[str] = []
+    for part in _parts(text):
+        if isinstance(part, str):
+            pieces.append(part)
+            continue
+        value = _get(params, part[0])
+        out = None if value is None else _filtered(value, part[1], params)
         if out is None:
-            missing = True
-            return ""
-        return out
-
-    filled = _PLACEHOLDER.sub(one, text)
-    return None if missing else filled
+            return None
+        pieces.append(out)
+    return "".join(pieces)
 
 
 def render(code: str, params: Mapping[str, Any] | None = None) -> str | None:
@@ -116,7 +130,7 @@ def text_of(notice: Mapping[str, Any] | str | None) -> str:
     if isinstance(notice, str):
         return notice
     params = notice.get("params")
-    text = render(str(notice.get("code") or ""), params if isinstance(params, Mapping) else {})
+    text = render(str(notice.get("code") or ""), params if isinstance(params, dict) else {})
     return text or str(notice.get("message") or notice.get("code") or "")
 
 
