@@ -304,7 +304,7 @@ class RunWatcher:
             out(row("Code", error["code"]))
         if error.get("field"):
             out(row("Field", error["field"]))
-        out(row("Message", error.get("message", "")))
+        out(row("Message", words.text_of(error) if error.get("code") else error.get("message", "")))
         if error.get("hint"):
             out(row("Hint", error["hint"]))
         out()
