@@ -71,6 +71,104 @@ export const MESSAGES: Record<string, Variant[]> = {
     "behind run {run_id|who} in the {queue} queue, which is held up: {ahead|reason}",
     "behind run {run_id|who}, which waits for more than its turn"
   ],
+  "waiting_for_storage": [
+    {
+      "when": {
+        "worker": "any",
+        "need": "transfer"
+      },
+      "text": "waiting for a worker with the mount label {label}, or the transfer backend: {detail}"
+    },
+    {
+      "when": {
+        "worker": "any",
+        "need": "transfer"
+      },
+      "text": "waiting for a worker with the mount label {label}, or the transfer backend"
+    },
+    {
+      "when": {
+        "worker": {
+          "not": "any"
+        },
+        "need": "transfer"
+      },
+      "text": "worker {worker} lacks the mount label {label}, or the transfer backend: {detail}"
+    },
+    {
+      "when": {
+        "worker": {
+          "not": "any"
+        },
+        "need": "transfer"
+      },
+      "text": "worker {worker} lacks the mount label {label}, or the transfer backend"
+    },
+    {
+      "when": {
+        "worker": "any",
+        "need": "mount"
+      },
+      "text": "waiting for a worker with the mount label {label} (the data folder, mounted): {detail}"
+    },
+    {
+      "when": {
+        "worker": "any",
+        "need": "mount"
+      },
+      "text": "waiting for a worker with the mount label {label} (the data folder, mounted)"
+    },
+    {
+      "when": {
+        "worker": {
+          "not": "any"
+        },
+        "need": "mount"
+      },
+      "text": "worker {worker} lacks the mount label {label} (the data folder, mounted): {detail}"
+    },
+    {
+      "when": {
+        "worker": {
+          "not": "any"
+        },
+        "need": "mount"
+      },
+      "text": "worker {worker} lacks the mount label {label} (the data folder, mounted)"
+    },
+    {
+      "when": {
+        "worker": "any",
+        "need": "same_machine"
+      },
+      "text": "waiting for a worker with this server's machine (it reads a file outside the data folder): {detail}"
+    },
+    {
+      "when": {
+        "worker": "any",
+        "need": "same_machine"
+      },
+      "text": "waiting for a worker with this server's machine (it reads a file outside the data folder)"
+    },
+    {
+      "when": {
+        "worker": {
+          "not": "any"
+        },
+        "need": "same_machine"
+      },
+      "text": "worker {worker} lacks this server's machine (it reads a file outside the data folder): {detail}"
+    },
+    {
+      "when": {
+        "worker": {
+          "not": "any"
+        },
+        "need": "same_machine"
+      },
+      "text": "worker {worker} lacks this server's machine (it reads a file outside the data folder)"
+    }
+  ],
   "waiting_for_turn": [
     "runs ahead of it hold the device"
   ],

@@ -166,14 +166,10 @@ def storage_backend(need: str, *, same_machine: bool, has_label: bool, transfer:
 def reason_storage(need: str, worker: str, label: str, why: tuple[str, str] | None = None) -> Notice:
     """The run uses files that no worker it may go to can reach now. `why`: (code, text) of why the
     transfer backend cannot serve it (not uploads, over the size limit, outside the data folder)."""
-    what = _STORAGE_TEXT.get(need, need).format(label=label)
-    who = "a worker" if worker == ANY else f"worker {worker}"
-    text = f"waiting for {who} with {what}" if worker == ANY else f"{who} lacks {what}"
     params: dict = {"worker": worker, "need": need, "label": label}
     if why is not None:
-        text += f": {why[1]}"
-        params["why"] = why[0]
-    return Notice("waiting_for_storage", text, params)
+        params.update(why=why[0], detail=why[1])
+    return Notice.worded("waiting_for_storage", params)
 
 
 def refuse_storage(worker: str, need: str, label: str) -> SubmitError:

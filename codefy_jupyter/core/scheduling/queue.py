@@ -100,7 +100,7 @@ behind a head that has a reason waits for that too and says so (`behind_waiting_
   one_shot_taken           {worker}          the named one-shot worker has taken its run
   one_shot_run_id          {worker, run_id}  the named one-shot worker was started for another run
   behind_waiting_run       {run_id, code}    behind head run_id of its queue, which waits with reason code
-  waiting_for_storage      {worker, need, label[, why]}  the run uses files (`Run.files`) that the named
+  waiting_for_storage      {worker, need, label[, why, detail]}  the run uses files (`Run.files`) that the named
                            worker, or every worker that would take it, cannot reach: no mount
                            label, no transfer, not this machine (placement.storage_backend)
   memory_wait              {device, need_mib, free_mib}  a card shared by memory has no room for the
