@@ -68,8 +68,7 @@ export const MESSAGES: Record<string, Variant[]> = {
     "waiting for {devices|list}: a device-set run starts when every device is free"
   ],
   "behind_waiting_run": [
-    "behind run {run_id|who} in the {queue} queue, which is held up: {ahead|reason}",
-    "behind run {run_id|who}, which waits for more than its turn"
+    "behind run {run_id|who} in the {queue} queue, which is held up: {ahead|reason}"
   ],
   "waiting_for_storage": [
     {
