@@ -84,3 +84,22 @@ def test_the_catalog_ships_in_the_wheel():
     assert "codefy_jupyter" in build["packages"]  # every file of the package, messages.json included
     assert not any("json" in p for p in build.get("exclude", ()))
     assert (ROOT / "codefy_jupyter" / "wire" / "messages.json").is_file()
+
+
+def test_every_reason_the_scheduler_builds_has_words_and_an_unworded_one_cannot_fail_a_pass():
+    from codefy_jupyter.core.scheduling import placement as wp
+    from codefy_jupyter.core.scheduling import quotas as qt
+    from codefy_jupyter.core.scheduling.device_sets import Notice
+
+    built = [wp.reason_disconnected("box"), wp.reason_draining("box"), wp.reason_no_offer(["cuda"]),
+             wp.reason_no_offer(["cuda"], draining=["a"]), wp.reason_no_offer(["cuda:1"], "box"),
+             wp.reason_one_shot_pool(["cpu"]), wp.reason_one_shot_taken("job"), wp.reason_one_shot_run_id("job", "r"),
+             ml.reason_memory_wait("box/cuda:0", 100, None), ml.reason_no_budget("box/cuda:0", whole=True, running=0),
+             ml.reason_no_budget("box/cuda:0", whole=False, running=1), ml.reason_budget_raised("box/cuda:0", 4, 6.5),
+             qt.reason_owner_quota(None, 1, 1), qt.reason_owner_quota("bob", 1, 1)]
+    built += [wp.reason_storage(need, worker, "data", why) for need in ("transfer", "mount", "same_machine")
+              for worker in ("any", "box") for why in (None, ("inputs_too_big", "too big"))]
+    for notice in built:
+        assert notice.message == words.render(notice.code, notice.params), notice
+    # A params shape the catalog has no words for is still a notice (code and param names), not an error.
+    assert Notice.worded("worker_draining", {}).message == "worker_draining []"
