@@ -159,7 +159,7 @@ def _answer_read(link: Link, body: dict[str, Any]) -> None:
             captures = recorded[0]
             status, out = answer(run_id, kind, query, index_of(captures), lambda n, p: summarize(captures[n][p]))
     except Exception as err:  # answered, whatever happens: the agent waits for it
-        status, out = 500, {"error": {"code": "worker_output_failed", "message": str(err), "params": {}}}
+        status, out = 500, {"error": {"code": "worker_output_failed", "message": str(err), "params": {"error": str(err)}}}
     link.send("answer", {"id": body.get("id"), "status": status, "body": out})
 
 

@@ -76,4 +76,4 @@ def too_large_warning(run_id: str, frame: RunFrame, size_error: str) -> RunWarni
     """What replaces a frame too large to send (the run goes on; the log says what was lost)."""
     return RunWarning(run_id=run_id, code="worker_frame_too_large",
                       message=f"a {frame.type} frame of this run was too large to send and was dropped: {size_error}",
-                      params={"frame_type": frame.type})
+                      params={"frame_type": frame.type, "error": size_error})

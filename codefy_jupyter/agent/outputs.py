@@ -101,7 +101,7 @@ class WorkerOutputs:
         except Exception as err:  # a bug of ours: this read fails, the agent lives
             log.exception("a read of run %s's outputs failed", frame.run_id)
             status, body = error(500, "worker_output_failed", f"worker {self.name} failed to read the outputs: {err}",
-                                 {"worker": self.name, "run_id": frame.run_id})
+                                 {"worker": self.name, "run_id": frame.run_id, "error": str(err)})
         parts = chunks(body)
         for i, part in enumerate(parts):
             self.send(OutputAnswer(request_id=frame.request_id, http_status=status, chunk=part, final=i == len(parts) - 1))

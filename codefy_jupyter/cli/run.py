@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..client.flags import add_run_arguments, server_from_arguments, submit_options
+from ..wire import messages as words
 from . import interrupts
 from .args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from .output import announce, dump, error_doc, fail, out, row, value_text
@@ -220,7 +221,7 @@ class RunWatcher:
         shown = None
         run = self.run
         while run.get("status") == "queued":
-            reason = (run.get("queue_reason") or {}).get("message")
+            reason = words.text_of(run.get("queue_reason")) or None
             key = (run.get("queue_position"), run.get("queue_key"), reason)
             if key != shown and not self.as_json:
                 pos = run.get("queue_position")
@@ -303,7 +304,7 @@ class RunWatcher:
             out(row("Code", error["code"]))
         if error.get("field"):
             out(row("Field", error["field"]))
-        out(row("Message", error.get("message", "")))
+        out(row("Message", words.text_of(error) if error.get("code") else error.get("message", "")))
         if error.get("hint"):
             out(row("Hint", error["hint"]))
         out()

@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable
 
 from ..client.flags import add_server_arguments, int_in, seconds, server_from_arguments
+from ..wire import messages as words
 from ..wire import system_metrics as sm
 from . import interrupts
 from .args import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -188,8 +189,8 @@ async def _show(client: Any, args: argparse.Namespace) -> int:
     if run["status"] == "queued":
         pos = run.get("queue_position")
         out(row("Queue", f"position {pos} on {run.get('queue_key')}" if pos else run.get("queue_key")))
-        if (run.get("queue_reason") or {}).get("message"):
-            out(row("Waiting for", run["queue_reason"]["message"]))
+        if run.get("queue_reason"):  # in the catalog's words (wire/messages.json), as Lab and the widgets say it
+            out(row("Waiting for", words.text_of(run["queue_reason"])))
     out(row("Lane", run.get("lane")))
     if run.get("seed") is not None:
         out(row("Seed", run["seed"]))

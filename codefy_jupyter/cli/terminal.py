@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any, Callable, TextIO
 
+from ..wire import messages as words
 from ..wire.system_metrics import is_system
 
 BAR_WIDTH = 24
@@ -72,7 +73,7 @@ class LiveView:
             elif kind == "execution_cached":
                 self._line(f"  cached: {', '.join(event['nodes'])}")
             elif kind == "warning":
-                self._line(f"  ! {event.get('node_id') or 'run'}: {event['message']}")
+                self._line(f"  ! {event.get('node_id') or 'run'}: {words.text_of(event)}")  # a coded warning in the catalog's words
             elif kind == "artifact":
                 self._line(f"  ↳ {event['kind']}: {event['path']}")
 

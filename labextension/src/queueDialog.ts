@@ -12,8 +12,8 @@ import { h } from './dom';
 import { estimateLabel, Trans } from './format';
 import { renderError } from './messages';
 import {
-  acceptEstimate, emptyForm, fieldOfRefusal, isFormError, QueueForm, submitBody, TargetChoice, targetChoices,
-  toggleDevice
+  acceptEstimate, emptyForm, fieldOfRefusal, isFormError, QueueForm, seedHint, submitBody, TargetChoice,
+  targetChoices, toggleDevice
 } from './queueForm';
 import type { Graph, MemoryEstimate, Run, WorkerList } from './types';
 
@@ -72,7 +72,7 @@ class QueueBody extends Widget implements Dialog.IBodyWidget<QueueForm> {
   private estimateGib: number | null;
 
   constructor(choices: TargetChoice[], form: QueueForm, trans: Trans, refusal: Refusal | null,
-    estimate: MemoryEstimate | null) {
+    estimate: MemoryEstimate | null, seed: { placeholder: string; hint: string }) {
     super();
     this.estimateGib = form.estimateGib ?? null;
     this.addClass('cdf-dialog');
@@ -90,7 +90,8 @@ class QueueBody extends Widget implements Dialog.IBodyWidget<QueueForm> {
       this.picker.node,
       h('label', { class: 'cdf-field' }, h('span', {}, t.__('Name')), input('name', { type: 'text', value: form.name })),
       h('label', { class: 'cdf-field' }, h('span', {}, t.__('Seed')),
-        input('seed', { type: 'text', value: form.seed, placeholder: t.__('unseeded') })),
+        input('seed', { type: 'text', value: form.seed, placeholder: seed.placeholder, title: seed.hint }),
+        h('span', { class: 'cdf-hint cdf-seed-hint' }, seed.hint)),
       h('label', { class: 'cdf-check' }, input('deterministic', { type: 'checkbox', checked: form.deterministic }),
         t.__('Deterministic')),
       h('label', { class: 'cdf-check' }, input('recordOutputs', { type: 'checkbox', checked: form.recordOutputs }),
@@ -139,7 +140,7 @@ export async function queueOn(api: CodefyApi, trans: Trans, graph: Graph, name: 
   for (;;) {
     const answer = await showDialog({
       title: t.__('Queue on…'),
-      body: new QueueBody(choices, form, t, refusal, estimate),
+      body: new QueueBody(choices, form, t, refusal, estimate, seedHint(graph, t)),
       buttons: [Dialog.cancelButton({ label: t.__('Cancel') }), Dialog.okButton({ label: t.__('Queue') })]
     });
     if (!answer.button.accept || !answer.value) {

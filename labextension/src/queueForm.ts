@@ -94,7 +94,29 @@ export function toggleDevice(form: QueueForm, device: string): string[] {
   return [...same, device];
 }
 
-/** The seed field: blank is unseeded, else an integer 0..2^32-1. */
+/** The seed a run of `graph` gets when the Seed box is left blank: its settings' seed, or null. */
+export function graphSeed(graph: Graph): number | null {
+  const seed = graph.settings?.seed;
+  return typeof seed === 'number' && Number.isInteger(seed) && seed >= 0 && seed <= SEED_MAX ? seed : null;
+}
+
+/** The Seed box's placeholder and hint: the seed the run will have if nothing is typed (the graph's,
+ * or none), and that a typed one overrides it (the server takes options.seed over the graph's). */
+export function seedHint(graph: Graph, t: Trans): { placeholder: string; hint: string } {
+  const seed = graphSeed(graph);
+  if (seed === null) {
+    return {
+      placeholder: t.__('unseeded'),
+      hint: t.__('the graph sets no seed; a seed typed here makes the run seeded (a seeded run executes alone)')
+    };
+  }
+  return {
+    placeholder: t.__('%1 (the graph\'s)', seed),
+    hint: t.__('blank: the graph\'s seed %1; a seed typed here overrides it', seed)
+  };
+}
+
+/** The seed field: blank is the graph's seed (or none), else an integer 0..2^32-1. */
 export function parseSeed(text: string): number | null | undefined {
   const trimmed = text.trim();
   if (!trimmed) {

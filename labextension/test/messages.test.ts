@@ -1,39 +1,40 @@
+import { readFileSync } from 'fs';
+import { join } from 'path';
 import { describe, expect, it } from 'vitest';
 
 import { plainTrans, Trans } from '../src/format';
-import { CATALOG, renderError, renderNotice } from '../src/messages';
+import { CATALOG, gib, render, renderError, renderNotice } from '../src/messages';
+
+// The repository root, where the catalog and the vectors the Python tests read too live.
+const ROOT = join(__dirname, '..', '..');
+const read = (...parts: string[]) => JSON.parse(readFileSync(join(ROOT, ...parts), 'utf-8'));
+
+type Vector = { code: string; params: Record<string, unknown>; text: string | null };
 
 describe('the message catalog', () => {
-  it('renders the server\'s waiting reasons word for word in English', () => {
-    // The server's own English texts (core/scheduling/placement.py, offer_pass.py).
-    const cases: [string, Record<string, unknown>, string][] = [
-      ['worker_disconnected', { worker: 'gpu-box' }, 'waiting for worker gpu-box to reconnect'],
-      ['worker_draining', { worker: 'gpu-box' }, 'worker gpu-box is draining'],
-      ['waiting_for_offer', { devices: ['cuda'], worker: 'any', draining: ['gpu-box'] },
-        'waiting for a worker that offers cuda: gpu-box is draining'],
-      ['waiting_for_offer', { devices: ['cuda:0', 'cuda:1'], worker: 'any' },
-        'waiting for a worker that offers cuda:0, cuda:1'],
-      ['waiting_for_offer', { devices: ['cuda:0'], worker: 'box' }, 'waiting for worker box to offer cuda:0'],
-      ['seeded_run_executing', { run_id: 'r1' }, 'waiting for seeded run r1 to finish: a seeded run executes alone'],
-      ['waiting_to_run_alone', { running: 2 }, 'a seeded run executes alone: waiting for 2 runs to finish'],
-      ['waiting_to_run_alone', { running: 1 }, 'a seeded run executes alone: waiting for 1 run to finish'],
-      ['owner_quota', { owner: 'alice', running: 2, limit: 2 }, "waiting for alice's run quota (2 running of 2)"],
-      ['owner_quota', { owner: null, running: 1, limit: 1 }, 'waiting for the shared run quota (1 running of 1)'],
-      // core/scheduling/memory_ledger.py
-      ['memory_wait', { device: 'w/cuda:0', need_mib: 4596, free_mib: 1000 },
-        'waiting for memory on w/cuda:0: needs 4596 MiB (budget and CUDA context), 1000 MiB free'],
-      ['memory_wait', { device: 'w/cuda:0', need_mib: 4596, free_mib: null },
-        'waiting for w/cuda:0 to report its free memory (needs 4596 MiB)'],
-      ['memory_no_budget', { device: 'w/cuda:0', whole: true, running: 1 },
-        'waiting for w/cuda:0 to empty: it is shared by memory and this run has no budget (options.target.memory_gib), so it takes the card whole'],
-      ['memory_no_budget', { device: 'w/cuda:0', whole: false, running: 1 },
-        'waiting for w/cuda:0: a run without a memory budget has the card whole'],
-      ['budget_raised', { device: 'w/cuda:0', estimate_gib: 4, memory_gib: 6.5, need_mib: 7156, free_mib: 100 },
-        'the estimated budget was raised from 4 to 6.5 GiB; waiting for it on w/cuda:0']
-    ];
-    for (const [code, params, text] of cases) {
-      expect(renderNotice({ code, message: 'server text', params }, plainTrans)).toBe(text);
+  it('is the JSON catalog the server, the CLI and the widgets read', () => {
+    expect(CATALOG).toEqual(read('codefy_jupyter', 'wire', 'messages.json').messages);
+  });
+
+  it('renders every shared vector word for word as Python does', () => {
+    const vectors: Vector[] = read('tests', 'shared', 'message_vectors.json').vectors;
+    expect(vectors.length).toBeGreaterThan(40);
+    for (const v of vectors) {
+      expect(render(v.code, v.params, plainTrans), `${v.code} ${JSON.stringify(v.params)}`).toBe(v.text);
     }
+  });
+
+  it('names who is ahead and why, instead of a raw id', () => {
+    const reason = {
+      code: 'behind_waiting_run', message: 'behind run c2424d56f8b9bbb4, which waits for more than its turn',
+      params: {
+        run_id: 'c2424d56f8b9bbb4', name: 'baseline', queue: 'box/cuda:0', code: 'memory_wait',
+        ahead: { code: 'memory_wait', message: 'x', params: { device: 'box/cuda:0', need_mib: 8192, free_mib: 6144 } }
+      }
+    };
+    expect(renderNotice(reason, plainTrans)).toBe(
+      "behind run 'baseline' in the box/cuda:0 queue, which is held up: waiting for memory on box/cuda:0: "
+      + '6.0 GiB free of 8.0 GiB needed (budget and CUDA context)');
   });
 
   it('goes through the translator, so a language pack can translate it', () => {
@@ -46,13 +47,24 @@ describe('the message catalog', () => {
     };
     expect(renderNotice({ code: 'worker_draining', message: 'x', params: { worker: 'b' } }, upper)).toBe('WORKER b IS DRAINING');
     expect(seen).toEqual(['worker %1 is draining']);
+    // A nested reason is translated too, as its own msgid.
+    seen.length = 0;
+    renderNotice({ code: 'behind_waiting_run', message: 'x', params: {
+      run_id: 'r', name: null, queue: 'cpu', code: 'worker_draining',
+      ahead: { code: 'worker_draining', message: 'x', params: { worker: 'b' } } } }, upper);
+    expect(seen).toEqual(['worker %1 is draining', 'behind run %1 in the %2 queue, which is held up: %3']);
   });
 
   it('falls back to the server\'s message for an unknown code or missing params', () => {
     expect(renderNotice({ code: 'new_code', message: 'as the server says' }, plainTrans)).toBe('as the server says');
     expect(renderNotice({ code: 'worker_draining', message: 'fallback', params: {} }, plainTrans)).toBe('fallback');
+    expect(renderNotice({ code: 'new_code', message: '' }, plainTrans)).toBe('new_code');
     expect(renderNotice('plain text', plainTrans)).toBe('plain text');
     expect(renderNotice(null, plainTrans)).toBe('');
+  });
+
+  it('rounds GiB half up in integers, as Python does', () => {
+    expect([0, 51, 52, 256, 1024, 8704].map(gib)).toEqual(['0.0 GiB', '0.0 GiB', '0.1 GiB', '0.3 GiB', '1.0 GiB', '8.5 GiB']);
   });
 
   it('speaks to the submitter when their queued quota refuses a submit', () => {
@@ -67,16 +79,9 @@ describe('the message catalog', () => {
   it('renders a refusal with its field', () => {
     const body = { error: { code: 'bad', message: 'expected an integer', params: { field: 'options.seed' } } };
     expect(renderError(body, plainTrans, 'HTTP 422')).toBe('expected an integer (field: options.seed)');
+    const worker = { error: { code: 'worker_unknown', message: 'server text', params: { field: 'options.target.worker', worker: 'box' } } };
+    expect(renderError(worker, plainTrans, 'HTTP 400')).toBe(
+      'worker box is not enrolled and has not connected to this server since it started (field: options.target.worker)');
     expect(renderError(null, plainTrans, 'HTTP 500')).toBe('HTTP 500');
-  });
-
-  it('every entry renders something with complete params', () => {
-    for (const [code, render] of Object.entries(CATALOG)) {
-      const params = {
-        worker: 'w', devices: ['cpu'], run_id: 'r', device: 'cpu', running: 3, action: 'drain', need_mib: 1,
-        free_mib: 0, total_mib: 2, estimate_gib: 1, memory_gib: 2, whole: true, limit: 2, queued: 2, adding: 1
-      };
-      expect(render(plainTrans, params), code).toBeTruthy();
-    }
   });
 });

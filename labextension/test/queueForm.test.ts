@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { plainTrans as t } from '../src/format';
 import {
   acceptEstimate, ANY, emptyForm, fieldOfRefusal, interactiveBody, isFormError, LOCAL, parseMemoryGib, parseSeed,
-  submitBody, targetChoices, toggleDevice
+  seedHint, submitBody, targetChoices, toggleDevice
 } from '../src/queueForm';
 import type { Graph, WorkerList } from '../src/types';
 
@@ -115,5 +115,30 @@ describe('the memory budget', () => {
       expect(parseMemoryGib(bad), bad).toBeUndefined();
     }
     expect(submitBody(graph, { ...onBox, memoryGib: '0' }, t)).toMatchObject({ field: 'options.target.memory_gib' });
+  });
+});
+
+describe('the Seed box', () => {
+  it('shows the graph\'s seed the run will get, and that a typed one overrides it', () => {
+    const seeded: Graph = { ...graph, settings: { seed: 42 } };
+    expect(seedHint(seeded, t)).toEqual({
+      placeholder: '42 (the graph\'s)', hint: 'blank: the graph\'s seed 42; a seed typed here overrides it'
+    });
+    // Left blank, the body sends no seed, so the server gives the run the graph's 42 ...
+    const blank = submitBody(seeded, emptyForm(), t);
+    expect(isFormError(blank) ? null : 'seed' in blank.options).toBe(false);
+    // ... and a typed one goes as options.seed, which the server takes over the graph's.
+    const typed = submitBody(seeded, { ...emptyForm(), seed: '7' }, t);
+    expect(isFormError(typed) ? null : typed.options.seed).toBe(7);
+  });
+
+  it('says unseeded only when the graph sets no seed', () => {
+    for (const g of [graph, { ...graph, settings: { seed: null } }, { ...graph, settings: { device: 'cpu' } }]) {
+      expect(seedHint(g, t)).toEqual({
+        placeholder: 'unseeded',
+        hint: 'the graph sets no seed; a seed typed here makes the run seeded (a seeded run executes alone)'
+      });
+    }
+    expect(seedHint({ ...graph, settings: { seed: 0 } }, t).placeholder).toBe('0 (the graph\'s)');
   });
 });

@@ -83,7 +83,14 @@ async def test_runs_share_a_card_by_budget_and_wait_with_reasons(jp_fetch, agent
     code, body = await post_run(jp_fetch, SMALL, device="cuda:0", target={**target, "wait": False})
     assert code == 409 and body["error"]["code"] == "memory_unavailable", body
     why = body["error"]["params"]["reason"]  # behind c, which waits for memory
-    assert why["code"] == "behind_waiting_run" and why["params"] == {"run_id": c["id"], "code": "memory_wait"}
+    ahead = why["params"].pop("ahead")  # c's own reason, whose free memory is the card's last report
+    assert why["code"] == "behind_waiting_run" and why["params"] == {"run_id": c["id"], "name": None,
+                                                                      "queue": "box/cuda:0", "code": "memory_wait"}
+    assert ahead["code"] == "memory_wait" and ahead["params"]["need_mib"] == 3 * 1024 + 512
+    # Who is ahead (unnamed: its id as every surface shows it) and why, in GiB.
+    assert why["message"].startswith(f"behind run {c['id'][:12]} in the box/cuda:0 queue, which is held up: "
+                                     "waiting for memory on box/cuda:0: "), why
+    assert why["message"].endswith(" GiB free of 3.5 GiB needed (budget and CUDA context)"), why
 
     # A run without a budget on the shared card takes it whole: it waits for the card to empty.
     whole = await queued(jp_fetch, SMALL, device="cuda:0", target={"worker": "box"})

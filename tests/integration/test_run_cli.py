@@ -628,7 +628,11 @@ def test_a_run_behind_a_seeded_run_waiting_to_run_alone_says_why(cli):
     assert code == 200 and view["status"] == "queued" and view["queue_position"] == 2
     reason = view["queue_reason"]
     assert reason["code"] == "behind_waiting_run"
-    assert reason["params"] == {"run_id": seeded["id"], "code": "waiting_to_run_alone"}
-    assert seeded["id"] in reason["message"]
+    assert reason["params"] == {"run_id": seeded["id"], "name": "seeded", "queue": "cpu", "code": "waiting_to_run_alone",
+                                "ahead": head["queue_reason"]}
+    # Who is ahead by name, and why it waits; the code stays in the payload for scripts.
+    said = ("behind run 'seeded' in the cpu queue, which is held up: a seeded run executes alone on this server: "
+            "waiting for 1 run to finish")
+    assert reason["message"] == said
     shown = cli("runs", "show", behind["id"])
-    assert re.search(rf"Waiting for\s+.*{seeded['id']}", shown.stdout), shown.stdout
+    assert re.search(r"Waiting for\s+" + re.escape(said), shown.stdout), shown.stdout

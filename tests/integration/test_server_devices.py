@@ -18,8 +18,9 @@ def jp_server_config(tmp_path):
             "CodefyApp": {"data_dir": str(tmp_path / "codefy"), "device_inventory": str(inventory)}}
 
 
-async def submit(jp_fetch, graph, **options):
-    code, run = await call(jp_fetch, "api", "runs", method="POST", body={"graph": graph, "options": options})
+async def submit(jp_fetch, graph, name=None, **options):
+    body = {"graph": graph, "options": options, **({"name": name} if name else {})}
+    code, run = await call(jp_fetch, "api", "runs", method="POST", body=body)
     assert code == 201, run
     return run
 
@@ -43,7 +44,7 @@ async def test_each_card_has_its_own_fifo_with_a_limit_of_one(jp_fetch):
 async def test_a_device_set_reserves_its_cards_and_reports_why_it_waits(jp_fetch):
     first = await submit(jp_fetch, sleepy(3), device="cuda:1")
     # The set waits in its first device's queue (cuda:1, busy) and reserves cuda:0 meanwhile.
-    pair = await submit(jp_fetch, sleepy(0.1), target={"devices": ["cuda:1", "cuda:0"]})
+    pair = await submit(jp_fetch, sleepy(0.1), name="pair", target={"devices": ["cuda:1", "cuda:0"]})
     later = await submit(jp_fetch, sleepy(0.1), device="cuda:0")
     assert pair["devices"] == ["cuda:1", "cuda:0"] and pair["device"] == "cuda:1"
     code, pair_now = await call(jp_fetch, "api", "runs", pair["id"])
@@ -51,7 +52,8 @@ async def test_a_device_set_reserves_its_cards_and_reports_why_it_waits(jp_fetch
     code, later_now = await call(jp_fetch, "api", "runs", later["id"])
     assert later_now["status"] == "queued"  # cuda:0 is free, but reserved for the set run
     assert later_now["queue_reason"]["code"] == "device_reserved"
-    assert later_now["queue_reason"]["params"] == {"device": "cuda:0", "run_id": pair["id"]}
+    assert later_now["queue_reason"]["params"] == {"device": "cuda:0", "run_id": pair["id"], "name": "pair"}
+    assert later_now["queue_reason"]["message"] == "cuda:0 is reserved for run 'pair', which waits ahead of this run"
     done_first = await wait_status(jp_fetch, first["id"], {"succeeded"})
     done_pair = await wait_status(jp_fetch, pair["id"], {"succeeded"})
     done_later = await wait_status(jp_fetch, later["id"], {"succeeded"})

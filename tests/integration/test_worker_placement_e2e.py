@@ -445,8 +445,9 @@ async def test_a_device_set_on_a_worker_reserves_its_cards_and_says_what_it_wait
     # box/cuda:0, would simply wait its turn).
     later = await queued(jp_fetch, SMALL, target={"worker": "box", "devices": ["cuda:2", "cuda:0"]})
     assert await reason_of(jp_fetch, later["id"]) == {
-        "code": "device_reserved", "params": {"device": "box/cuda:0", "run_id": pair["id"]},
-        "message": f"box/cuda:0 is reserved for run {pair['id']}, which waits ahead of this run"}
+        "code": "device_reserved", "params": {"device": "box/cuda:0", "run_id": pair["id"], "name": None},
+        # unnamed: the id as every surface shows it (12 characters, a prefix every reader accepts)
+        "message": f"box/cuda:0 is reserved for run {pair['id'][:12]}, which waits ahead of this run"}
     await call(jp_fetch, "api", "runs", busy["id"], "cancel", method="POST")
     stopped = await wait_status(jp_fetch, busy["id"], {"cancelled"}, timeout=120)
     done_pair = await succeeded(jp_fetch, pair["id"])
@@ -463,8 +464,8 @@ async def test_one_shot_workers_say_why_a_run_naming_them_waits(jp_fetch, agents
     await wait_status(jp_fetch, mine["id"], {"running"}, timeout=120)
     other = await queued(jp_fetch, SMALL, target={"worker": "job"})
     assert await reason_of(jp_fetch, other["id"]) == {
-        "code": "one_shot_run_id", "params": {"worker": "job", "run_id": mine["id"]},
-        "message": f"one-shot worker job was started for run {mine['id']}"}
+        "code": "one_shot_run_id", "params": {"worker": "job", "run_id": mine["id"], "name": None},
+        "message": f"one-shot worker job was started for run {mine['id'][:12]}"}  # the id as surfaces show it
 
     solo = agents("--one-shot", name="solo")
     await until_connected(jp_fetch, solo)

@@ -173,8 +173,12 @@ async def test_runs_wait_for_a_worker_that_can_reach_their_files_and_say_why(jp_
     code, view = await call(jp_fetch, "api", "runs", run["id"])
     assert view["status"] == "queued"
     assert view["queue_reason"]["code"] == "waiting_for_storage", view
+    data = tmp_path / "codefy"
+    detail = f"it reads {data / 'datasets' / 'train.csv'}, which is not an upload ({data / 'uploads'}/)"
     assert view["queue_reason"]["params"] == {"worker": "remote", "need": "mount", "label": "data",
-                                              "why": "not_uploads"}
+                                              "why": "not_uploads", "detail": detail}
+    # The why in words too (the message catalog's), so every client can say it without the server's English.
+    assert view["queue_reason"]["message"] == f"worker remote lacks the mount label data (the data folder, mounted): {detail}"
     await call(jp_fetch, "api", "runs", run["id"], "cancel", method="POST")
     # A file outside the data folder can never reach another machine: refused at once.
     outside = tmp_path / "elsewhere.csv"

@@ -60,12 +60,16 @@ def test_state_changes_always_print_and_held_metrics_come_out_at_close():
     view({"event": "metric", "node_id": "a", "name": "loss", "value": 1.0, "step": 1})
     view({"event": "metric", "node_id": "a", "name": "loss", "value": 0.5, "step": 2})
     view({"event": "warning", "node_id": "a", "message": "careful"})
+    # A worker's coded warning reads in the message catalog's words, as in Lab and the widgets.
+    view({"event": "warning", "node_id": None, "code": "worker_frames_lost", "message": "lost",
+          "params": {"worker": "box", "first": 3, "last": 5}})
     view({"event": "metric", "node_id": "a", "name": "loss", "value": 0.25, "step": 3})
     view({"event": "artifact", "kind": "model", "path": "/m.pt"})
     view({"event": "node_status", "node_id": "b", "node_type": "Float", "status": "done", "elapsed_s": 0.0})
     view.close()
     assert out.getvalue().splitlines() == [
-        "  · a step 1: loss 1", "  ! a: careful", "  ↳ model: /m.pt", "✓ b (Float) 0 ms", "  · a step 3: loss 0.25"]
+        "  · a step 1: loss 1", "  ! a: careful", "  ! run: frames 3 to 5 of this run never arrived from worker box",
+        "  ↳ model: /m.pt", "✓ b (Float) 0 ms", "  · a step 3: loss 0.25"]
 
 
 def test_a_runs_system_metrics_print_no_lines():

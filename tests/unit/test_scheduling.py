@@ -296,17 +296,19 @@ class TestDeviceSetAdmission:
     def test_a_set_waits_for_every_device_and_reserves_a_free_card(self):
         q = Q()
         q.add("x", "cuda:1")
-        q.add("s", "cuda:0", ("cuda:0", "cuda:1"))
+        q.add("s", "cuda:0", ("cuda:0", "cuda:1"), name="wide")
         q.add("later", "cuda:0")
         q.add("other", "cuda:2")
         assert q.go() == ["x", "other"]
         # cuda:0 is free but reserved: it stays idle until cuda:1 frees.
         assert q.reason("s").to_dict()["params"] == {"devices": ["cuda:1"]}
         assert q.reason("s").code == "waiting_for_set_devices"
-        assert q.reason("later").to_dict() == {  # behind s, which waits for more than its turn
-            "code": "behind_waiting_run", "params": {"run_id": "s", "code": "waiting_for_set_devices"},
-            "message": "behind run s in the cuda:0 queue, which is waiting for cuda:1: a device-set run "
-                       "starts when every device is free"}
+        assert q.reason("later").to_dict() == {  # behind s, by its name, and why s waits
+            "code": "behind_waiting_run",
+            "params": {"run_id": "s", "name": "wide", "queue": "cuda:0", "code": "waiting_for_set_devices",
+                       "ahead": q.reason("s").to_dict()},
+            "message": "behind run 'wide' in the cuda:0 queue, which is held up: waiting for cuda:1: a device-set "
+                       "run starts when every device is free"}
         assert q.reasons()["later"] == q.reason("later")
         assert q.statistics().queue("cuda:0").running == 0
         assert q.done("x") == ["s"]
@@ -318,9 +320,9 @@ class TestDeviceSetAdmission:
         q.add("s", "cuda:1", ("cuda:1", "cuda:0"))  # waits in cuda:1's queue
         q.add("y", "cuda:0")  # later, cuda:0 is free but reserved by s
         assert q.go() == ["x"]
-        assert q.reason("y").to_dict() == {
-            "code": "device_reserved", "message": q.reason("y").message,
-            "params": {"device": "cuda:0", "run_id": "s"}}
+        assert q.reason("y").to_dict() == {  # s is unnamed: its id as every surface shows it
+            "code": "device_reserved", "message": "cuda:0 is reserved for run s, which waits ahead of this run",
+            "params": {"device": "cuda:0", "run_id": "s", "name": None}}
         assert q.reason("s") is None  # its own first device is busy: that is its turn
         assert q.done("x") == ["s"]
         assert q.done("s") == ["y"]
@@ -405,21 +407,28 @@ class TestSeededGate:
         # The seen case: an unseeded run at Queue #2 with a free cpu unit and no reason.
         q = Q()
         q.add("busy", "cpu")
-        q.add("seed", "cpu", seeded=True)
-        q.add("behind", "cpu")
+        q.add("seed", "cpu", seeded=True, name="lr #1")
+        q.add("behind", "cpu", name="baseline")
         q.add("last", "cpu")
         assert q.go() == ["busy"]
         assert q.q.position("behind") == 2 and q.q.statistics().queue("cpu").running == 1  # a free unit
         assert q.reason("seed").code == "waiting_to_run_alone"
         for rid in ("behind", "last"):
             assert q.reason(rid).to_dict() == {
-                "code": "behind_waiting_run", "params": {"run_id": "seed", "code": "waiting_to_run_alone"},
-                "message": "behind run seed in the cpu queue, which is waiting: a seeded run executes alone: "
-                           "waiting for 1 run to finish"}
+                "code": "behind_waiting_run",
+                "params": {"run_id": "seed", "name": "lr #1", "queue": "cpu", "code": "waiting_to_run_alone",
+                           "ahead": {"code": "waiting_to_run_alone", "params": {"running": 1},
+                                     "message": "a seeded run executes alone on this server: waiting for 1 run to "
+                                                "finish"}},
+                "message": "behind run 'lr #1' in the cpu queue, which is held up: a seeded run executes alone on "
+                           "this server: waiting for 1 run to finish"}
         assert set(q.q.reasons()) == {"seed", "behind", "last"}
         assert q.done("busy") == ["seed"]
         assert q.reason("behind").code == "seeded_run_executing"  # the head now
-        assert q.reason("last").params == {"run_id": "behind", "code": "seeded_run_executing"}
+        assert q.reason("behind").message == ("waiting for seeded run 'lr #1' to finish: a seeded run executes "
+                                              "alone on this server, one at a time")
+        assert q.reason("last").params == {"run_id": "behind", "name": "baseline", "queue": "cpu",
+                                           "code": "seeded_run_executing", "ahead": q.reason("behind").to_dict()}
         assert q.done("seed") == ["behind", "last"]
         assert q.q.reasons() == {}
 
@@ -431,8 +440,10 @@ class TestSeededGate:
         assert q.go() == ["g"]
         assert q.reason("seed").to_dict()["params"] == {"running": 1}
         assert q.reason("seed").code == "waiting_to_run_alone"
-        assert q.reason("later").params == {"run_id": "seed"}
+        assert q.reason("later").params == {"run_id": "seed", "name": None}
         assert q.reason("later").code == "waiting_for_seeded_run"
+        assert q.reason("later").message == ("waiting for seeded run seed to start first: a seeded run executes "
+                                             "alone on this server, so nothing starts before it")
         assert q.done("g") == ["seed"]
 
     def test_nothing_starts_while_a_seeded_run_executes(self):
@@ -441,7 +452,7 @@ class TestSeededGate:
         q.add("c", "cpu")
         q.add("h", "cuda:1")
         assert q.go() == ["seed"]
-        assert q.reason("c").to_dict()["params"] == {"run_id": "seed"}
+        assert q.reason("c").to_dict()["params"] == {"run_id": "seed", "name": None}
         assert q.reason("c").code == "seeded_run_executing"
         assert q.statistics().seeded_running == "seed"
         assert q.done("seed") == ["c", "h"]
@@ -585,7 +596,7 @@ class TestInteractiveLane:
         q.add("later", "cuda:1")
         assert q.go() == []
         assert q.reason("canvas").code == "waiting_to_run_alone"
-        assert q.reason("later").to_dict()["params"] == {"run_id": "canvas"}
+        assert q.reason("later").to_dict()["params"] == {"run_id": "canvas", "name": None}
         q.add("canvas2", "cpu", lane=INTERACTIVE, session="s2")
         assert q.go() == []
         assert q.reason("canvas2").code == "waiting_for_seeded_run"

@@ -168,7 +168,8 @@ class Driver:
             elif r is not h:
                 assert h.run_id in reasons, (r, h)
                 assert (reasons[r.run_id].code, reasons[r.run_id].params) == (
-                    "behind_waiting_run", {"run_id": h.run_id, "code": reasons[h.run_id].code})
+                    "behind_waiting_run", {"run_id": h.run_id, "name": h.name, "queue": h.queue_key,
+                                           "code": reasons[h.run_id].code, "ahead": reasons[h.run_id].to_dict()})
         stats = self.q.statistics()
         for row in stats.queues:
             assert row.running == used.get(row.key, 0) and row.limit == self.limits.limit(row.key)

@@ -100,6 +100,15 @@ def test_a_table_row():
                                queue_reason={"code": "c", "message": "waiting for worker gpu-box to reconnect"}))
     assert waiting["name"] == "3f1c9ab2c04e" and waiting["started"] == "-" and waiting["duration"] == "-"
     assert waiting["queue"] == "Queue #2" and waiting["reason"] == "waiting for worker gpu-box to reconnect"
+    # A reason the catalog knows is said in its words (wire/messages.json), as the CLI and Lab say it:
+    # who is ahead by name, and why it waits.
+    ahead = {"code": "memory_wait", "message": "m", "params": {"device": "cuda:0", "need_mib": 8192, "free_mib": 6144}}
+    behind = rr.table_row(run(status="queued", queue_position=2, queue_reason={
+        "code": "behind_waiting_run", "message": "behind run c2424d56f8b9bbb4, which waits for more than its turn",
+        "params": {"run_id": "c2424d56f8b9bbb4", "name": "lr #1", "queue": "cuda:0", "code": "memory_wait",
+                   "ahead": ahead}}))
+    assert behind["reason"] == ("behind run 'lr #1' in the cuda:0 queue, which is held up: waiting for memory on "
+                                "cuda:0: 6.0 GiB free of 8.0 GiB needed (budget and CUDA context)")
     running = rr.table_row(run(status="running", finished_at=None), now=1000.0 + 3 * 3600 + 120)
     assert running["duration"] == "3 h 2 min" and running["actions"] == ["stop", "watch", "csv"]
     assert rr.count_label(50, 312) == "50 of 312"

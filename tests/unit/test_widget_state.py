@@ -66,6 +66,11 @@ def test_queued_row_then_start_then_nodes_and_progress():
                                           "device": "cpu", "name": "job"})
     assert (state.status, state.queue_position, state.queue_reason, state.name) == (
         "queued", 3, "waiting for worker gpu-box", "job")
+    named = apply_row(RunViewState("r"), {"id": "r", "status": "queued", "queue_key": "cpu", "queue_reason": {
+        "code": "seeded_run_executing", "message": "waiting for seeded run 0123456789abcdef to finish",
+        "params": {"run_id": "0123456789abcdef", "name": "baseline"}}})
+    assert named.queue_reason == ("waiting for seeded run 'baseline' to finish: a seeded run executes alone on this "
+                                  "server, one at a time")
     state = fold_all(state, log(start(), node("k", "done", "Float"),
                                 ("progress", {"node_id": "s", "node_type": "Scale", "value": 3, "total": 10,
                                               "label": "batches"})))
@@ -133,6 +138,10 @@ def test_cached_inner_nodes_warnings_and_artifacts():
     assert state.inner_nodes == {"b/x": "done", "b/y": "running"} and "b/y" not in state.nodes
     assert state.artifacts == ({"node_id": "t", "kind": "checkpoint", "path": "/tmp/c.pt"},)
     assert len(state.warnings) == MAX_WARNINGS and state.warnings[-1] == f"run: warn {MAX_WARNINGS + 4}"
+    # A worker's warning the catalog knows reads in its words, whatever the sender's English was.
+    state = fold(state, {"seq": len(events) + 1, "type": "run_warning", "payload": {
+        "node_id": None, "code": "worker_reconnected", "message": "box back", "params": {"worker": "box"}}})
+    assert state.warnings[-1] == "run: worker box reconnected; the run goes on"
 
 
 def test_metrics_keep_node_and_step_and_survive_non_finite_values():

@@ -338,8 +338,11 @@ class TestRefusals:
         assert q.go() == []
         assert q.why("a")[0] == "worker_disconnected"
         assert q.why("b") == ("behind_waiting_run",
-                              "behind run a in the box/cuda:0 queue, which is waiting for worker box to reconnect",
-                              {"run_id": "a", "code": "worker_disconnected"})
+                              "behind run a in the box/cuda:0 queue, which is held up: waiting for worker box to "
+                              "reconnect",
+                              {"run_id": "a", "name": None, "queue": "box/cuda:0", "code": "worker_disconnected",
+                               "ahead": {"code": "worker_disconnected", "params": {"worker": "box"},
+                                         "message": "waiting for worker box to reconnect"}})
 
     def test_an_enrolled_worker_that_never_reported_takes_any_device_and_graph(self):
         q = Q()
@@ -453,7 +456,7 @@ class TestNamedWorker:
         assert q.ids() == []
         assert q.why("set") is None  # its own card is busy: its turn
         assert q.why("sneak") == ("device_reserved", "box/cuda:0 is reserved for run set, which waits ahead of this run",
-                                  {"device": "box/cuda:0", "run_id": "set"})
+                                  {"device": "box/cuda:0", "run_id": "set", "name": None})
         assert q.why("kind") is None
         assert q.done("busy") == [("set", "box", ("box/cuda:1", "box/cuda:0"))]
 
@@ -753,11 +756,20 @@ class TestOneShot:
         q.set_worker(box("shot", "cpu", one_shot=True, run_id="other"))
         q.add("n", "cpu", worker="shot")
         assert q.why("n") == ("one_shot_run_id", "one-shot worker shot was started for run other",
-                              {"worker": "shot", "run_id": "other"})
+                              {"worker": "shot", "run_id": "other", "name": None})
         q.set_worker(box("shot", "cpu", one_shot=True))
         q.add("m", "cpu", worker="shot")
         assert q.ids() == ["n"]
         assert q.why("m") == ("one_shot_taken", "one-shot worker shot has already taken its run", {"worker": "shot"})
+
+    def test_the_run_a_one_shot_worker_was_started_for_is_said_by_its_name(self):
+        q = Q()
+        q.add("other", "cpu", name="the job")  # runs here; the one-shot worker names it all the same
+        assert q.ids() == ["other"]
+        q.set_worker(box("shot", "cpu", one_shot=True, run_id="other"))
+        q.add("n", "cpu", worker="shot")
+        assert q.why("n") == ("one_shot_run_id", "one-shot worker shot was started for run 'the job'",
+                              {"worker": "shot", "run_id": "other", "name": "the job"})
 
     def test_any_never_uses_a_one_shot_worker(self):
         q = Q(Limits(cpu=1))

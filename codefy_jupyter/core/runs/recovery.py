@@ -55,7 +55,7 @@ def adopted_run(row: dict[str, Any], resume: dict[str, Any], order: int) -> tupl
     # Its budget keeps counting on a card shared by memory (without it the run would hold the card whole).
     gib = ((row.get("options") or {}).get("target") or {}).get("memory_gib")
     run = Run(run_id=row["id"], order=order, device=resume["device"], devices=devices if len(devices) > 1 else (),
-              seeded=row.get("seed") is not None, worker=name, owner=row.get("owner"),
+              seeded=row.get("seed") is not None, worker=name, owner=row.get("owner"), name=row.get("name"),
               memory_mib=budget_mib(gib) if isinstance(gib, (int, float)) and not isinstance(gib, bool) else None)
     return run, list(resume.get("slots") or [f"{name}/{d}" for d in devices or (resume["device"],)])
 

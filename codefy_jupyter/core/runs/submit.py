@@ -97,7 +97,7 @@ class SubmitChecks:
     def queue_run(self, prepared: Prepared, run_id: str, order: int, owner: str | None = None) -> Run:
         """The scheduler's record of the prepared run."""
         req, resolved, worker, pool = prepared.req, prepared.resolved, prepared.worker, prepared.pool
-        return Run(run_id=run_id, order=order, device=resolved.device, owner=owner,
+        return Run(run_id=run_id, order=order, device=resolved.device, owner=owner, name=req.name,
                    devices=resolved.devices if (worker is None and pool is None) or len(resolved.devices) > 1 else (),
                    seeded=prepared.seed is not None, lane=req.options.lane, session=req.options.session,
                    **({} if worker is None and pool is None else {"worker": worker or "any", "pool": pool}),

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from codefy_jupyter.core.errors import SubmitError  # noqa: F401  (re-exported: the scheduler's refusal)
+from codefy_jupyter.wire import messages as words
 from codefy_jupyter.wire.devices import DeviceError, canonical_device
 
 KINDS = ("cpu", "cuda", "mps")
@@ -50,6 +51,14 @@ class Notice:
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "params": dict(self.params)}
+
+    @classmethod
+    def worded(cls, code: str, params: dict[str, Any]) -> "Notice":
+        """A notice whose English words are the message catalog's (wire/messages.json), the words
+        the CLI, the widgets and Lab render from the same code and params. Params the catalog has
+        no words for (a bug; tests/unit/test_message_catalog.py holds every reason to words) still
+        give a notice, never a failed scheduling pass."""
+        return cls(code, words.render(code, params) or f"{code} {sorted(params)}", params)
 
 
 

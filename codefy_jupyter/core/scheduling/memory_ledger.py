@@ -107,31 +107,21 @@ def shared_group(members: Iterable[tuple[str, bool, bool]]) -> bool:
 
 
 def reason_memory_wait(slot: str, need_mib: int, room: int | None) -> Notice:
-    if room is None:
-        return Notice("memory_wait", f"waiting for {slot} to report its free memory (needs {need_mib} MiB)",
-                      {"device": slot, "need_mib": need_mib, "free_mib": None})
-    return Notice("memory_wait",
-                  f"waiting for memory on {slot}: needs {need_mib} MiB (budget and CUDA context), {room} MiB free",
-                  {"device": slot, "need_mib": need_mib, "free_mib": room})
+    # In GiB for people ("6.0 GiB free of 8.5 GiB needed"), the exact MiB in the params.
+    params = {"device": slot, "need_mib": need_mib, "free_mib": room}
+    return Notice.worded("memory_wait", params)
 
 
 def reason_no_budget(slot: str, *, whole: bool, running: int) -> Notice:
-    if whole:
-        text = (f"waiting for {slot} to empty: it is shared by memory and this run has no budget "
-                "(options.target.memory_gib), so it takes the card whole")
-    else:
-        text = f"waiting for {slot}: a run without a memory budget has the card whole"
-    return Notice("memory_no_budget", text, {"device": slot, "whole": whole, "running": running})
+    return Notice.worded("memory_no_budget", {"device": slot, "whole": whole, "running": running})
 
 
 def reason_budget_raised(slot: str, estimate_gib: float, raised_gib: float, need_mib: int | None = None,
                          room: int | None = None) -> Notice:
     """A memory wait of a run whose accepted estimate the server raised (memory_estimate.py): the
     raise is why it waits when the estimate it was given would have fitted."""
-    return Notice("budget_raised",
-                  f"the estimated budget was raised from {estimate_gib:g} to {raised_gib:g} GiB; waiting for it on {slot}",
-                  {"device": slot, "estimate_gib": estimate_gib, "memory_gib": raised_gib, "need_mib": need_mib,
-                   "free_mib": room})
+    return Notice.worded("budget_raised", {"device": slot, "estimate_gib": estimate_gib, "memory_gib": raised_gib,
+                                           "need_mib": need_mib, "free_mib": room})
 
 
 def raised(why: Notice, estimate_gib: float | None, budget_mib_: int) -> Notice:

@@ -275,7 +275,8 @@ class OfferPass:
             return [], wp.reason_storage(run.files, offer.name, self._mount_label, run.files_why), False
         if offer.one_shot:
             if offer.run_id is not None and offer.run_id != run.run_id:
-                return [], wp.reason_one_shot_run_id(offer.name, offer.run_id), False
+                return [], wp.reason_one_shot_run_id(offer.name, offer.run_id,
+                                                     self._who(offer.run_id, state)["name"]), False
             choices = self._one_shot_choices(run, [offer], state)
             if not choices and self._one_shot_busy(offer, state):
                 return [], wp.reason_one_shot_taken(offer.name), False
@@ -302,13 +303,9 @@ class OfferPass:
         this server's process (the seeded gate applies). `fixed`: the run's only choice, so a
         blocked run records its hold (reservations, the gate claim)."""
         if here and state.seeded_running is not None:
-            return Notice("seeded_run_executing",
-                          f"waiting for seeded run {state.seeded_running} to finish: a seeded run executes alone",
-                          {"run_id": state.seeded_running}), False
+            return said("seeded_run_executing", self._who(state.seeded_running, state)), False
         if here and state.gate_claim is not None:
-            return Notice("waiting_for_seeded_run",
-                          f"waiting for seeded run {state.gate_claim}, which must execute alone, to start",
-                          {"run_id": state.gate_claim}), False
+            return said("waiting_for_seeded_run", self._who(state.gate_claim, state)), False
         topo = self.topology()
         counted = slots
         if not here and any(topo.shared_by_memory(topo.group(s)) for s in slots):
@@ -342,20 +339,20 @@ class OfferPass:
                 state.gate_claim = run.run_id
         if reserved_by is not None:
             slot, holder = reserved_by
-            return Notice("device_reserved",
-                          f"{slot} is reserved for run {holder}, which waits ahead of this run",
-                          {"device": slot, "run_id": holder}), False
+            return said("device_reserved", {"device": slot, **self._who(holder, state)}), False
         if busy_set:
-            return Notice("waiting_for_set_devices",
-                          f"waiting for {', '.join(busy_set)}: a device-set run starts when every device is free",
-                          {"devices": busy_set}), False
+            return said("waiting_for_set_devices", {"devices": busy_set}), False
         if alone_blocked and (not own_full or any(slots[0] not in h.slots or h.run.lane == INTERACTIVE
                                                   for h in local_running)):
-            n = len(local_running)
-            return Notice("waiting_to_run_alone",
-                          f"a seeded run executes alone: waiting for {n} run{'s' if n != 1 else ''} to finish",
-                          {"running": n}), False
+            return said("waiting_to_run_alone", {"running": len(local_running)}), False
         return None, not (own_full or alone_blocked)
+
+    def _who(self, run_id: str, state: PassState) -> dict[str, str | None]:
+        """The params naming another run in a reason: its id, and its name for the words."""
+        run = self._waiting.get(run_id)
+        held = state.running.get(run_id)
+        found = run if run is not None else held.run if held is not None else None
+        return {"run_id": run_id, "name": found.name if found is not None else None}
 
     def _need(self, run: Run) -> int | None:
         return None if run.memory_mib is None else run.memory_mib + self._context_mib
@@ -403,15 +400,12 @@ class OfferPass:
                 self._one_shot_taken.add(worker)
 
 
+said = Notice.worded  # a reason in the message catalog's words (wire/messages.json)
+
+
 def behind(head: Run, why: Notice) -> Notice:
     """The reason of a run behind `head` in its queue, when the head waits for more than its turn:
-    the run is not waiting for runs that can start, so it says which run it waits behind and why."""
-    return Notice("behind_waiting_run",
-                  f"behind run {head.run_id} in the {head.queue_key} queue, which is {_clause(why.message)}",
-                  {"run_id": head.run_id, "code": why.code})
-
-
-def _clause(message: str) -> str:
-    # "waiting for…" reads on after "which is"; other messages are quoted whole after a colon.
-    return message if message.startswith("waiting") else f"waiting: {message}"
-
+    the run is not waiting for runs that can start, so it says which run it waits behind (by name)
+    and why that one waits (`ahead`: the head's own reason; `code` kept for scripts)."""
+    return said("behind_waiting_run", {"run_id": head.run_id, "name": head.name, "queue": head.queue_key,
+                                       "code": why.code, "ahead": why.to_dict()})

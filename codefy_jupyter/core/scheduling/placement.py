@@ -107,43 +107,34 @@ def refuse_missing_types(worker: str, needed: Iterable[str], missing: Iterable[s
 # --- wait reasons ------------------------------------------------------------------------------
 
 
-def _names(names: Sequence[str]) -> str:
-    return f"{names[0]} is" if len(names) == 1 else f"{', '.join(names)} are"
-
-
 def reason_disconnected(worker: str) -> Notice:
-    return Notice("worker_disconnected", f"waiting for worker {worker} to reconnect", {"worker": worker})
+    return Notice.worded("worker_disconnected", {"worker": worker})
 
 
 def reason_draining(worker: str) -> Notice:
-    return Notice("worker_draining", f"worker {worker} is draining", {"worker": worker})
+    return Notice.worded("worker_draining", {"worker": worker})
 
 
 def reason_no_offer(need: Sequence[str], worker: str = ANY, draining: Sequence[str] = ()) -> Notice:
     """`any`: nobody that takes runs offers the devices now (`draining`: those that would, draining).
     A named worker: it is connected but no longer reports them."""
     params: dict = {"devices": list(need), "worker": worker}
-    if worker != ANY:
-        return Notice("waiting_for_offer", f"waiting for worker {worker} to offer {', '.join(need)}", params)
-    text = f"waiting for a worker that offers {', '.join(need)}"
-    if draining:
+    if worker == ANY and draining:
         params["draining"] = list(draining)
-        text += f": {_names(list(draining))} draining"
-    return Notice("waiting_for_offer", text, params)
+    return Notice.worded("waiting_for_offer", params)
 
 
 def reason_one_shot_pool(need: Sequence[str]) -> Notice:
-    return Notice("one_shot_pool", f"waiting for a one-shot worker that offers {', '.join(need)}",
-                  {"devices": list(need), "pool": ONE_SHOT})
+    return Notice.worded("one_shot_pool", {"devices": list(need), "pool": ONE_SHOT})
 
 
 def reason_one_shot_taken(worker: str) -> Notice:
-    return Notice("one_shot_taken", f"one-shot worker {worker} has already taken its run", {"worker": worker})
+    return Notice.worded("one_shot_taken", {"worker": worker})
 
 
-def reason_one_shot_run_id(worker: str, run_id: str) -> Notice:
-    return Notice("one_shot_run_id", f"one-shot worker {worker} was started for run {run_id}",
-                  {"worker": worker, "run_id": run_id})
+def reason_one_shot_run_id(worker: str, run_id: str, name: str | None = None) -> Notice:
+    """The named one-shot worker was started for another run (`name`: that run's, for the words)."""
+    return Notice.worded("one_shot_run_id", {"worker": worker, "run_id": run_id, "name": name})
 
 
 # --- files (seed: storage) ---------------------------------------------------------------------
@@ -175,14 +166,10 @@ def storage_backend(need: str, *, same_machine: bool, has_label: bool, transfer:
 def reason_storage(need: str, worker: str, label: str, why: tuple[str, str] | None = None) -> Notice:
     """The run uses files that no worker it may go to can reach now. `why`: (code, text) of why the
     transfer backend cannot serve it (not uploads, over the size limit, outside the data folder)."""
-    what = _STORAGE_TEXT.get(need, need).format(label=label)
-    who = "a worker" if worker == ANY else f"worker {worker}"
-    text = f"waiting for {who} with {what}" if worker == ANY else f"{who} lacks {what}"
     params: dict = {"worker": worker, "need": need, "label": label}
     if why is not None:
-        text += f": {why[1]}"
-        params["why"] = why[0]
-    return Notice("waiting_for_storage", text, params)
+        params.update(why=why[0], detail=why[1])
+    return Notice.worded("waiting_for_storage", params)
 
 
 def refuse_storage(worker: str, need: str, label: str) -> SubmitError:

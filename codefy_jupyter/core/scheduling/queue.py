@@ -84,10 +84,10 @@ or `worker: local` is a local run: everything above, and nothing below, applies 
 Wait reasons (`reason(run_id)`), only for a run that waits for more than its turn; a head whose own
 device is full, and a run behind such a head in its queue, is waiting its turn and has none. A run
 behind a head that has a reason waits for that too and says so (`behind_waiting_run`):
-  seeded_run_executing     {run_id}          a seeded run executes here; nothing else may start
-  waiting_for_seeded_run   {run_id}          an earlier seeded run waits to execute alone
+  seeded_run_executing     {run_id, name}    a seeded run executes here; nothing else may start
+  waiting_for_seeded_run   {run_id, name}    an earlier seeded run waits to execute alone
   waiting_to_run_alone     {running}         this seeded run waits for `running` runs to end
-  device_reserved          {device, run_id}  an earlier waiting run holds the room left on device
+  device_reserved          {device, run_id, name}  an earlier waiting run holds the room left on device
   waiting_for_set_devices  {devices}         other devices of this run's set are busy
   worker_disconnected      {worker}          "waiting for worker X to reconnect" (away or offline)
   worker_draining          {worker}          "worker X is draining"
@@ -99,8 +99,8 @@ behind a head that has a reason waits for that too and says so (`behind_waiting_
   one_shot_pool            {devices, pool}   no one-shot worker offering the device is free
   one_shot_taken           {worker}          the named one-shot worker has taken its run
   one_shot_run_id          {worker, run_id}  the named one-shot worker was started for another run
-  behind_waiting_run       {run_id, code}    behind head run_id of its queue, which waits with reason code
-  waiting_for_storage      {worker, need, label[, why]}  the run uses files (`Run.files`) that the named
+  behind_waiting_run       {run_id, name, queue, code, ahead}  behind head run_id, which waits with ahead
+  waiting_for_storage      {worker, need, label[, why, detail]}  the run uses files (`Run.files`) that the named
                            worker, or every worker that would take it, cannot reach: no mount
                            label, no transfer, not this machine (placement.storage_backend)
   memory_wait              {device, need_mib, free_mib}  a card shared by memory has no room for the

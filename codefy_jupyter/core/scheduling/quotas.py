@@ -138,14 +138,9 @@ def _add(counts: dict[str | None, int], owner: str | None, change: int) -> None:
         counts.pop(owner, None)
 
 
-def whose(owner: str | None) -> str:
-    return f"{owner}'s" if owner else "the shared"
-
-
 def reason_owner_quota(owner: str | None, running: int, limit: int) -> Notice:
     """A waiting run whose owner already has `limit` runs executing."""
-    return Notice(OWNER_QUOTA, f"waiting for {whose(owner)} run quota ({running} running of {limit})",
-                  {"owner": owner, "running": running, "limit": limit})
+    return Notice.worded(OWNER_QUOTA, {"owner": owner, "running": running, "limit": limit})
 
 
 def refuse_queue_full(owner: str | None, queued: int, adding: int, limit: int) -> SubmitError:

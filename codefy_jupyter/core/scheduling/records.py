@@ -44,6 +44,8 @@ class Run:
     owner: str | None = None
     # An accepted estimate the server raised (GiB it was raised from): its memory wait reads budget_raised.
     raised_from_gib: float | None = None
+    # Its name, so that a wait reason naming this run says who is ahead in words (None: unnamed).
+    name: str | None = None
 
     def __post_init__(self) -> None:
         if self.lane not in LANES:

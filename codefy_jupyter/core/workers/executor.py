@@ -361,7 +361,7 @@ class WorkerExecutor:
             self.host.events.emit(run.run_id, ev.run_warning(
                 run.run_id, "worker_frame_unreadable", f"a {frame.type} frame (seq {frame.seq}) from worker "
                 f"{worker.name} could not be recorded: {type(err).__name__}: {err}",
-                {"worker": worker.name, "type": frame.type, "seq": frame.seq}))
+                {"worker": worker.name, "type": frame.type, "seq": frame.seq, "error": f"{type(err).__name__}: {err}"}))
         run.wake.set()
         if not run.paused and should_pause_reading(run.inbox.unprocessed, paused=False, limit=self.max_inbox):
             run.paused = True

@@ -95,7 +95,7 @@ class WorkerOutputReads:
             pending.done.set_result((frame.http_status, joined(pending.parts)))
         except ValueError as err:
             pending.done.set_exception(Unavailable(f"worker {name} sent an unreadable answer: {err}",
-                                                   code="worker_bad_answer", params={"worker": name}))
+                                                   code="worker_bad_answer", params={"worker": name, "error": str(err)}))
 
     def closed(self, name: str) -> None:
         """The worker's connection closed: reads waiting for it end with 503."""

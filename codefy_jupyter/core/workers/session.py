@@ -189,7 +189,7 @@ class WorkerSession:
     def _bad_frame(self, err: ProtocolError, message: Any) -> BadFrame:
         name = self.worker.name
         return BadFrame(err.code, str(err), f"worker {name} sent a frame that could not be read: {err}", run_id_of(message),
-                        {"worker": name, "code": err.code, "path": err.path})
+                        {"worker": name, "code": err.code, "path": err.path, "error": str(err)})
 
 
 def run_id_of(message: str | bytes | Any) -> str | None:

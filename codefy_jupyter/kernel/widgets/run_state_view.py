@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
+from ...wire import messages as words
+
 QUEUED, RUNNING, DISCONNECTED = "queued", "running", "disconnected"
 FINISHED = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
 ACTIVE = frozenset({QUEUED, RUNNING, DISCONNECTED})
@@ -157,7 +159,7 @@ def apply_row(state: RunViewState, row: Mapping[str, Any]) -> RunViewState:
         "name": row.get("name", state.name),
         "queue_position": row.get("queue_position") if waiting else None,
         "queue_key": row.get("queue_key") or state.queue_key,
-        "queue_reason": (reason.get("message") if isinstance(reason, dict) else reason) or None,
+        "queue_reason": words.text_of(reason) or None,  # the catalog's words, as the CLI and Lab say it
         "device": row.get("device") or state.device,
         "devices": tuple(row.get("devices") or state.devices),
         "seed": row.get("seed", state.seed),
@@ -264,7 +266,7 @@ def _metric(page: _Page, p: Mapping[str, Any]) -> None:
 
 def _warning(page: _Page, p: Mapping[str, Any]) -> None:
     warnings = page.seq("warnings")
-    warnings.append(f"{p.get('node_id') or 'run'}: {p.get('message', '')}")
+    warnings.append(f"{p.get('node_id') or 'run'}: {words.text_of(p)}")
     del warnings[:-MAX_WARNINGS]
 
 
@@ -379,7 +381,7 @@ def summary(state: RunViewState) -> dict[str, Any]:
                 last[name] = points[-1][1]
     message = ""
     if state.error is not None:
-        message = str(state.error.get("message") or "")
+        message = words.text_of(state.error) if state.error.get("code") else str(state.error.get("message") or "")
     elif state.stop_reason:
         message = state.stop_reason
     return {

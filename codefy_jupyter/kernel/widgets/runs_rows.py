@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
+from ...wire import messages as words
+
 LIST_LIMIT = 50  # the newest 50 runs, as the Runs panel
 NAME_MAX = 64
 ACTIVE = frozenset({"queued", "running", "disconnected"})
@@ -178,7 +180,7 @@ def table_row(run: Mapping[str, Any], *, now: float | None = None) -> dict[str, 
         "devices": devices_label(run),
         "queue": queue,
         "queue_title": queue_title,
-        "reason": (reason.get("message") if isinstance(reason, dict) else reason) or "",
+        "reason": words.text_of(reason),  # the catalog's words (wire/messages.json), as the CLI and Lab say it
         "budget": budget_label(run),
         "started": format_time(run.get("started_at")),
         "duration": format_duration(duration_of(run, now)),
