@@ -24,3 +24,31 @@ def _default_node_registry_restored():
     if registry._defs != before:
         registry._defs.clear()
         registry._defs.update(before)
+
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/pg_server.py
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One real PostgreSQL server for this pytest process (tests/pg_server.py), stopped at the end;
+    the tests using it are skipped, with the reason, where no PostgreSQL is installed."""
+    import pg_server as pg
+
+    bindir = pg.find_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, postgres) found: install Debian's postgresql "
+                    "(.ci/run does) or set CODEFY_TEST_PG_BIN")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg is not installed (pip install -e '.[test]')")
+    server = pg.PgServer.start(bindir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server):
+    """The URL of a fresh, empty database on the tests' PostgreSQL server."""
+    return pg_server.create_database()
