@@ -52,3 +52,20 @@ def pg_server():
 def pg_url(pg_server):
     """The URL of a fresh, empty database on the tests' PostgreSQL server."""
     return pg_server.create_database()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_at(request, tmp_path):
+    """name → where `Store.open` opens it: a file in tmp_path, or (the postgresql param) a fresh
+    database on the tests' PostgreSQL server; the same name gives the same place within a test."""
+    if request.param == "sqlite":
+        return lambda name: tmp_path / name
+    server = request.getfixturevalue("pg_server")
+    made: dict[str, str] = {}
+
+    def at(name: str) -> str:
+        if name not in made:
+            made[name] = server.create_database()
+        return made[name]
+
+    return at
