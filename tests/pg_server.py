@@ -164,3 +164,18 @@ class PgServer:
                 self.process.kill()
                 self.process.wait()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def connect_raw(target):
+    """A plain connection to a store's database (an SQLite path, or a postgresql:// URL) in
+    autocommit mode, spoken to with `?` placeholders either way: for tests that set rows up as a
+    crash would have left them, or read what landed."""
+    import sqlite3
+
+    if isinstance(target, str) and target.startswith("postgresql://"):
+        import psycopg
+
+        from codefy_jupyter.core.store.postgres import PgConnection
+
+        return PgConnection(psycopg.connect(target, autocommit=True))
+    return sqlite3.connect(target, isolation_level=None)

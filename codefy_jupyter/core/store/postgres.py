@@ -6,7 +6,7 @@ studies.py, ...) are the store's meaning, and two copies of them would drift. Th
 the common subset of SQLite and PostgreSQL plus a few SQLite spellings that `translate` rewrites,
 once per statement text (cached): `?` placeholders, `BEGIN IMMEDIATE`, `INSERT OR IGNORE`,
 `IFNULL`, the two-argument `MAX`, `json_extract(x, '$.key')`, `LIKE` (ASCII case-insensitive in
-SQLite), `WHERE 0`. The schema steps get PostgreSQL types (`pg_ddl`): 64-bit integers, doubles, an
+SQLite), `WHERE 0`; a bool parameter is sent as 1 or 0, as SQLite stores it. The schema steps get PostgreSQL types (`pg_ddl`): 64-bit integers, doubles, an
 identity column standing in for SQLite's rowid. psycopg's errors reach the functions as the
 sqlite3 error classes they already handle (a duplicate key is an IntegrityError in both).
 
@@ -112,6 +112,11 @@ def _as_sqlite_error(exc: Exception) -> sqlite3.Error:
     return error
 
 
+def _values(params: Sequence[Any]) -> tuple:
+    # SQLite stores a bool as the integer 1 or 0; so do our BIGINT columns (no boolean type in the schema).
+    return tuple(int(v) if v is True or v is False else v for v in params)
+
+
 class PgConnection:
     """The part of sqlite3.Connection the repository functions use, over a psycopg connection in
     autocommit mode (BEGIN and COMMIT are issued by the callers, as on SQLite)."""
@@ -123,7 +128,7 @@ class PgConnection:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         import psycopg
 
-        values = tuple(params)
+        values = _values(params)
         try:
             return self._conn.execute(translate(sql, self._reader, bool(values)), values or None)
         except psycopg.Error as exc:
@@ -134,7 +139,7 @@ class PgConnection:
 
         cursor = self._conn.cursor()
         try:
-            cursor.executemany(translate(sql, self._reader), [tuple(r) for r in rows])
+            cursor.executemany(translate(sql, self._reader), [_values(r) for r in rows])
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc) from exc
         return cursor
