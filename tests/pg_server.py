@@ -7,9 +7,9 @@ PATH, or the folder named by CODEFY_TEST_PG_BIN. Without one the PostgreSQL test
 that reason.
 
 PostgreSQL refuses to run as root (sessions and CI are root): then `initdb` and `postgres` run as
-the unprivileged `postgres` user (or `nobody`) (Popen's user/group: set in the child before exec), in a folder that user owns. The
-server trusts loopback connections (nothing but this process's tests can reach 127.0.0.1 on a
-random port, and the folder holding its socket is private) and skips fsync: it is thrown away.
+the unprivileged `postgres` user (or `nobody`; Popen's user and group, set in the child before
+exec), in a folder that user owns. It is a throwaway server for tests: it trusts every connection
+to its random loopback port, skips fsync, and its folder is removed when it stops.
 """
 
 from __future__ import annotations

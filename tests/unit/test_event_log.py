@@ -1,5 +1,6 @@
-"""The event log's sink on a real store (SQLite, and PostgreSQL: `store_at`): seqs, the payload cap, and the in-memory tail that
-followers read (it must hold a run's whole log, in order, however its writes settle)."""
+"""The event log's sink on a real store (SQLite, and PostgreSQL: `store_at`): seqs, the payload
+cap, and the in-memory tail that followers read (it must hold a run's whole log, in order, however
+its writes settle)."""
 
 from __future__ import annotations
 

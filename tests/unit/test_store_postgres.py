@@ -151,15 +151,18 @@ def test_what_sqlite_stores_natively_comes_back_the_same(pg_url):
 
 
 @pytest.mark.parametrize("sqlite_sql, pg_sql", [
-    ("SELECT id FROM runs WHERE id = ? AND status IN (?, ?)", "SELECT id FROM runs WHERE id = %s AND status IN (%s, %s)"),
+    ("SELECT id FROM runs WHERE id = ? AND status IN (?, ?)",
+     "SELECT id FROM runs WHERE id = %s AND status IN (%s, %s)"),
     ("BEGIN IMMEDIATE", "BEGIN"),
-    ("INSERT OR IGNORE INTO f (a) VALUES (?) RETURNING a", "INSERT INTO f (a) VALUES (%s) ON CONFLICT DO NOTHING RETURNING a"),
+    ("INSERT OR IGNORE INTO f (a) VALUES (?) RETURNING a",
+     "INSERT INTO f (a) VALUES (%s) ON CONFLICT DO NOTHING RETURNING a"),
     ("INSERT OR IGNORE INTO f (a) VALUES (?)", "INSERT INTO f (a) VALUES (%s) ON CONFLICT DO NOTHING"),
     ("SELECT IFNULL(MAX(n), 0) + 1 FROM runs WHERE 0", "SELECT COALESCE(MAX(n), 0) + 1 FROM runs WHERE false"),
     ("UPDATE o SET sent = MAX(sent, excluded.sent)", "UPDATE o SET sent = GREATEST(sent, excluded.sent)"),
     ("SELECT json_extract(payload, '$.attempt_id') FROM e WHERE c > ?",
      "SELECT (payload::jsonb ->> 'attempt_id') FROM e WHERE c > %s"),
-    ("SELECT name FROM m WHERE name LIKE '%loss' AND id = ?", "SELECT name FROM m WHERE name ILIKE '%%loss' AND id = %s"),
+    ("SELECT name FROM m WHERE name LIKE '%loss' AND id = ?",
+     "SELECT name FROM m WHERE name ILIKE '%%loss' AND id = %s"),
     ("SELECT '?' , ? FROM t", "SELECT '?' , %s FROM t"),
 ])
 def test_the_sqlite_spellings_are_rewritten(sqlite_sql, pg_sql):
@@ -190,3 +193,30 @@ def test_a_duplicate_key_reads_as_the_integrity_error_sqlite_raises(pg_url):
             conn.execute("INSERT INTO fingerprints (digest, document, created_at) VALUES (?, ?, ?)", ("d", "{}", 1.0))
     finally:
         conn.close()
+
+
+def test_reads_go_side_by_side_on_the_pool_and_a_slow_one_holds_up_no_other(pg_url):
+    import threading
+
+    from codefy_jupyter.core.store.postgres import READERS
+
+    async def main():
+        async with await Store.open(pg_url) as store:
+            await store.create_run({"id": "r", "status": "queued"})
+            release = threading.Event()
+
+            def slow(conn):  # a read that holds its connection until told
+                assert release.wait(120), "never released"
+                return conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+            held = asyncio.ensure_future(store.read(slow))
+            await asyncio.sleep(0)
+            # While it holds its reader, the others answer (on one reader they would wait behind it).
+            assert (await store.get_run("r"))["status"] == "queued"
+            pids = await asyncio.gather(*(store.read(lambda c: c.execute("SELECT pg_backend_pid()").fetchone()[0])
+                                          for _ in range(READERS - 1)))
+            release.set()
+            pids.append(await held)
+            assert len(set(pids)) == READERS
+
+    run(main())

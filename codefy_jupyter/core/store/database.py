@@ -102,7 +102,8 @@ class StoreStatistics:
 class Store:
     """Open with `await Store.open(path)`; close with `await store.close()` (or `async with`)."""
 
-    def __init__(self, path: Path, writer: WriterThread, reader: ConnectionThread, *, clock: Clock) -> None:
+    def __init__(self, path: Path, writer: WriterThread, reader: ConnectionThread | postgres.ReaderPool, *,
+                 clock: Clock) -> None:
         self._path = path
         self._writer = writer
         self._reader = reader

@@ -6,12 +6,14 @@ studies.py, ...) are the store's meaning, and two copies of them would drift. Th
 the common subset of SQLite and PostgreSQL plus a few SQLite spellings that `translate` rewrites,
 once per statement text (cached): `?` placeholders, `BEGIN IMMEDIATE`, `INSERT OR IGNORE`,
 `IFNULL`, the two-argument `MAX`, `json_extract(x, '$.key')`, `LIKE` (ASCII case-insensitive in
-SQLite), `WHERE 0`; a bool parameter is sent as 1 or 0, as SQLite stores it. The schema steps get PostgreSQL types (`pg_ddl`): 64-bit integers, doubles, an
-identity column standing in for SQLite's rowid. psycopg's errors reach the functions as the
+SQLite), `WHERE 0`; a bool parameter is sent as 1 or 0, as SQLite stores it. The schema steps
+get PostgreSQL types (`pg_ddl`): 64-bit integers, doubles, byte-order text, an identity column
+standing in for SQLite's rowid. psycopg's errors reach the functions as the
 sqlite3 error classes they already handle (a duplicate key is an IntegrityError in both).
 
-The writer is the same group-commit thread (writer.py) with a PostgreSQL connection; the reader
-is one more connection whose multi-statement reads run in a REPEATABLE READ snapshot.
+The writer is the same group-commit thread (writer.py) with a PostgreSQL connection; the readers
+are a small pool of connections (ReaderPool), each multi-statement read in a REPEATABLE READ
+snapshot.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .sqlite_file import ConnectionThread
 from .writer import WriterThread
 
 URL_SCHEMES = ("postgresql", "postgres")
+READERS = 4  # reader connections per store (ReaderPool)
 # Taken for the length of a migration, so two servers opening one empty database migrate it once.
 _MIGRATION_LOCK = 0x636F646566790001
 
@@ -156,16 +159,52 @@ def _connect(url: str) -> Any:
     return psycopg.connect(url, autocommit=True, connect_timeout=10, application_name="codefy-jupyter")
 
 
-async def start_connections(url: str, *, batch_window_s: float, max_batch: int) -> tuple[WriterThread, ConnectionThread]:
-    """The group-commit writer thread on a migrated connection, and the reader's thread."""
+class ReaderPool:
+    """Reader connections, each on a thread of its own; `run(fn, *args)` goes to the one with the
+    fewest reads in flight. PostgreSQL serves reads side by side (SQLite's one WAL reader does not
+    need this), so a slow read (a long page of events) does not hold up the others."""
+
+    def __init__(self, readers: Sequence[ConnectionThread]) -> None:
+        self._readers = list(readers)
+        self._busy = [0] * len(self._readers)
+
+    @classmethod
+    async def start(cls, url: str, size: int) -> "ReaderPool":
+        readers: list[ConnectionThread] = []
+        try:
+            for n in range(size):
+                readers.append(await ConnectionThread.start(f"codefy-store-reader-{n}",
+                                                            functools.partial(connect_reader, url)))
+        except BaseException:
+            for reader in readers:
+                await reader.close()
+            raise
+        return cls(readers)
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        n = min(range(len(self._readers)), key=self._busy.__getitem__)
+        self._busy[n] += 1
+        try:
+            return await self._readers[n].run(fn, *args)
+        finally:
+            self._busy[n] -= 1
+
+    async def close(self) -> None:
+        for reader in self._readers:
+            await reader.close()
+
+
+async def start_connections(url: str, *, batch_window_s: float, max_batch: int,
+                            readers: int = READERS) -> tuple[WriterThread, ReaderPool]:
+    """The group-commit writer thread on a migrated connection, and the readers."""
     writer = await WriterThread.start("codefy-store-writer", functools.partial(connect_writer, url),
                                       batch_window_s=batch_window_s, max_batch=max_batch)
     try:
-        reader = await ConnectionThread.start("codefy-store-reader", functools.partial(connect_reader, url))
+        pool = await ReaderPool.start(url, readers)
     except BaseException:
         await writer.close()
         raise
-    return writer, reader
+    return writer, pool
 
 
 def connect_writer(url: str) -> PgConnection:
