@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
-import psycopg
 import pytest
 
-from codefy_jupyter.core.store.database import Store, StoreError
-from codefy_jupyter.core.store.migrations import SCHEMA_STEPS, SCHEMA_VERSION, SchemaVersionError
-from codefy_jupyter.core.store.postgres import PgConnection, migrate, pg_ddl, read_schema_version, translate
+psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[test]')")
+
+from codefy_jupyter.core.store.database import Store, StoreError  # noqa: E402
+from codefy_jupyter.core.store.migrations import SCHEMA_STEPS, SCHEMA_VERSION, SchemaVersionError  # noqa: E402
+from codefy_jupyter.core.store.postgres import PgConnection, migrate, pg_ddl, read_schema_version, translate  # noqa: E402
 
 
 def run(coro):
