@@ -14,6 +14,7 @@ to its random loopback port, skips fsync, and its folder is removed when it stop
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 import pwd
@@ -26,6 +27,8 @@ import time
 from pathlib import Path
 
 START_DEADLINE_S = 60.0
+_LIBC = ctypes.CDLL(None, use_errno=True)  # resolved here: the child between fork and exec only calls it
+_PR_SET_PDEATHSIG = 1
 
 
 def find_bindir() -> Path | None:
@@ -59,6 +62,12 @@ def _unprivileged_user() -> str | None:
         except KeyError:
             continue
     raise RuntimeError("running as root and neither a postgres nor a nobody user exists to run PostgreSQL as")
+
+
+def _die_with_parent() -> None:
+    """In the server's child before exec (after Popen's setuid, which would clear it): a fast
+    shutdown (SIGINT) once pytest is gone, even killed with SIGKILL, so no server outlives its tests."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
 
 
 def _free_port() -> int:
@@ -114,7 +123,7 @@ class PgServer:
                 [str(self.bindir / "postgres"), "-D", str(self.root / "data"), "-h", "127.0.0.1",
                  "-p", str(self.port), "-k", str(self.root), "-F", "-c", "max_connections=200",
                  "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
-                stdout=log, stderr=subprocess.STDOUT, **self._as_user())
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, **self._as_user())
             log.close()
             if self._wait_ready():
                 return
