@@ -1,6 +1,6 @@
 """A real jupyter-server whose store_url names a database on a real PostgreSQL server
-(tests/pg_server.py): runs go there, not to an SQLite file in the data dir, and a restart finds
-them there (the runs routes and the sweep suite on PostgreSQL: test_sweeps.py)."""
+(tests/pg_server.py): runs go there, not to an SQLite file in the data dir (the sweep suite on
+PostgreSQL: test_sweeps.py); and `codefy start` refuses a store_url it cannot use."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pg_server import connect_raw
 
 from codefy_jupyter.core.store.lock import DATABASE_FILE
 
+from test_headless import Servers, free_port
 from test_server_runs import SMALL, all_events, call, wait_status
 
 
@@ -36,3 +37,16 @@ async def test_runs_live_in_the_postgresql_database_the_setting_names(jp_fetch, 
         conn.close()
     assert [tuple(r) for r in rows] == [(run["id"], "succeeded", len(events))] and stored == len(events)
     assert not (tmp_path / "codefy" / DATABASE_FILE).exists()  # no SQLite file beside it
+
+
+def test_codefy_start_refuses_a_store_url_it_cannot_open_naming_the_setting_not_the_password(tmp_path):
+    servers = Servers(tmp_path)
+    servers.env["CODEFY_STORE_URL"] = "mysql://codefy:hunter2@db.example/codefy"
+    try:
+        done = servers.codefy("start", "--data-dir", str(servers.data_dir), "--port", str(free_port()))
+    finally:
+        servers.kill_leftovers()
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "CODEFY_STORE_URL (c.CodefyApp.store_url)" in output and "not scheme 'mysql'" in output
+    assert "hunter2" not in output
