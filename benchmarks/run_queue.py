@@ -431,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", action="store_true",
                     help='subscribers ask for batch frames ({"subscribe", "all": true, "batch": true}: the events '
                          'frames ready at once arrive together) instead of one message per events frame')
+    ap.add_argument("--store-url", default="",
+                    help="the server's store_url: a postgresql:// database (empty: the SQLite file, the default); "
+                         "the database should be empty, as the SQLite file starts")
     ap.add_argument("--out", help="also write the JSON to this file")
     args = ap.parse_args(argv)
     if (args.runs < 1 or args.subscribers < 0 or args.concurrency < 1 or args.cpu_limit < 1 or args.warmup < 1
@@ -438,12 +441,15 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--runs, --concurrency, --cpu-limit, --warmup and --floor-requests must be >= 1, "
                  "--subscribers and --latency-runs >= 0")
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="codefy-bench-") as tmp, codefy_server(Path(tmp), args.cpu_limit) as state:
+    store_env = {"CODEFY_STORE_URL": args.store_url} if args.store_url else {}
+    with tempfile.TemporaryDirectory(prefix="codefy-bench-") as tmp, \
+            codefy_server(Path(tmp), args.cpu_limit, store_env) as state:
         results = asyncio.run(bench(args, state))
     publish(args.out, started,
             parameters={"runs": args.runs, "subscribers": args.subscribers, "concurrency": args.concurrency,
                         "cpu_limit": args.cpu_limit, "warmup": args.warmup, "latency_runs": args.latency_runs,
                         "floor_requests": args.floor_requests,
+                        "store": "postgresql" if args.store_url else "sqlite",
                         "graph": "Float -> Scale -> Scale (cpu)",
                         "http_client": "keep-alive HTTP/1.1 on asyncio streams, one connection per client",
                         "ws_client": "a read-only asyncio Protocol (benchmarks/ws_client.py)",

@@ -24,3 +24,48 @@ def _default_node_registry_restored():
     if registry._defs != before:
         registry._defs.clear()
         registry._defs.update(before)
+
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/pg_server.py
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One real PostgreSQL server for this pytest process (tests/pg_server.py), stopped at the end;
+    the tests using it are skipped, with the reason, where no PostgreSQL is installed."""
+    import pg_server as pg
+
+    bindir = pg.find_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, postgres) found: install Debian's postgresql "
+                    "(.ci/run does) or set CODEFY_TEST_PG_BIN")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg is not installed (pip install -e '.[test]')")
+    server = pg.PgServer.start(bindir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server):
+    """The URL of a fresh, empty database on the tests' PostgreSQL server."""
+    return pg_server.create_database()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_at(request, tmp_path):
+    """name → where `Store.open` opens it: a file in tmp_path, or (the postgresql param) a fresh
+    database on the tests' PostgreSQL server; the same name gives the same place within a test."""
+    if request.param == "sqlite":
+        return lambda name: tmp_path / name
+    server = request.getfixturevalue("pg_server")
+    made: dict[str, str] = {}
+
+    def at(name: str) -> str:
+        if name not in made:
+            made[name] = server.create_database()
+        return made[name]
+
+    return at

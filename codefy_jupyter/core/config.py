@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import urlsplit, urlunsplit
 
 from ..wire import local_server
 
@@ -33,6 +34,10 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("data_dir", str, "",
             "Folder for the run database and run files. Empty: the Jupyter data dir's codefy/ folder."),
+    Setting("store_url", str, "",
+            "Where the run database lives. Empty: the SQLite file codefy.db in data_dir. "
+            "`postgresql://user:password@host:port/dbname` (libpq's URL; `postgres://` too): a PostgreSQL database, "
+            "through psycopg 3 (pip install 'codefy-jupyter[postgresql]'). A preview: see Outgrowing one machine."),
     Setting("ready_wait_s", int, 10,
             "Seconds a request (REST, either socket) waits while the run queue starts, which after a restart "
             "includes recovering the previous server's runs, before it is answered 503 `recovering` with a "
@@ -168,9 +173,43 @@ def _coerce(setting: Setting, value: Any) -> Any:
     return str(value)
 
 
+STORE_URL_SCHEMES = ("postgresql", "postgres")
+
+
+def check_store_url(setting: Setting, url: str) -> None:
+    """Refuse a store_url this code cannot open, naming the setting (and never its password)."""
+    if not url.strip():
+        return
+    shown = redact_url(url)
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 -- raises ValueError on a port that is not a number
+    except ValueError as exc:
+        raise ConfigError(setting, shown, f"not a URL ({exc})") from None
+    if parts.scheme.lower() not in STORE_URL_SCHEMES:
+        raise ConfigError(setting, shown, "expected empty (the SQLite file in data_dir) or a postgresql:// URL, "
+                                          f"not scheme {parts.scheme or '(none)'!r}")
+    if not parts.hostname and "host=" not in parts.query:
+        raise ConfigError(setting, shown, "a postgresql:// URL needs a host (postgresql://user@host:5432/dbname)")
+
+
+def redact_url(url: str) -> str:
+    """`url` with its password replaced by ***, for logs and errors."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.rsplit("@", 1)
+        user = netloc[0].split(":", 1)[0]
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+    except ValueError:
+        return "(unparsable URL)"
+
+
 @dataclass(frozen=True)
 class Settings:
     data_dir: str = ""
+    store_url: str = ""
     ready_wait_s: int = 10
     run_queue_max_concurrent_gpu: int = 1
     run_queue_max_concurrent_cpu: int = 2
@@ -225,6 +264,8 @@ class Settings:
             if s.env in env:
                 value, source = env[s.env], "env"
             values[s.name] = _coerce(s, value)
+            if s.name == "store_url":
+                check_store_url(s, values[s.name])
             sources[s.name] = source
         return cls(**values, sources=sources)
 

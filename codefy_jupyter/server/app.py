@@ -105,9 +105,11 @@ class CodefyApp(ExtensionApp):
         data_dir = settings.resolved_data_dir()
         data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         database = data_dir / DATABASE_FILE
+        # The lock stays on the data dir's file with either backend: one server per data dir. Several
+        # servers on one PostgreSQL database are not guarded yet (the leader lease is to come).
         lock = await self._lock_database(database)
         try:
-            store = await Store.open(database)
+            store = await Store.open(settings.store_url or database)
         except BaseException:
             lock.release()  # the next request tries again, and must not meet our own lock
             raise

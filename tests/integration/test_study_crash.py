@@ -6,7 +6,8 @@ child's submit and its record (the test-only CODEFY_TEST_CRASH_AFTER_SUBMIT hook
 there), between the stamp and the submit (CODEFY_TEST_CRASH_BEFORE_SUBMIT), and by SIGKILL while a
 child executes. After each restart the study is resumed. In the end every repetition has exactly
 one succeeded attempt, no attempt ever had two runs, and the ranking equals the one an
-uninterrupted study with the same seeds reaches.
+uninterrupted study with the same seeds reaches. On both backends: the SQLite file, and a database
+on a real PostgreSQL server (`store_at`).
 """
 
 from __future__ import annotations
@@ -45,8 +46,11 @@ def spec(key: str, nap: float = 0.3, **extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def servers(tmp_path, request) -> Servers:
+def servers(tmp_path, request, store_at) -> Servers:
     s = Servers(tmp_path)
+    target = store_at("codefy.sqlite")  # the SQLite file, or a PostgreSQL database (CODEFY_STORE_URL)
+    if isinstance(target, str):
+        s.env["CODEFY_STORE_URL"] = target
     s.env["JUPYTER_TOKEN"] = "study-crash-token"
     request.addfinalizer(s.kill_leftovers)
     return s

@@ -1,4 +1,5 @@
-"""Sweeps on a real jupyter-server with a real SQLite file: every refusal, ranking, harvest across
+"""Sweeps on a real jupyter-server with a real store (an SQLite file, and a database on a real
+PostgreSQL server through store_url: `store_at`): every refusal, ranking, harvest across
 retention and delete, cancel and owners (the restart and the CLI: test_sweeps_headless.py)."""
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from test_server_runs import call, wait_status
 
 
 @pytest.fixture
-def jp_server_config(tmp_path):
+def jp_server_config(tmp_path, store_at):
+    target = store_at("codefy.db")
+    store_url = {"store_url": target} if isinstance(target, str) else {}
     return {"ServerApp": {"jpserver_extensions": {"codefy_jupyter": True}},
-            "CodefyApp": {"data_dir": str(tmp_path / "codefy")}}
+            "CodefyApp": {"data_dir": str(tmp_path / "codefy"), **store_url}}
 
 
 @pytest.fixture(autouse=True)

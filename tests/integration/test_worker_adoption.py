@@ -1,5 +1,6 @@
 """Adoption: a real headless control plane (`codefy start`) is killed with SIGKILL while a run executes
-on a worker, and started again on the same SQLite file. The run keeps its slot, waits disconnected,
+on a worker, and started again on the same store (the SQLite file, and a database on a real
+PostgreSQL server through CODEFY_STORE_URL: `store_at`). The run keeps its slot, waits disconnected,
 and continues in the same log once the worker (a raw protocol client here) is back; a worker that
 does not come back within the grace leaves its run interrupted (worker_lost_after_restart)."""
 
@@ -22,8 +23,11 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def servers(tmp_path, request) -> Servers:
+def servers(tmp_path, request, store_at) -> Servers:
     s = Servers(tmp_path)
+    target = store_at("codefy.sqlite")
+    if isinstance(target, str):
+        s.env["CODEFY_STORE_URL"] = target
     request.addfinalizer(s.kill_leftovers)
     return s
 
@@ -104,6 +108,8 @@ async def test_a_run_on_a_worker_is_adopted_after_a_hard_stop_and_finishes_in_th
     assert events[-1]["type"] == "execution_complete"
     await agent.until_ack(rid, 7)
     assert servers.stop().returncode == 0
+    # The run lived where the setting said: the SQLite file exists only without a store_url.
+    assert (servers.data_dir / "codefy.sqlite").exists() == ("CODEFY_STORE_URL" not in servers.env)
 
 
 async def test_an_adopted_run_whose_worker_stays_away_ends_interrupted(servers):

@@ -37,3 +37,27 @@ def test_every_setting_has_help_and_an_env_twin():
 
 def test_data_dir_setting_is_used(tmp_path):
     assert Settings.load(env={"CODEFY_DATA_DIR": str(tmp_path)}).resolved_data_dir() == tmp_path
+
+
+def test_store_url_defaults_to_the_sqlite_file_and_takes_a_postgresql_url():
+    assert Settings.load(env={}).store_url == ""
+    url = "postgresql://codefy:pw@db.example:5432/codefy?sslmode=require"
+    s = Settings.load(env={"CODEFY_STORE_URL": url})
+    assert s.store_url == url and s.sources["store_url"] == "env"
+    assert Settings.load({"store_url": "postgres://db.example/runs"}, env={}).store_url == "postgres://db.example/runs"
+
+
+@pytest.mark.parametrize("url, reason", [
+    ("mysql://db.example/codefy", "not scheme 'mysql'"),
+    ("sqlite:///tmp/codefy.db", "not scheme 'sqlite'"),
+    ("/var/lib/codefy.db", "not scheme '(none)'"),
+    ("postgresql://codefy:secret@db.example:port/codefy", "not a URL"),
+    ("postgresql://[::1/codefy", "not a URL"),
+    ("postgresql:///codefy", "needs a host"),
+])
+def test_a_bad_store_url_is_refused_naming_the_setting_and_hiding_its_password(url, reason):
+    with pytest.raises(ConfigError) as info:
+        Settings.load(env={"CODEFY_STORE_URL": url})
+    message = str(info.value)
+    assert "CODEFY_STORE_URL" in message and "c.CodefyApp.store_url" in message and reason in message
+    assert "secret" not in message

@@ -1,5 +1,6 @@
-"""The event log's sink on a real SQLite store: seqs, the payload cap, and the in-memory tail that
-followers read (it must hold a run's whole log, in order, however its writes settle)."""
+"""The event log's sink on a real store (SQLite, and PostgreSQL: `store_at`): seqs, the payload
+cap, and the in-memory tail that followers read (it must hold a run's whole log, in order, however
+its writes settle)."""
 
 from __future__ import annotations
 
@@ -14,17 +15,17 @@ def status(run_id: str, node: str, state: str) -> ev.RunEvent:
     return ev.RunEvent("node_status", {"run_id": run_id, "node_id": node, "status": state})
 
 
-async def open_log(tmp_path, cap: int = 4096) -> tuple[Store, EventLog]:
-    store = await Store.open(tmp_path / "codefy.db")
+async def open_log(store_at, cap: int = 4096) -> tuple[Store, EventLog]:
+    store = await Store.open(store_at("codefy.db"))
     return store, EventLog(store, payload_cap_bytes=cap, clock=lambda: 5.0)
 
 
-def test_a_closing_write_in_the_same_transaction_as_a_flush_leaves_the_tail_whole(tmp_path):
+def test_a_closing_write_in_the_same_transaction_as_a_flush_leaves_the_tail_whole(store_at):
     # The run service writes a run's closing event (with its final status) right after a flush
     # handed the run's earlier events to the store: both commit in one transaction, and the
     # closing writer hears of it first. Followers must still find every event in memory.
     async def main():
-        store, log = await open_log(tmp_path)
+        store, log = await open_log(store_at)
         await store.create_run({"id": "r1", "status": "running"})
         log.track("r1", 0)
         for i in range(3):
@@ -48,9 +49,9 @@ def test_a_closing_write_in_the_same_transaction_as_a_flush_leaves_the_tail_whol
     asyncio.run(main())
 
 
-def test_payloads_over_the_cap_are_elided_and_others_kept_as_emitted(tmp_path):
+def test_payloads_over_the_cap_are_elided_and_others_kept_as_emitted(store_at):
     async def main():
-        store, log = await open_log(tmp_path, cap=200)
+        store, log = await open_log(store_at, cap=200)
         await store.create_run({"id": "r1", "status": "running"})
         log.track("r1", 0)
         log.emit("r1", ev.RunEvent("node_status", {"run_id": "r1", "node_id": "n", "status": "ok", "é": "ü"}))
@@ -70,13 +71,13 @@ def test_payloads_over_the_cap_are_elided_and_others_kept_as_emitted(tmp_path):
     asyncio.run(main())
 
 
-def test_only_the_newest_finished_runs_keep_their_tail_in_memory(tmp_path, monkeypatch):
+def test_only_the_newest_finished_runs_keep_their_tail_in_memory(store_at, monkeypatch):
     from codefy_jupyter.core.runs import event_log
 
     monkeypatch.setattr(event_log, "CLOSED_TAILS_KEPT", 3)
 
     async def main():
-        store, log = await open_log(tmp_path)
+        store, log = await open_log(store_at)
         for n in range(5):
             run_id = f"r{n}"
             await store.create_run({"id": run_id, "status": "running"})
@@ -97,9 +98,9 @@ def test_only_the_newest_finished_runs_keep_their_tail_in_memory(tmp_path, monke
     asyncio.run(main())
 
 
-def test_an_event_emitted_with_the_next_rides_with_it_or_is_written_alone_soon(tmp_path):
+def test_an_event_emitted_with_the_next_rides_with_it_or_is_written_alone_soon(store_at):
     async def main():
-        store, log = await open_log(tmp_path)
+        store, log = await open_log(store_at)
         for run_id in ("r1", "r2"):
             await store.create_run({"id": run_id, "status": "running"})
             log.track(run_id, 0)
@@ -120,23 +121,33 @@ def test_an_event_emitted_with_the_next_rides_with_it_or_is_written_alone_soon(t
     asyncio.run(main())
 
 
-def test_a_refused_closing_write_is_retaken_as_the_closing_event_alone_after_what_is_durable(tmp_path):
+def test_a_refused_closing_write_is_retaken_as_the_closing_event_alone_after_what_is_durable(store_at):
     """A closing write carries the run's queued events; when the store refuses them (here a real
-    SQLite trigger), the run still ends: its closing event alone, numbered after the durable log,
+    trigger), the run still ends: its closing event alone, numbered after the durable log,
     with the events it carried recorded as lost."""
     import sqlite3
 
     async def main():
-        store, log = await open_log(tmp_path)
+        store, log = await open_log(store_at)
         await store.create_run({"id": "r1", "status": "running"})
         log.track("r1", 0)
         log.emit("r1", status("r1", "fine", "done"))
         await log.flush()
-        conn = sqlite3.connect(tmp_path / "codefy.db")
-        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON run_events WHEN NEW.payload LIKE '%poison%' "
-                     "BEGIN SELECT RAISE(ABORT, 'the disk says no'); END")
-        conn.commit()
-        conn.close()
+        target = store_at("codefy.db")
+        if isinstance(target, str):  # PostgreSQL: the same refusal as a trigger function
+            import psycopg
+
+            with psycopg.connect(target, autocommit=True) as conn:
+                conn.execute("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                             "IF NEW.payload LIKE '%poison%' THEN RAISE EXCEPTION 'the disk says no'; END IF; "
+                             "RETURN NEW; END $$")
+                conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON run_events FOR EACH ROW EXECUTE FUNCTION refuse()")
+        else:
+            conn = sqlite3.connect(target)
+            conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON run_events WHEN NEW.payload LIKE '%poison%' "
+                         "BEGIN SELECT RAISE(ABORT, 'the disk says no'); END")
+            conn.commit()
+            conn.close()
         log.emit("r1", status("r1", "poison", "done"))  # queued, not flushed: it rides with the closing write
         rows = log.take_closing("r1", ev.execution_complete("r1", duration_s=0.1, metrics={}, executed=2, cached=0))
         assert [r[0] for r in rows] == [2, 3]

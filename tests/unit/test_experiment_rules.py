@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sqlite3
 
 import pytest
 
@@ -174,9 +175,9 @@ class _Harvest:
         self.failed.append((list(run_ids), str(error)))
 
 
-def test_submit_with_a_chosen_id_and_links_preflight_observers_and_the_harvest_hook(tmp_path):
+def test_submit_with_a_chosen_id_and_links_preflight_observers_and_the_harvest_hook(store_at, tmp_path):
     async def main():
-        store = await Store.open(tmp_path / "db.sqlite")
+        store = await Store.open(store_at("db.sqlite"))
         settings = Settings.load({"data_dir": str(tmp_path), "run_retention_keep_last": 1}, env={})
         service = RunService(store, settings, data_dir=tmp_path)
         recorder, harvest = _Recorder(), _Harvest()
@@ -225,16 +226,19 @@ def test_submit_with_a_chosen_id_and_links_preflight_observers_and_the_harvest_h
 
 
 async def _harvested_ids(store):
+    """The ids the hook wrote, or None while its table does not exist (on either backend)."""
     def read(c):
-        if not c.execute("SELECT 1 FROM sqlite_master WHERE name = 'harvested'").fetchall():
-            return []
-        return c.execute("SELECT id FROM harvested").fetchall()
+        try:
+            return [tuple(r) for r in c.execute("SELECT id FROM harvested").fetchall()]
+        except sqlite3.DatabaseError as exc:  # no such table (SQLite), undefined table (PostgreSQL)
+            assert "harvested" in str(exc)
+            return None
     return await store.read(read)
 
 
-def test_a_failing_harvest_rolls_back_its_writes_and_never_holds_the_delete_back(tmp_path):
+def test_a_failing_harvest_rolls_back_its_writes_and_never_holds_the_delete_back(store_at, tmp_path):
     async def main():
-        store = await Store.open(tmp_path / "db.sqlite")
+        store = await Store.open(store_at("db.sqlite"))
         settings = Settings.load({"data_dir": str(tmp_path), "run_retention_keep_last": 0}, env={})
         service = RunService(store, settings, data_dir=tmp_path)
         harvest = _Harvest(fail=True)
@@ -247,9 +251,7 @@ def test_a_failing_harvest_rolls_back_its_writes_and_never_holds_the_delete_back
             await asyncio.sleep(0.01)
         assert harvest.failed == [([run["id"]], "disk said no")]
         # The hook's own write was rolled back with it; the run went anyway.
-        tables = await store.read(lambda c: c.execute(
-            "SELECT name FROM sqlite_master WHERE name = 'harvested'").fetchall())
-        assert tables == []
+        assert await _harvested_ids(store) is None
         # The hook runs inside retention's transaction, so the delete commits just after it.
         for _ in range(3000):
             if await store.get_run(run["id"]) is None:

@@ -1,4 +1,4 @@
-"""The id-prefix rule (core/store/ids.py) on a real SQLite store: a unique prefix of 8+ characters
+"""The id-prefix rule (core/store/ids.py) on a real store (SQLite, and PostgreSQL: `store_at`): a unique prefix of 8+ characters
 stands for its id, for runs, sweeps and studies alike; an ambiguous one is a 409 naming at most 10
 candidates; shorter or whole strings are taken as given. And the lookup is a range on the key."""
 
@@ -14,19 +14,31 @@ from codefy_jupyter.core.store.database import Store
 from codefy_jupyter.core.store.ids import CANDIDATES_SHOWN, TABLES, resolve_id, select_ids_with_prefix
 
 
-def insert_ids(conn: sqlite3.Connection, table: str, ids: list[str]) -> None:
+def required_columns(conn, table: str) -> list[tuple[str, str]]:
+    """(name, type) of the NOT NULL columns without a default, but id, on either backend."""
+    if isinstance(conn, sqlite3.Connection):
+        return [(c[1], c[2]) for c in conn.execute(f"PRAGMA table_info({table})") if c[3] and c[4] is None
+                and c[1] != "id"]
+    return [(name, "INT" if "int" in kind else "REAL" if kind == "double precision" else "TEXT")
+            for name, kind in conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? AND "
+                "is_nullable = 'NO' AND column_default IS NULL AND is_identity = 'NO' AND column_name <> 'id'",
+                (table,)).fetchall()]
+
+
+def insert_ids(conn, table: str, ids: list[str]) -> None:
     """Rows with just these ids (every other NOT NULL column gets a value of its type)."""
-    columns = [c for c in conn.execute(f"PRAGMA table_info({table})") if c[3] and c[4] is None and c[1] != "id"]
-    names = ", ".join(["id", *(c[1] for c in columns)])
+    columns = required_columns(conn, table)
+    names = ", ".join(["id", *(c[0] for c in columns)])
     marks = ", ".join("?" * (len(columns) + 1))
     for n, ident in enumerate(ids):
-        values = [n + 1 if "INT" in c[2].upper() else 0.0 if "REAL" in c[2].upper() else "x" for c in columns]
+        values = [n + 1 if "INT" in c[1].upper() else 0.0 if "REAL" in c[1].upper() else "x" for c in columns]
         conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", (ident, *values))
 
 
-def with_store(tmp_path, rows: dict[str, list[str]], check) -> None:
+def with_store(store_at, rows: dict[str, list[str]], check) -> None:
     async def main() -> None:
-        store = await Store.open(tmp_path / "codefy.sqlite")
+        store = await Store.open(store_at("codefy.sqlite"))
         try:
             for kind, ids in rows.items():
                 await store.write(lambda conn, kind=kind, ids=ids: insert_ids(conn, TABLES[kind], ids))
@@ -38,7 +50,7 @@ def with_store(tmp_path, rows: dict[str, list[str]], check) -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(TABLES))
-def test_a_unique_prefix_is_its_id_and_an_ambiguous_one_names_the_candidates(tmp_path, kind):
+def test_a_unique_prefix_is_its_id_and_an_ambiguous_one_names_the_candidates(store_at, kind):
     ids = ["0a1b2c3d4e5f6a7b", "0a1b2c3d99990000", "0a1b2c3d99991111", "0a1b2c3e00000000"]
 
     async def check(store: Store) -> None:
@@ -61,10 +73,10 @@ def test_a_unique_prefix_is_its_id_and_an_ambiguous_one_names_the_candidates(tmp
         assert await resolve_id(store, kind, "0a1b2c3d4e5f6a7bXX") == "0a1b2c3d4e5f6a7bXX"
         assert await resolve_id(store, kind, ids[0]) == ids[0]
 
-    with_store(tmp_path, {kind: ids}, check)
+    with_store(store_at, {kind: ids}, check)
 
 
-def test_kinds_do_not_mix_and_an_exact_id_wins_over_the_longer_ones_it_starts(tmp_path):
+def test_kinds_do_not_mix_and_an_exact_id_wins_over_the_longer_ones_it_starts(store_at):
     async def check(store: Store) -> None:
         assert await resolve_id(store, "run", "abcdef01") == "abcdef0123456789"
         assert await resolve_id(store, "sweep", "abcdef01") == "abcdef01ffffffff"
@@ -73,11 +85,11 @@ def test_kinds_do_not_mix_and_an_exact_id_wins_over_the_longer_ones_it_starts(tm
         with pytest.raises(ValueError, match="unknown id kind"):
             await resolve_id(store, "worker", "abcdef01")
 
-    with_store(tmp_path, {"run": ["abcdef0123456789", "12345678", "1234567800000000"],
+    with_store(store_at, {"run": ["abcdef0123456789", "12345678", "1234567800000000"],
                           "sweep": ["abcdef01ffffffff"]}, check)
 
 
-def test_more_than_ten_candidates_are_counted_not_listed(tmp_path):
+def test_more_than_ten_candidates_are_counted_not_listed(store_at):
     ids = [f"beefbeef{i:08x}" for i in range(CANDIDATES_SHOWN + 3)]
 
     async def check(store: Store) -> None:
@@ -86,7 +98,7 @@ def test_more_than_ten_candidates_are_counted_not_listed(tmp_path):
         assert info.value.params["candidates"] == ids[:CANDIDATES_SHOWN] and info.value.params["more"] is True
         assert "more than 10 run ids" in str(info.value) and ", ...)" in str(info.value)
 
-    with_store(tmp_path, {"run": ids}, check)
+    with_store(store_at, {"run": ids}, check)
 
 
 def test_the_lookup_is_a_range_on_the_primary_key_not_a_scan():

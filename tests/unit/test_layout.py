@@ -107,10 +107,12 @@ def test_wire_is_pure_and_imports_only_the_standard_library():
 
 
 def test_core_imports_neither_tornado_nor_jupyter_server_nor_the_outer_rooms():
-    # boto3 (the `s3` extra) only for the S3 backend's bucket, imported when S3 is on.
+    # boto3 (the `s3` extra) only for the S3 backend's bucket, imported when S3 is on; psycopg
+    # (the `postgresql` extra) only by the store's PostgreSQL backend, when store_url names one.
     assert violations("core", ("core", "wire", "engine", "_version"),
                       third_party=frozenset({"numpy", "psutil", "pynvml", "yaml", "torch"}),
-                      exceptions={f"{PKG}.core.storage.s3": ("boto3", "botocore")}) == []
+                      exceptions={f"{PKG}.core.storage.s3": ("boto3", "botocore"),
+                                  f"{PKG}.core.store.postgres": ("psycopg",)}) == []
 
 
 def test_the_agent_imports_wire_and_only_its_run_child_imports_the_engine():

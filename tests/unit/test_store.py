@@ -1,5 +1,7 @@
 """The durable store on real SQLite files: schema and migrations, refusals, the batching writer,
-durability, event pages, run lists, delete, retention, fingerprints."""
+durability, event pages, run lists, delete, retention, fingerprints. From the writer on, every
+test runs on both backends (`store_at`: an SQLite file, and a database on a real PostgreSQL
+server, tests/pg_server.py): the same assertions hold on each."""
 
 from __future__ import annotations
 
@@ -164,9 +166,9 @@ def test_refuses_a_newer_schema_and_leaves_it_alone(tmp_path):
 # -- the writer: batching, failures, durability ---------------------------------------------------
 
 
-def test_concurrent_writes_share_few_transactions(tmp_path):
+def test_concurrent_writes_share_few_transactions(store_at):
     async def main():
-        async with await Store.open(tmp_path / "c.db") as store:
+        async with await Store.open(store_at("c.db")) as store:
             await asyncio.gather(*(store.create_run(run_row(f"r{i:03d}")) for i in range(200)))
             stats = store.statistics()
             assert stats.writes == 200
@@ -179,9 +181,9 @@ def test_concurrent_writes_share_few_transactions(tmp_path):
     run(main())
 
 
-def test_writes_queued_while_a_commit_runs_share_the_next_one(tmp_path):
+def test_writes_queued_while_a_commit_runs_share_the_next_one(store_at):
     async def main():
-        async with await Store.open(tmp_path / "c.db") as store:
+        async with await Store.open(store_at("c.db")) as store:
             queued_up = threading.Event()
 
             def slow(conn):  # holds the writer (as a slow fsync would) until the others are queued
@@ -203,23 +205,23 @@ def test_writes_queued_while_a_commit_runs_share_the_next_one(tmp_path):
     run(main())
 
 
-def test_close_commits_what_was_queued_and_refuses_more(tmp_path):
+def test_close_commits_what_was_queued_and_refuses_more(store_at):
     async def main():
-        store = await Store.open(tmp_path / "c.db")
+        store = await Store.open(store_at("c.db"))
         pending = [store.create_run(run_row(f"c{i}")) for i in range(20)]
         await store.close()
         assert all(f.done() and f.exception() is None for f in pending)
         with pytest.raises(StoreError, match="closed"):
             store.create_run(run_row("late"))
-        async with await Store.open(tmp_path / "c.db") as again:
+        async with await Store.open(store_at("c.db")) as again:
             assert (await again.list_runs())[1] == 20
 
     run(main())
 
 
-def test_a_failing_write_fails_alone_and_its_batch_commits(tmp_path):
+def test_a_failing_write_fails_alone_and_its_batch_commits(store_at):
     async def main():
-        async with await Store.open(tmp_path / "c.db") as store:
+        async with await Store.open(store_at("c.db")) as store:
             await store.create_run(run_row("dup"))
             results = await asyncio.gather(
                 store.create_run(run_row("a")),
@@ -246,8 +248,8 @@ def test_a_failing_write_fails_alone_and_its_batch_commits(tmp_path):
     run(main())
 
 
-def test_an_acknowledged_write_is_visible_to_reads_at_once_and_after_reopen(tmp_path):
-    path = tmp_path / "d.db"
+def test_an_acknowledged_write_is_visible_to_reads_at_once_and_after_reopen(store_at):
+    path = store_at("d.db")
 
     async def main():
         store = await Store.open(path)
@@ -287,8 +289,8 @@ CRASHING_WRITER = textwrap.dedent("""
 """)
 
 
-def test_acknowledged_writes_survive_a_kill_9(tmp_path):
-    path = tmp_path / "k.db"
+def test_acknowledged_writes_survive_a_kill_9(store_at):
+    path = store_at("k.db")
     child = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(path)],
                            capture_output=True, text=True, timeout=120)
     assert child.returncode == -signal.SIGKILL, child.stderr
@@ -305,11 +307,11 @@ def test_acknowledged_writes_survive_a_kill_9(tmp_path):
     run(main())
 
 
-def test_runs_round_trip_and_the_clock_is_injected(tmp_path):
+def test_runs_round_trip_and_the_clock_is_injected(store_at):
     clock = FakeClock(1234.5)
 
     async def main():
-        async with await Store.open(tmp_path / "r.db", clock=clock) as store:
+        async with await Store.open(store_at("r.db"), clock=clock) as store:
             row = run_row("r1", owner="ada", device="cuda:0", devices=["cuda:0", "cuda:1"], queue_key="cuda:0",
                           lane="queued", session="s1", seed=7, deterministic=True, options={"device": "auto"},
                           graph={"nodes": [], "edges": []}, error=None, worker_id=None)
@@ -331,9 +333,9 @@ def test_runs_round_trip_and_the_clock_is_injected(tmp_path):
     run(main())
 
 
-def test_conditional_update_writes_nothing_when_the_status_moved_on(tmp_path):
+def test_conditional_update_writes_nothing_when_the_status_moved_on(store_at):
     async def main():
-        async with await Store.open(tmp_path / "u.db") as store:
+        async with await Store.open(store_at("u.db")) as store:
             await store.create_run(run_row("r1", "queued"), events=events(1, 1))
             assert await store.update_run("r1", only_if_status="running", status="succeeded",
                                           events=events(2, 1)) is False
@@ -350,9 +352,9 @@ def test_conditional_update_writes_nothing_when_the_status_moved_on(tmp_path):
 # -- events ---------------------------------------------------------------------------------------
 
 
-def test_event_pages_fit_the_budget_and_join_without_gaps_or_duplicates(tmp_path):
+def test_event_pages_fit_the_budget_and_join_without_gaps_or_duplicates(store_at):
     async def main():
-        async with await Store.open(tmp_path / "e.db") as store:
+        async with await Store.open(store_at("e.db")) as store:
             await store.create_run(run_row("r1", "running"))
             for first in range(1, 301, 30):  # sizes vary so pages cut in different places
                 batch = [(seq, "log", {"text": "y" * (seq * 7 % 500)}, float(seq)) for seq in range(first, first + 30)]
@@ -383,9 +385,9 @@ def test_event_pages_fit_the_budget_and_join_without_gaps_or_duplicates(tmp_path
     run(main())
 
 
-def test_event_page_budget_is_exact_and_an_oversized_event_comes_alone(tmp_path):
+def test_event_page_budget_is_exact_and_an_oversized_event_comes_alone(store_at):
     async def main():
-        async with await Store.open(tmp_path / "e.db") as store:
+        async with await Store.open(store_at("e.db")) as store:
             await store.create_run(run_row("r1", "running"))
             payload = {"p": "z" * 90}
             cost = len('{"p":""}') + 90 + EVENT_ENVELOPE_BYTES
@@ -412,9 +414,9 @@ def test_event_page_budget_is_exact_and_an_oversized_event_comes_alone(tmp_path)
     run(main())
 
 
-def test_event_seqs_must_continue_the_log(tmp_path):
+def test_event_seqs_must_continue_the_log(store_at):
     async def main():
-        async with await Store.open(tmp_path / "g.db") as store:
+        async with await Store.open(store_at("g.db")) as store:
             await store.create_run(run_row("r1", "running"))
             assert store.flushed_seq("r1") is None
             await store.append_events("r1", events(1, 3))
@@ -436,11 +438,11 @@ def test_event_seqs_must_continue_the_log(tmp_path):
 # -- lists, delete, retention ---------------------------------------------------------------------
 
 
-def test_list_runs_newest_first_with_status_filter_offset_limit_and_total(tmp_path):
+def test_list_runs_newest_first_with_status_filter_offset_limit_and_total(store_at):
     clock = FakeClock()  # every run gets the same submitted_at: order must not depend on it
 
     async def main():
-        async with await Store.open(tmp_path / "l.db", clock=clock) as store:
+        async with await Store.open(store_at("l.db"), clock=clock) as store:
             statuses = ["succeeded", "failed", "queued", "running", "succeeded"] * 12  # 60 runs
             ids = [f"z{i * 37 % 60:02d}" for i in range(60)]  # neither id order nor its reverse
             for i, (run_id, status) in enumerate(zip(ids, statuses)):
@@ -476,9 +478,9 @@ def test_list_runs_newest_first_with_status_filter_offset_limit_and_total(tmp_pa
     run(main())
 
 
-def test_delete_removes_the_run_with_its_events_metrics_and_artifacts(tmp_path):
+def test_delete_removes_the_run_with_its_events_metrics_and_artifacts(store_at):
     async def main():
-        async with await Store.open(tmp_path / "x.db", clock=FakeClock(50.0)) as store:
+        async with await Store.open(store_at("x.db"), clock=FakeClock(50.0)) as store:
             for run_id in ("gone", "kept"):
                 await store.create_run(run_row(run_id, "succeeded"), events=events(1, 4))
                 await store.record_metrics([(run_id, "n1", "loss", s, 1.0 / (s + 1)) for s in range(5)])
@@ -506,9 +508,9 @@ def test_delete_removes_the_run_with_its_events_metrics_and_artifacts(tmp_path):
     run(main())
 
 
-def test_prune_keeps_the_newest_window_and_never_active_runs(tmp_path):
+def test_prune_keeps_the_newest_window_and_never_active_runs(store_at):
     async def main():
-        async with await Store.open(tmp_path / "p.db") as store:
+        async with await Store.open(store_at("p.db")) as store:
             # oldest → newest
             plan = [("a", "succeeded"), ("b", "running"), ("c", "failed"), ("d", "interrupted"),
                     ("e", "queued"), ("f", "cancelled"), ("g", "succeeded"), ("h", "succeeded")]
@@ -540,9 +542,9 @@ def test_prune_keeps_the_newest_window_and_never_active_runs(tmp_path):
     run(main())
 
 
-def test_fingerprints_are_stored_once_per_digest(tmp_path):
+def test_fingerprints_are_stored_once_per_digest(store_at):
     async def main():
-        async with await Store.open(tmp_path / "f.db") as store:
+        async with await Store.open(store_at("f.db")) as store:
             doc = {"python": "3.11", "torch": "2.3", "packages": {"numpy": "1.26"}}
             results = await asyncio.gather(*(store.put_fingerprint("sha256:abc", doc) for _ in range(5)))
             assert sorted(results) == [False, False, False, False, True]
@@ -554,7 +556,7 @@ def test_fingerprints_are_stored_once_per_digest(tmp_path):
     run(main())
 
 
-def test_a_page_of_runs_reads_an_oversized_column_as_a_stub_and_the_run_itself_whole(tmp_path):
+def test_a_page_of_runs_reads_an_oversized_column_as_a_stub_and_the_run_itself_whole(store_at):
     # A worker chooses a run's error and facts (run_finished, run_facts): a page of runs must stay
     # cheap to render whatever one sent (issue 27, item 1); GET of the run itself has all of it.
     from codefy_jupyter.core.store.queries import LIST_JSON_MAX_CHARS
@@ -562,7 +564,7 @@ def test_a_page_of_runs_reads_an_oversized_column_as_a_stub_and_the_run_itself_w
     huge = {"message": "boom", "traceback": "x" * (4 * LIST_JSON_MAX_CHARS)}
 
     async def main():
-        async with await Store.open(tmp_path / "big.db", clock=FakeClock()) as store:
+        async with await Store.open(store_at("big.db"), clock=FakeClock()) as store:
             await store.create_run(run_row("big", "failed", error=huge, execution_facts={"cpu_threads": 1}))
             await store.create_run(run_row("small", "failed", error={"message": "no"}))
             rows, total = await store.list_runs()

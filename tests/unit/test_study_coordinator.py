@@ -1,4 +1,5 @@
-"""The study coordinator over a real run service and a real SQLite file, without a web server: a
+"""The study coordinator over a real run service and a real store (an SQLite file, and a database
+on a real PostgreSQL server: `store_at`), without a web server: a
 refused child fails its study (and a resume carries on), and start-up reconciliation of the states
 a crash can leave (a child submitted but not recorded, a stamp with no child, a cancel in
 progress, an auto study whose budget is used up)."""
@@ -6,10 +7,13 @@ progress, an auto study whose budget is used up)."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
+from pg_server import connect_raw
 
 from codefy_jupyter.core.config import Settings
 from codefy_jupyter.core.errors import BadRequest
@@ -44,9 +48,20 @@ class RefusingRuns(RunService):
         return await super().submit(body, **kw)
 
 
-async def open_services(tmp_path, cls=RunService):
-    store = await Store.open(tmp_path / "db.sqlite")
-    runs = cls(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)
+@dataclass(frozen=True)
+class Place:
+    target: Any     # the store: an SQLite path or a postgresql:// URL
+    data_dir: Path  # the run files
+
+
+@pytest.fixture
+def place(store_at, tmp_path):
+    return Place(store_at("db.sqlite"), tmp_path)
+
+
+async def open_services(place, cls=RunService):
+    store = await Store.open(place.target)
+    runs = cls(store, Settings.load({"data_dir": str(place.data_dir)}, env={}), data_dir=place.data_dir)
     studies = StudyService(runs)  # before start: it follows recovery and retention
     await runs.start()
     await studies.start()
@@ -70,14 +85,14 @@ async def event_types(studies, study_id):
     return [e["type"] for e in (await studies.events(study_id))["events"]]
 
 
-def db(tmp_path):
-    return sqlite3.connect(tmp_path / "db.sqlite", isolation_level=None)
+def db(place):
+    return connect_raw(place.target)
 
 
-def test_a_refused_child_fails_the_study_and_a_resume_runs_its_repetition_again(tmp_path):
+def test_a_refused_child_fails_the_study_and_a_resume_runs_its_repetition_again(place):
     async def main():
         RefusingRuns.refuse = {2}
-        store, runs, studies = await open_services(tmp_path, RefusingRuns)
+        store, runs, studies = await open_services(place, RefusingRuns)
         _, study = await studies.create(spec())
         failed = await wait_status(studies, study["id"], {"failed"})
         lost = failed["variants"][1]["repetitions"][0]["current"]
@@ -94,10 +109,10 @@ def test_a_refused_child_fails_the_study_and_a_resume_runs_its_repetition_again(
     asyncio.run(main())
 
 
-def finished_study(tmp_path, **extra):
+def finished_study(place, **extra):
     """A study run to the end by a first process; its id and the attempts' ids by label."""
     async def main():
-        store, runs, studies = await open_services(tmp_path)
+        store, runs, studies = await open_services(place)
         _, study = await studies.create(spec(**extra))
         done = await wait_status(studies, study["id"], {"succeeded"})
         await close(store, runs)
@@ -106,9 +121,9 @@ def finished_study(tmp_path, **extra):
     return asyncio.run(main())
 
 
-def test_restart_relinks_a_recorded_child_and_replaces_a_stamp_with_no_child(tmp_path):
-    study_id, attempts = finished_study(tmp_path)
-    conn = db(tmp_path)
+def test_restart_relinks_a_recorded_child_and_replaces_a_stamp_with_no_child(place):
+    study_id, attempts = finished_study(place)
+    conn = db(place)
     # As a crash leaves them: a's child ran but its record never came; b's child was never created.
     conn.execute("UPDATE studies SET status = 'running' WHERE id = ?", (study_id,))
     conn.execute("UPDATE study_attempts SET status = 'submitting', objective_value = NULL, evidence_copied = 0,"
@@ -117,7 +132,7 @@ def test_restart_relinks_a_recorded_child_and_replaces_a_stamp_with_no_child(tmp
     conn.close()
 
     async def main():
-        store, runs, studies = await open_services(tmp_path)
+        store, runs, studies = await open_services(place)
         after = await studies.get(study_id)
         assert after["status"] == "interrupted"
         a = after["variants"][0]["repetitions"][0]["current"]
@@ -133,23 +148,23 @@ def test_restart_relinks_a_recorded_child_and_replaces_a_stamp_with_no_child(tmp
         await close(store, runs)
 
     asyncio.run(main())
-    conn = db(tmp_path)
+    conn = db(place)
     per_attempt = Counter(r[0] for r in conn.execute("SELECT study_attempt_id FROM runs WHERE study_id = ?",
                                                      (study_id,)))
     assert set(per_attempt.values()) == {1} and len(per_attempt) == 2  # a's one child, b's new attempt's one
     conn.close()
 
 
-def test_restart_settles_a_cancel_in_progress_as_cancelled(tmp_path):
-    study_id, attempts = finished_study(tmp_path)
-    conn = db(tmp_path)
+def test_restart_settles_a_cancel_in_progress_as_cancelled(place):
+    study_id, attempts = finished_study(place)
+    conn = db(place)
     conn.execute("UPDATE studies SET status = 'cancel_requested' WHERE id = ?", (study_id,))
     conn.execute("UPDATE study_attempts SET status = 'running' WHERE id = ?", (attempts["b"]["id"],))
     conn.execute("UPDATE runs SET status = 'cancelled' WHERE study_attempt_id = ?", (attempts["b"]["id"],))
     conn.close()
 
     async def main():
-        store, runs, studies = await open_services(tmp_path)
+        store, runs, studies = await open_services(place)
         after = await studies.get(study_id)
         assert after["status"] == "cancelled" and after["counts"]["cancelled"] == 1
         page = await studies.events(study_id)
@@ -161,16 +176,16 @@ def test_restart_settles_a_cancel_in_progress_as_cancelled(tmp_path):
 
 
 @pytest.mark.parametrize("budget, ending", [({"max_runs": 2}, "halted"), ({}, "succeeded")])
-def test_an_auto_study_resumes_itself_after_a_restart_unless_its_budget_is_used_up(tmp_path, budget, ending):
-    study_id, attempts = finished_study(tmp_path, resume_policy="auto", budget=budget)
-    conn = db(tmp_path)
+def test_an_auto_study_resumes_itself_after_a_restart_unless_its_budget_is_used_up(place, budget, ending):
+    study_id, attempts = finished_study(place, resume_policy="auto", budget=budget)
+    conn = db(place)
     conn.execute("UPDATE studies SET status = 'running' WHERE id = ?", (study_id,))
     conn.execute("UPDATE study_attempts SET status = 'running' WHERE id = ?", (attempts["b"]["id"],))
     conn.execute("UPDATE runs SET status = 'interrupted' WHERE study_attempt_id = ?", (attempts["b"]["id"],))
     conn.close()
 
     async def main():
-        store, runs, studies = await open_services(tmp_path)
+        store, runs, studies = await open_services(place)
         final = await wait_status(studies, study_id, {ending})
         types = await event_types(studies, study_id)
         assert "study_interrupted" in types
@@ -187,16 +202,16 @@ def test_an_auto_study_resumes_itself_after_a_restart_unless_its_budget_is_used_
 
 
 
-def test_restart_puts_right_the_attempts_of_a_study_that_had_stopped_scheduling(tmp_path):
-    study_id, attempts = finished_study(tmp_path)
-    conn = db(tmp_path)
+def test_restart_puts_right_the_attempts_of_a_study_that_had_stopped_scheduling(place):
+    study_id, attempts = finished_study(place)
+    conn = db(place)
     conn.execute("UPDATE studies SET status = 'failed' WHERE id = ?", (study_id,))
     conn.execute("UPDATE study_attempts SET status = 'running' WHERE id = ?", (attempts["b"]["id"],))
     conn.execute("UPDATE runs SET status = 'interrupted' WHERE study_attempt_id = ?", (attempts["b"]["id"],))
     conn.close()
 
     async def main():
-        store, runs, studies = await open_services(tmp_path)
+        store, runs, studies = await open_services(place)
         after = await studies.get(study_id)
         assert after["status"] == "failed" and after["counts"]["interrupted"] == 1
         await studies.resume(study_id)

@@ -1,6 +1,6 @@
 """Who may manage a worker: the pure rule (every asker × every kind of worker × every action), and
 who enrolled a worker as the store records it (new enrollment, re-issue, and workers enrolled
-before the column existed, which migration 3 fills in)."""
+before the column existed, which migration 3 fills in), on SQLite and on PostgreSQL (`store_at`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import contextlib
 import sqlite3
 
 import pytest
+from pg_server import connect_raw
 
 from codefy_jupyter.core.errors import Forbidden
-from codefy_jupyter.core.store.migrations import SCHEMA_STEPS, migrate
+from codefy_jupyter.core.store.migrations import SCHEMA_STEPS, migrate as sqlite_migrate
+from codefy_jupyter.core.store.postgres import migrate as pg_migrate
 from codefy_jupyter.core.store.database import Store
 from codefy_jupyter.core.workers.access import ACTIONS, check_issue, check_manage, may_manage
 from codefy_jupyter.core.workers.enrollment import Enrollment, RateLimiter
@@ -66,16 +68,16 @@ def test_fresh_tokens_need_a_name_or_admin(asker):
 
 
 @contextlib.asynccontextmanager
-async def opened(tmp_path):
-    store = await Store.open(tmp_path / "db.sqlite")
+async def opened(store_at):
+    store = await Store.open(store_at("db.sqlite"))
     try:
         yield Enrollment(store, limiter=RateLimiter(limit=1000)), store
     finally:
         await store.close()
 
 
-async def test_the_issuer_of_the_token_is_who_enrolled_the_worker_and_a_reissue_keeps_it(tmp_path):
-    async with opened(tmp_path) as (enrollment, store):
+async def test_the_issuer_of_the_token_is_who_enrolled_the_worker_and_a_reissue_keeps_it(store_at):
+    async with opened(store_at) as (enrollment, store):
         issued = await enrollment.issue(created_by="alice")
         row, token, _ = await enrollment.enroll({"token": issued.token, "name": "box"}, peer="p")
         assert row["enrolled_by"] == "alice"
@@ -98,7 +100,7 @@ async def test_the_issuer_of_the_token_is_who_enrolled_the_worker_and_a_reissue_
         assert row["enrolled_by"] == "bob"
 
     # A restart loads who enrolled each worker (the registry is what the routes check).
-    async with opened(tmp_path) as (_, store):
+    async with opened(store_at) as (_, store):
         registry = WorkerRegistry()
         registry.load_enrolled(await store.list_workers())
         assert registry.get("box").enrolled_by == "bob"
@@ -106,8 +108,9 @@ async def test_the_issuer_of_the_token_is_who_enrolled_the_worker_and_a_reissue_
         assert registry.get("local-box").enrolled_by is None
 
 
-def test_migration_3_records_who_enrolled_the_workers_enrolled_before_it(tmp_path):
-    conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+def test_migration_3_records_who_enrolled_the_workers_enrolled_before_it(store_at):
+    conn = connect_raw(store_at("old.db"))
+    migrate = sqlite_migrate if isinstance(conn, sqlite3.Connection) else pg_migrate
     try:
         assert migrate(conn, SCHEMA_STEPS[:2]) == 2
         conn.executemany(

@@ -1,4 +1,4 @@
-"""Worker credentials over a real SQLite store with an injected clock: expiry, single use, re-issue,
+"""Worker credentials over a real store (SQLite, and PostgreSQL: `store_at`) with an injected clock: expiry, single use, re-issue,
 revocation, hashes only, who a token is; the per-address rate limiter; the registry's states."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import contextlib
 import sqlite3
 
 import pytest
+from pg_server import connect_raw
 
 from codefy_jupyter.core.errors import ServiceError
 from codefy_jupyter.core.store.database import Store
@@ -25,9 +26,9 @@ class Clock:
 
 
 @contextlib.asynccontextmanager
-async def opened(tmp_path):
+async def opened(store_at):
     clock = Clock()
-    store = await Store.open(tmp_path / "db.sqlite", clock=clock)
+    store = await Store.open(store_at("db.sqlite"), clock=clock)
     try:
         yield Enrollment(store, clock=clock, limiter=RateLimiter(limit=1000, clock=clock)), clock, store
     finally:
@@ -40,8 +41,8 @@ async def refused(coro) -> ServiceError:
     return info.value
 
 
-async def test_a_one_time_token_expires_after_24_hours(tmp_path):
-    async with opened(tmp_path) as (enrollment, clock, _):
+async def test_a_one_time_token_expires_after_24_hours(store_at):
+    async with opened(store_at) as (enrollment, clock, _):
         issued = await enrollment.issue()
         assert issued.expires_at == clock.now + 24 * 3600
         clock.now += 24 * 3600
@@ -53,8 +54,8 @@ async def test_a_one_time_token_expires_after_24_hours(tmp_path):
         assert row["name"] == "box" and token.startswith("cfw_") and replaced is None
 
 
-async def test_single_use_rebinding_and_revocation(tmp_path):
-    async with opened(tmp_path) as (enrollment, clock, store):
+async def test_single_use_rebinding_and_revocation(store_at):
+    async with opened(store_at) as (enrollment, clock, store):
         first = await enrollment.issue()
         _, token, _ = await enrollment.enroll({"token": first.token, "name": "box"}, peer="p")
         err = await refused(enrollment.enroll({"token": first.token, "name": "box"}, peer="p"))
@@ -83,25 +84,30 @@ async def test_single_use_rebinding_and_revocation(tmp_path):
         assert await store.delete_worker("box")
         assert await enrollment.authenticate(rekeyed, loopback=False, server_token="srv") is None
 
-        # Only hashes reach the file.
+        # Only hashes reach the database.
         await store.close()
-        conn = sqlite3.connect(tmp_path / "db.sqlite")
-        dump = "\n".join(conn.iterdump())
+        conn = connect_raw(store_at("db.sqlite"))
+        if isinstance(conn, sqlite3.Connection):
+            dump = "\n".join(conn.iterdump())
+        else:
+            dump = "\n".join(repr(row) for table in ("workers", "worker_enrollments")
+                             for row in conn.execute(f"SELECT * FROM {table}").fetchall())
+        assert "box" in dump
         conn.close()
         for secret in (first.token, token, rekeyed, newer.token):
             assert secret not in dump
 
 
-async def test_the_server_token_counts_only_from_a_loopback_peer(tmp_path):
-    async with opened(tmp_path) as (enrollment, _, _):
+async def test_the_server_token_counts_only_from_a_loopback_peer(store_at):
+    async with opened(store_at) as (enrollment, _, _):
         assert await enrollment.authenticate("srv", loopback=True, server_token="srv") == Credential("server", "server")
         assert await enrollment.authenticate("srv", loopback=False, server_token="srv") is None
         assert await enrollment.authenticate("", loopback=True, server_token="") is None
         assert await enrollment.authenticate("nope", loopback=True, server_token="srv") is None
 
 
-async def test_bad_requests_name_their_field(tmp_path):
-    async with opened(tmp_path) as (enrollment, _, _):
+async def test_bad_requests_name_their_field(store_at):
+    async with opened(store_at) as (enrollment, _, _):
         err = await refused(enrollment.enroll({"name": "box"}, peer="p"))
         assert err.params["field"] == "token"
         err = await refused(enrollment.enroll({"token": "x", "name": "any"}, peer="p"))

@@ -26,12 +26,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
+from ..config import redact_url
 from ..errors import StorageFull, is_storage_full
+from . import postgres
 from ..telemetry import Histogram
 from . import workers as store_workers
 from .checkpoints import CheckpointPolicy
 from .ids import select_ids_with_prefix
 from .migrations import SchemaVersionError
+from .postgres import is_postgres_url
 from .sqlite_file import ConnectionThread, check_is_sqlite, connect_reader, connect_writer, make_private, probe_room
 from .writer import Outcomes, Write, WriterThread, settle
 from .queries import (
@@ -99,7 +102,8 @@ class StoreStatistics:
 class Store:
     """Open with `await Store.open(path)`; close with `await store.close()` (or `async with`)."""
 
-    def __init__(self, path: Path, writer: WriterThread, reader: ConnectionThread, *, clock: Clock) -> None:
+    def __init__(self, path: Path, writer: WriterThread, reader: ConnectionThread | postgres.ReaderPool, *,
+                 clock: Clock) -> None:
         self._path = path
         self._writer = writer
         self._reader = reader
@@ -122,7 +126,8 @@ class Store:
     async def open(cls, path: str | Path, *, clock: Clock = time.time, synchronous: str = "FULL",
                    batch_window_s: float = 0.0, max_batch: int = 512,
                    checkpoints: CheckpointPolicy | None = None) -> "Store":
-        """Open (creating and migrating as needed) the store at `path`.
+        """Open (creating and migrating as needed) the store at `path`: an SQLite file, or a
+        `postgresql://` URL (postgres.py; `synchronous` and `checkpoints` are SQLite's only).
 
         Raises StoreError, without writing to the file, when it is not SQLite or its schema is
         newer than this code. `synchronous` is SQLite's: FULL makes a commit survive power loss;
@@ -130,6 +135,9 @@ class Store:
         after the first queued write to gather more (larger batches, added latency). `checkpoints`:
         when the writer checkpoints the WAL (default: checkpoints.py's figures).
         """
+        if is_postgres_url(path):
+            return await cls._open_postgres(str(path), clock=clock, batch_window_s=batch_window_s,
+                                            max_batch=max_batch)
         synchronous = synchronous.upper()
         if synchronous not in ("NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, got {synchronous!r}")
@@ -157,8 +165,27 @@ class Store:
             raise
         return cls(path, writer, reader, clock=clock)
 
+    @classmethod
+    async def _open_postgres(cls, url: str, *, clock: Clock, batch_window_s: float, max_batch: int) -> "Store":
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        shown = redact_url(url)
+        try:
+            writer, reader = await postgres.start_connections(url, batch_window_s=batch_window_s, max_batch=max_batch)
+        except SchemaVersionError as exc:
+            raise StoreError(f"{shown} was written by a newer codefy-jupyter ({exc}); refusing to use it",
+                             path=shown) from exc
+        except sqlite3.Error as exc:  # what the PostgreSQL connection's errors read as (postgres.py)
+            raise StoreError(f"cannot use {shown} as the codefy database: {exc}", path=shown) from exc
+        except Exception as exc:
+            if type(exc).__module__.startswith("psycopg"):
+                raise StoreError(f"cannot connect to the codefy database at {shown}: {exc}", path=shown) from exc
+            raise
+        return cls(shown, writer, reader, clock=clock)  # type: ignore[arg-type]
+
     @property
     def path(self) -> Path:
+        """The SQLite file, or (on PostgreSQL) the database URL without its password."""
         return self._path
 
     @property
@@ -222,7 +249,7 @@ class Store:
             settle(w.future, result)
 
     def _full_error(self, cause: BaseException) -> StorageFull:
-        folder = self._path.parent
+        folder = self._path.parent if isinstance(self._path, Path) else self._path
         error = StorageFull(f"the disk holding the run database ({folder}) is full ({cause}); nothing of this "
                             "request was written. Free space there: the server goes on by itself once it has room",
                             params={"path": str(folder)})
@@ -232,6 +259,9 @@ class Store:
     async def probe_room(self) -> bool:
         """After a full disk: whether it has room again (a small file written, synced and removed
         next to the database); clears `full` when it has."""
+        if not isinstance(self._path, Path):  # PostgreSQL's disk is its server's: the next commit tells
+            self.full = False
+            return True
         room = await asyncio.to_thread(probe_room, self._path.parent)
         if room and self.full:
             self.full = False

@@ -1,0 +1,52 @@
+"""A real jupyter-server whose store_url names a database on a real PostgreSQL server
+(tests/pg_server.py): runs go there, not to an SQLite file in the data dir (the sweep suite on
+PostgreSQL: test_sweeps.py); and `codefy start` refuses a store_url it cannot use."""
+
+from __future__ import annotations
+
+import pytest
+from pg_server import connect_raw
+
+from codefy_jupyter.core.store.lock import DATABASE_FILE
+
+from test_headless import Servers, free_port
+from test_server_runs import SMALL, all_events, call, wait_status
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, pg_url):
+    return {"ServerApp": {"jpserver_extensions": {"codefy_jupyter": True}},
+            "CodefyApp": {"data_dir": str(tmp_path / "codefy"), "store_url": pg_url}}
+
+
+async def test_runs_live_in_the_postgresql_database_the_setting_names(jp_fetch, pg_url, tmp_path):
+    code, run = await call(jp_fetch, "api", "runs", method="POST", body={"graph": SMALL, "name": "on pg"})
+    assert code == 201, run
+    done = await wait_status(jp_fetch, run["id"], {"succeeded", "failed"})
+    assert done["status"] == "succeeded"
+    events = await all_events(jp_fetch, run["id"])
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    code, page = await call(jp_fetch, "api", "runs")
+    assert code == 200 and page["total"] == 1 and page["runs"][0]["id"] == run["id"]
+
+    conn = connect_raw(pg_url)
+    try:
+        rows = conn.execute("SELECT id, status, last_seq FROM runs").fetchall()
+        stored = conn.execute("SELECT COUNT(*) FROM run_events WHERE run_id = ?", (run["id"],)).fetchone()[0]
+    finally:
+        conn.close()
+    assert [tuple(r) for r in rows] == [(run["id"], "succeeded", len(events))] and stored == len(events)
+    assert not (tmp_path / "codefy" / DATABASE_FILE).exists()  # no SQLite file beside it
+
+
+def test_codefy_start_refuses_a_store_url_it_cannot_open_naming_the_setting_not_the_password(tmp_path):
+    servers = Servers(tmp_path)
+    servers.env["CODEFY_STORE_URL"] = "mysql://codefy:hunter2@db.example/codefy"
+    try:
+        done = servers.codefy("start", "--data-dir", str(servers.data_dir), "--port", str(free_port()))
+    finally:
+        servers.kill_leftovers()
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "CODEFY_STORE_URL (c.CodefyApp.store_url)" in output and "not scheme 'mysql'" in output
+    assert "hunter2" not in output
