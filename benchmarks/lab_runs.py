@@ -1,5 +1,7 @@
 """Lab panels benchmark, in a real `jupyter lab` and headless Chromium (/usr/bin/chromium; the e2e
-tests' harness, tests/e2e/lab_server.py), with `--runs` runs (10,000) already in the database.
+tests' harness, tests/e2e/lab_server.py), with `--runs` runs (10,000) already in the database:
+retention off (CODEFY_RUN_RETENTION_KEEP_LAST=-1, as run_queue.py), so the database keeps them all
+(with retention on it kept 200 finished runs); `runs_in_db` is the count the server answers.
 
 - `runs_panel_open`: the Runs panel listing its 50 rows out of all the runs: from the page's start
   (Lab's own start included) to the rows in the DOM; then Refresh and the Succeeded chip (each a
@@ -209,8 +211,11 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     report: dict[str, Any] = {"runs_in_db": args.runs, "repeat": args.repeat}
-    with tempfile.TemporaryDirectory() as tmp, running_lab(Path(tmp), env={"CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU": "64"}) as lab:
+    env = {"CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU": "64", "CODEFY_RUN_RETENTION_KEEP_LAST": "-1"}
+    with tempfile.TemporaryDirectory() as tmp, running_lab(Path(tmp), env=env) as lab:
         report["fill_s"] = round(fill(lab, args.runs), 1)
+        # what the database holds, as the panel's count reads it (not the number asked for)
+        report["runs_in_db"] = lab.api("GET", "runs?limit=1")["total"]
         (lab.root / "chain.codefy.json").write_text(json.dumps(chain(80, 0.03)))
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

@@ -319,3 +319,9 @@ export function workerRow(worker: Worker, t: Trans): WorkerRow {
 export function workerRows(workers: Worker[], t: Trans): WorkerRow[] {
   return workers.map(w => workerRow(w, t)).sort((a, b) => a.name.localeCompare(b.name));
 }
+
+/** The hover of a run's row: every column as "label: value", one a line, so what a narrow Runs
+ * panel leaves out (worker, budget, started, duration, loss) is one hover away. */
+export function rowSummary(columns: [string, string][]): string {
+  return columns.filter(([, value]) => value !== '').map(([label, value]) => `${label}: ${value}`).join('\n');
+}

@@ -2,6 +2,9 @@
 // graph) drawn left to right as an SVG (layout.ts), node type and params on hover and in the side
 // panel on click. While a run of it is watched (Run, Queue on…), one /ws/execution subscription
 // colours the nodes by status (nodeStatus.ts); nodes are recoloured in place, never redrawn.
+// The drawing is fitted to the canvas on open and on resize until the user zooms or pans (wheel,
+// + / − / Fit, drag; viewport.ts), and the running node is panned into view. Nodes a refusal names
+// (Run, Queue on…) are marked with the reason; after a run from the cache its nodes read "from cache".
 
 import { ABCWidgetFactory, DocumentRegistry, DocumentWidget } from '@jupyterlab/docregistry';
 import { Toolbar, ToolbarButton } from '@jupyterlab/ui-components';
@@ -14,9 +17,10 @@ import { isActive, Trans } from './format';
 import { edgePath, layoutGraph, NODE_HEIGHT, NODE_WIDTH } from './layout';
 import { LiveSocket } from './live';
 import { renderError } from './messages';
-import { applyEvents, initialStates, NodeStates, stateCounts } from './nodeStatus';
+import { applyEvents, coverByCache, initialStates, NodeStates, refusedNodes, stateCounts } from './nodeStatus';
 import { interactiveBody } from './queueForm';
 import type { EventsFrame, Graph, GraphNode, Run } from './types';
+import { fitView, reveal, Size, transformOf, View, ZOOM_STEP, zoomAt } from './viewport';
 
 export const FACTORY = 'Codefy graph';
 export const FILE_TYPE = 'codefy-graph';
@@ -61,6 +65,15 @@ export class GraphViewer extends Widget {
   private readonly side: HTMLElement;
   private readonly status: HTMLElement;
   private readonly shapes = new Map<string, SVGGElement>();
+  /** node id → why the server refused it (the last refusal of Run or Queue on…) */
+  private refused = new Map<string, string>();
+  private view: View = { scale: 1, x: 0, y: 0 };
+  /** fit on resize until the user zooms or pans; Fit turns it back on */
+  private autoFit = true;
+  private content: Size = { width: 0, height: 0 };
+  private viewport: SVGGElement | null = null;
+  private running: string | null = null;
+  private readonly resizes: ResizeObserver | null = null;
 
   constructor(readonly context: DocumentRegistry.Context, private readonly api: CodefyApi, private readonly trans: Trans,
     private readonly actions: ViewerActions) {
@@ -71,6 +84,11 @@ export class GraphViewer extends Widget {
     this.canvas = h('div', { class: 'cdf-graph-canvas' });
     this.side = h('div', { class: 'cdf-graph-side' });
     this.node.append(this.status, h('div', { class: 'cdf-graph-main' }, this.canvas, this.side));
+    this.listenForViewChanges();
+    if (typeof ResizeObserver !== 'undefined') {
+      this.resizes = new ResizeObserver(() => (this.autoFit ? this.fit() : this.applyView()));
+      this.resizes.observe(this.canvas);
+    }
     void context.ready.then(() => {
       this.load();
       context.model.contentChanged.connect(() => this.load());
@@ -94,6 +112,7 @@ export class GraphViewer extends Widget {
     } else {
       this.graph = parsed;
       this.error = '';
+      this.refused.clear(); // the file changed: the user is fixing what was refused
       const ids = parsed.nodes.map(n => n.id);
       const before = this.states;
       this.states = initialStates(ids);
@@ -114,6 +133,7 @@ export class GraphViewer extends Widget {
     this.live?.dispose();
     this.runId = run.id;
     this.run = run;
+    this.refused.clear();
     this.states = initialStates(this.graph?.nodes.map(n => n.id) ?? []);
     this.recolour();
     this.live = new LiveSocket({
@@ -143,6 +163,9 @@ export class GraphViewer extends Widget {
       this.run.status = frame.status;
     }
     applyEvents(this.states, frame.events);
+    if (frame.status === 'succeeded') {
+      coverByCache(this.states, this.graph?.edges ?? []);
+    }
     this.recolour();
     if (!isActive(frame.status)) {
       this.live?.dispose();
@@ -158,7 +181,98 @@ export class GraphViewer extends Widget {
       this.watch(await this.api.submitRun(interactiveBody(this.graph, this.session, this.name)));
     } catch (err) {
       this.error = err instanceof ApiError ? renderError(err.body, this.trans, err.message) : String(err);
+      if (err instanceof ApiError) {
+        this.markRefused(err.body);
+      }
       this.drawStatus();
+    }
+  }
+
+  /** Mark the nodes a refusal's problems name, with the reason (on hover and in the side panel). */
+  markRefused(body: unknown): void {
+    this.refused = refusedNodes(body);
+    this.recolour();
+    this.drawSide();
+  }
+
+  /** Show the whole graph, and keep fitting it on resize. */
+  fit(): void {
+    this.autoFit = true;
+    this.view = fitView(this.content, this.canvasSize());
+    this.applyView();
+  }
+
+  /** Zoom by `factor` about a canvas point (its centre by default); stops fitting on resize. */
+  zoom(factor: number, at?: { x: number; y: number }): void {
+    const size = this.canvasSize();
+    this.autoFit = false;
+    this.view = zoomAt(this.view, factor, at?.x ?? size.width / 2, at?.y ?? size.height / 2);
+    this.applyView();
+  }
+
+  private canvasSize(): Size {
+    return { width: this.canvas.clientWidth, height: this.canvas.clientHeight };
+  }
+
+  private applyView(): void {
+    this.viewport?.setAttribute('transform', transformOf(this.view));
+    this.canvas.dataset.scale = this.view.scale.toFixed(4);
+  }
+
+  /** Wheel zooms about the cursor; a drag on the canvas pans (a click without moving still selects). */
+  private listenForViewChanges(): void {
+    this.canvas.addEventListener('wheel', (e: WheelEvent) => {
+      e.preventDefault();
+      const rect = this.canvas.getBoundingClientRect();
+      this.zoom(e.deltaY < 0 ? ZOOM_STEP : 1 / ZOOM_STEP, { x: e.clientX - rect.left, y: e.clientY - rect.top });
+    }, { passive: false });
+    let drag: { x: number; y: number; view: View; moved: boolean } | null = null;
+    this.canvas.addEventListener('pointerdown', (e: PointerEvent) => {
+      if (e.button === 0 && !(e.target as Element).closest('.cdf-graph-zoom')) {
+        drag = { x: e.clientX, y: e.clientY, view: this.view, moved: false };
+      }
+    });
+    this.canvas.addEventListener('pointermove', (e: PointerEvent) => {
+      if (!drag) {
+        return;
+      }
+      const dx = e.clientX - drag.x;
+      const dy = e.clientY - drag.y;
+      if (drag.moved || Math.abs(dx) + Math.abs(dy) > 3) {
+        drag.moved = true;
+        this.autoFit = false;
+        this.view = { ...drag.view, x: drag.view.x + dx, y: drag.view.y + dy };
+        this.applyView();
+      }
+    });
+    const end = (): void => {
+      drag = null;
+    };
+    this.canvas.addEventListener('pointerup', end);
+    this.canvas.addEventListener('pointerleave', end);
+  }
+
+  private zoomButtons(): HTMLElement {
+    const t = this.trans;
+    return h('div', { class: 'cdf-graph-zoom' },
+      h('button', { class: 'cdf-zoom-in', title: t.__('Zoom in (or the mouse wheel)'), onclick: () => this.zoom(ZOOM_STEP) }, '+'),
+      h('button', { class: 'cdf-zoom-out', title: t.__('Zoom out'), onclick: () => this.zoom(1 / ZOOM_STEP) }, '−'),
+      h('button', { class: 'cdf-zoom-fit', title: t.__('Show the whole graph'), onclick: () => this.fit() }, t.__('Fit')));
+  }
+
+  /** Pan the running node into view when it changes (a no-op while it shows). */
+  private keepRunningInView(): void {
+    const running = Array.from(this.states).find(([, v]) => v.state === 'running')?.[0] ?? null;
+    if (running === this.running) {
+      return;
+    }
+    this.running = running;
+    const g = running ? this.shapes.get(running) : undefined;
+    const at = g?.getAttribute('transform')?.match(/translate\(([-\d.]+),([-\d.]+)\)/);
+    if (at) {
+      this.view = reveal(this.view, { x: Number(at[1]), y: Number(at[2]), width: NODE_WIDTH, height: NODE_HEIGHT },
+        this.canvasSize());
+      this.applyView();
     }
   }
 
@@ -194,10 +308,22 @@ export class GraphViewer extends Widget {
       if (!g) {
         continue;
       }
-      g.setAttribute('data-state', this.runId ? view.state : 'idle');
+      const state = this.runId ? view.state : 'idle';
+      g.setAttribute('data-state', state);
       const bar = g.querySelector('.cdf-node-progress');
       bar?.setAttribute('width', String(view.state === 'running' && view.progress !== null ? NODE_WIDTH * view.progress : 0));
+      const reason = this.refused.get(id);
+      g.toggleAttribute('data-refused', reason !== undefined);
+      const note = g.querySelector('.cdf-node-note');
+      if (note) {
+        note.textContent = reason !== undefined ? this.trans.__('refused') : state === 'cached' ? this.trans.__('from cache') : '';
+      }
+      const title = g.querySelector('title');
+      if (title) {
+        title.textContent = [g.dataset.title, reason].filter(Boolean).join('\n');
+      }
     }
+    this.keepRunningInView();
     this.drawStatus();
   }
 
@@ -216,6 +342,7 @@ export class GraphViewer extends Widget {
         h('dt', {}, t.__('Type')), h('dd', {}, node.type),
         this.runId && view ? [h('dt', {}, t.__('Status')), h('dd', {}, view.state)] : null,
         view?.error ? [h('dt', {}, t.__('Error')), h('dd', { class: 'cdf-error' }, view.error)] : null,
+        this.refused.has(node.id) ? [h('dt', {}, t.__('Refused')), h('dd', { class: 'cdf-error' }, this.refused.get(node.id)!)] : null,
         Object.entries(node.params ?? {}).map(([k, v]) => [h('dt', {}, k), h('dd', { class: 'cdf-mono' }, JSON.stringify(v))])));
   }
 
@@ -224,6 +351,7 @@ export class GraphViewer extends Widget {
     const graph = this.graph;
     if (!graph) {
       this.canvas.replaceChildren();
+      this.viewport = null;
       this.drawStatus();
       this.drawSide();
       return;
@@ -233,9 +361,9 @@ export class GraphViewer extends Widget {
     const edges = (graph.edges ?? []).map(e => ({ source: e.source, target: e.target }));
     const layout = layoutGraph(graph.nodes, edges);
     const laidOut = performance.now();
-    const pad = 12;
-    const root = svg('svg', { class: 'cdf-graph', width: layout.width + 2 * pad, height: layout.height + 2 * pad });
-    const edgeLayer = svg('g', { class: 'cdf-edges', transform: `translate(${pad},${pad})` });
+    const root = svg('svg', { class: 'cdf-graph', width: '100%', height: '100%' });
+    const viewport = svg('g', { class: 'cdf-viewport' }) as SVGGElement;
+    const edgeLayer = svg('g', { class: 'cdf-edges' });
     for (const e of graph.edges ?? []) {
       const a = layout.nodes.get(e.source);
       const b = layout.nodes.get(e.target);
@@ -245,18 +373,21 @@ export class GraphViewer extends Widget {
         edgeLayer.append(path);
       }
     }
-    const nodeLayer = svg('g', { class: 'cdf-nodes', transform: `translate(${pad},${pad})` });
+    const nodeLayer = svg('g', { class: 'cdf-nodes' });
     const byId = new Map(graph.nodes.map(n => [n.id, n]));
     for (const placed of layout.nodes.values()) {
       const node = byId.get(placed.id)!;
       const g = svg('g', { class: 'cdf-node', transform: `translate(${placed.x},${placed.y})`, 'data-node-id': node.id,
         'data-state': 'idle' }) as SVGGElement;
+      g.dataset.title = [`${node.label || node.id} (${node.type})`, paramText(node)].filter(Boolean).join('\n');
       g.append(
-        svg('title', {}, [`${node.label || node.id} (${node.type})`, paramText(node)].filter(Boolean).join('\n')),
+        svg('title', {}, g.dataset.title),
         svg('rect', { class: 'cdf-node-box', width: NODE_WIDTH, height: NODE_HEIGHT, rx: 6 }),
         svg('rect', { class: 'cdf-node-progress', x: 0, y: NODE_HEIGHT - 4, width: 0, height: 4 }),
         svg('text', { class: 'cdf-node-label', x: 8, y: 18 }, (node.label || node.id).slice(0, 22)),
-        svg('text', { class: 'cdf-node-type', x: 8, y: 34 }, node.type.slice(0, 26)));
+        svg('text', { class: 'cdf-node-type', x: 8, y: 34 }, node.type.slice(0, 26)),
+        // above the box, in the gap between rows: "from cache", "refused"
+        svg('text', { class: 'cdf-node-note', x: NODE_WIDTH, y: -4, 'text-anchor': 'end' }, ''));
       g.addEventListener('click', () => {
         this.selected = node.id;
         this.drawSide();
@@ -264,8 +395,17 @@ export class GraphViewer extends Widget {
       this.shapes.set(node.id, g);
       nodeLayer.append(g);
     }
-    root.append(edgeLayer, nodeLayer);
-    this.canvas.replaceChildren(root);
+    viewport.append(edgeLayer, nodeLayer);
+    root.append(viewport);
+    this.viewport = viewport;
+    this.content = { width: layout.width, height: layout.height };
+    this.canvas.replaceChildren(root, this.zoomButtons());
+    if (this.autoFit) {
+      this.fit();
+    } else {
+      this.applyView();
+    }
+    this.running = null;
     this.recolour();
     this.drawSide();
     this.canvas.dataset.layoutMs = (laidOut - started).toFixed(2);
@@ -279,6 +419,7 @@ export class GraphViewer extends Widget {
 
   dispose(): void {
     this.live?.dispose();
+    this.resizes?.disconnect();
     super.dispose();
   }
 }

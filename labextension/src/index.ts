@@ -24,6 +24,7 @@ import { WorkersPanel } from './workersPanel';
 export const PLUGIN_ID = 'codefy-jupyter:panels';
 export const COMMANDS = {
   openRuns: 'codefy:open-runs',
+  openRunsWide: 'codefy:open-runs-wide',
   openWorkers: 'codefy:open-workers',
   openRun: 'codefy:open-run',
   queueOn: 'codefy:queue-on',
@@ -97,7 +98,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       if (!viewer.graph) {
         return;
       }
-      const run = await queueOn(api, trans, viewer.graph, viewer.name);
+      const run = await queueOn(api, trans, viewer.graph, viewer.name, body => viewer.markRefused(body));
       if (run) {
         viewer.watch(run);
         Notification.success(trans.__('Queued run %1', run.id.slice(0, 12)), { autoClose: 4000 });
@@ -216,8 +217,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     const runs = new RunsPanel({
       api, trans, openRun, openStudies,
-      newSweep: () => void app.commands.execute(COMMANDS.newSweep)
+      newSweep: () => void app.commands.execute(COMMANDS.newSweep),
+      openWide: () => void app.commands.execute(COMMANDS.openRunsWide)
     });
+    // The same panel as a main-area tab: every column (one tab; a second call shows it).
+    let wide: RunsPanel | null = null;
+    const openRunsWide = async (): Promise<void> => {
+      if (!wide || wide.isDisposed) {
+        wide = new RunsPanel({ api, trans, openRun, openStudies, wide: true });
+        wide.title.label = trans.__('Runs');
+        wide.title.icon = runsIcon;
+        wide.title.closable = true;
+        app.shell.add(wide, 'main');
+        await wide.start();
+      }
+      app.shell.activateById(wide.id);
+    };
     runs.title.icon = runsIcon;
     runs.title.caption = trans.__('Runs');
     const workers = new WorkersPanel(api, trans);
@@ -233,6 +248,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
       caption: trans.__('The runs this server owns, live'),
       execute: () => app.shell.activateById(runs.id)
     });
+    app.commands.addCommand(COMMANDS.openRunsWide, {
+      label: trans.__('Open Runs in Main Area'),
+      caption: trans.__('The Runs panel with every column, as a main-area tab'),
+      execute: () => openRunsWide()
+    });
     app.commands.addCommand(COMMANDS.openWorkers, {
       label: trans.__('Show Workers'),
       caption: trans.__('Worker agents, their devices and slots'),
@@ -244,6 +264,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     const category = trans.__('Codefy');
     palette?.addItem({ command: COMMANDS.openRuns, category });
+    palette?.addItem({ command: COMMANDS.openRunsWide, category });
     palette?.addItem({ command: COMMANDS.openWorkers, category });
     for (const command of [COMMANDS.queueOn, COMMANDS.runGraph, COMMANDS.newSweep, COMMANDS.openStudies]) {
       palette?.addItem({ command, category });

@@ -86,3 +86,49 @@ export function stateCounts(states: NodeStates): Record<NodeState, number> {
   }
   return counts;
 }
+
+/** After a run that succeeded: a node that never ran because the nodes after it came from the
+ * cache is "done from cache" too (its result is in theirs), not grey. `edges` source → target;
+ * returns how many nodes changed. */
+export function coverByCache(states: NodeStates, edges: { source: string; target: string }[]): number {
+  const succ = new Map<string, string[]>();
+  for (const e of edges) {
+    succ.set(e.source, [...(succ.get(e.source) ?? []), e.target]);
+  }
+  // walk back from every cached node through skipped predecessors
+  const preds = new Map<string, string[]>();
+  for (const [source, targets] of succ) {
+    for (const target of targets) {
+      preds.set(target, [...(preds.get(target) ?? []), source]);
+    }
+  }
+  const stack = Array.from(states).filter(([, v]) => v.state === 'cached').map(([id]) => id);
+  let changed = 0;
+  while (stack.length) {
+    for (const p of preds.get(stack.pop()!) ?? []) {
+      if (states.get(p)?.state === 'skipped') {
+        states.set(p, { state: 'cached', progress: null });
+        changed++;
+        stack.push(p);
+      }
+    }
+  }
+  return changed;
+}
+
+/** The nodes a refusal names (a 400 invalid_graph's params.problems: unknown type, missing input,
+ * ...), node id → its reasons joined; graph-level problems (no node_id) are left to the message. */
+export function refusedNodes(body: unknown): Map<string, string> {
+  const out = new Map<string, string>();
+  const problems = (body as { error?: { params?: { problems?: unknown } } } | null)?.error?.params?.problems;
+  if (!Array.isArray(problems)) {
+    return out;
+  }
+  for (const p of problems as { node_id?: unknown; message?: unknown; field?: unknown }[]) {
+    if (p && typeof p.node_id === 'string' && typeof p.message === 'string') {
+      const reason = p.field ? `${String(p.field)}: ${p.message}` : p.message;
+      out.set(p.node_id, out.has(p.node_id) ? `${out.get(p.node_id)}; ${reason}` : reason);
+    }
+  }
+  return out;
+}

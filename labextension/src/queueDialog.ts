@@ -130,8 +130,10 @@ export async function workerList(api: CodefyApi): Promise<WorkerList | null> {
   }
 }
 
-/** Ask, submit, and on a refusal ask again with the server's words; the run, or null if cancelled. */
-export async function queueOn(api: CodefyApi, trans: Trans, graph: Graph, name: string): Promise<Run | null> {
+/** Ask, submit, and on a refusal ask again with the server's words; the run, or null if cancelled.
+ * `onRefused` gets each refusal's body (the graph viewer marks the nodes it names). */
+export async function queueOn(api: CodefyApi, trans: Trans, graph: Graph, name: string,
+  onRefused?: (body: unknown) => void): Promise<Run | null> {
   const t = trans;
   const choices = targetChoices(await workerList(api), t);
   const estimate = await api.memoryEstimate(graph).catch(() => null);
@@ -155,6 +157,9 @@ export async function queueOn(api: CodefyApi, trans: Trans, graph: Graph, name: 
     try {
       return await api.submitRun(body);
     } catch (err) {
+      if (err instanceof ApiError) {
+        onRefused?.(err.body);
+      }
       refusal = err instanceof ApiError
         ? { message: renderError(err.body, t, err.message), field: fieldOfRefusal(err.notice?.params?.field) }
         : { message: String(err), field: null };

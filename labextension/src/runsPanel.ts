@@ -4,6 +4,10 @@
 // /ws/execution subscription to every run; a run new to the list is read alone and drawn at once, a
 // changed status is written on its row and refreshes the list (coalesced), and durations of active
 // runs tick locally; no timer polls the server.
+// Columns by priority (style/index.css, a container query on the panel's width): a narrow panel
+// (the default sidebar) shows the run, its status and place (Queue #N, devices) on a line and the
+// actions under them, the rest in the row's hover; wider panels add columns. "Open in main area"
+// opens the same panel, all columns, as a main-area tab (the `wide` option).
 
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
@@ -12,7 +16,7 @@ import { ApiError, CodefyApi } from './api';
 import { download, h } from './dom';
 import {
   Action, allowedActions, budgetLabel, Chip, chipLabel, CHIPS, countLabel, csvFilename, devicesLabel, displayName,
-  durationOf, formatDuration, formatLoss, formatTime, isActive, queueLabel, Trans, workerLabel
+  durationOf, formatDuration, formatLoss, formatTime, isActive, queueLabel, rowSummary, Trans, workerLabel
 } from './format';
 import { LiveSocket } from './live';
 import { renderError, renderNotice } from './messages';
@@ -28,6 +32,10 @@ export interface RunsPanelOptions {
   newSweep?: () => void;
   /** the Studies panel */
   openStudies?: () => void;
+  /** "Open in main area": the full table as a main-area tab (the sidebar panel has this) */
+  openWide?: () => void;
+  /** the main-area instance: its own id, every column whatever the width */
+  wide?: boolean;
 }
 
 const REFRESH_COALESCE_MS = 250;
@@ -45,9 +53,12 @@ export class RunsPanel extends Widget {
 
   constructor(private readonly options: RunsPanelOptions) {
     super();
-    this.id = 'codefy-runs';
+    this.id = options.wide ? 'codefy-runs-wide' : 'codefy-runs';
     this.addClass('cdf-panel');
     this.addClass('cdf-runs-panel');
+    if (options.wide) {
+      this.addClass('cdf-runs-wide');
+    }
     this.body = h('div', { class: 'cdf-panel-body' });
     this.node.append(this.body);
     this.draw();
@@ -232,7 +243,9 @@ export class RunsPanel extends Widget {
       this.options.newSweep ? h('button', { class: 'cdf-new-sweep', title: t.__('Sweep parameters of the open graph'),
         onclick: () => this.options.newSweep!() }, t.__('New sweep')) : null,
       this.options.openStudies ? h('button', { class: 'cdf-studies', onclick: () => this.options.openStudies!() },
-        t.__('Studies')) : null);
+        t.__('Studies')) : null,
+      this.options.openWide ? h('button', { class: 'cdf-open-wide', title: t.__('Every column, in a main-area tab'),
+        onclick: () => this.options.openWide!() }, t.__('Open in main area')) : null);
   }
 
   private row(run: Run, odd: boolean, now: number): HTMLElement[] {
@@ -240,6 +253,12 @@ export class RunsPanel extends Widget {
     const [queue, queueTitle] = queueLabel(run, t);
     const loss = run.final_loss;
     const cls = odd ? 'cdf-row cdf-odd' : 'cdf-row';
+    const worker = workerLabel(run, t);
+    const budget = budgetLabel(run, t);
+    const started = formatTime(run.started_at);
+    const duration = formatDuration(durationOf(run, now));
+    const lossText = formatLoss(loss?.value);
+    // In priority order: the narrow panel shows the first three (and the actions).
     const cells: [string, HTMLElement | string][] = [
       ['name', h('span', {},
         h('a', { class: 'cdf-run-link', title: run.id, href: '#', onclick: (e: Event) => {
@@ -248,15 +267,17 @@ export class RunsPanel extends Widget {
         } }, displayName(run)),
         h('span', { class: 'cdf-sub cdf-mono' }, run.id.slice(0, 12)))],
       ['status', h('span', { class: `cdf-status cdf-${run.status}` }, run.status)],
-      ['worker', workerLabel(run, t)],
       ['devices', h('span', {}, devicesLabel(run),
         queue ? h('span', { class: 'cdf-sub cdf-queue', title: queueTitle }, queue) : null)],
-      ['budget', budgetLabel(run, t)],
-      ['started', formatTime(run.started_at)],
-      ['duration', formatDuration(durationOf(run, now))],
-      ['loss', h('span', { title: loss?.name ?? '' }, formatLoss(loss?.value))]
+      ['duration', duration],
+      ['worker', worker],
+      ['budget', budget],
+      ['started', started],
+      ['loss', h('span', { title: loss?.name ?? '' }, lossText)]
     ];
-    const rows = [h('tr', { class: cls, dataset: { runId: run.id, status: run.status } },
+    const title = rowSummary([[t.__('Worker'), worker], [t.__('Budget'), budget], [t.__('Started'), started],
+      [t.__('Duration'), duration], [t.__('Final loss'), lossText]]);
+    const rows = [h('tr', { class: cls, title, dataset: { runId: run.id, status: run.status } },
       cells.map(([key, content]) => h('td', { class: `cdf-col-${key}` }, content)),
       h('td', { class: 'cdf-actions' }, allowedActions(run.status).map(action => h('button', {
         class: action === 'stop' || action === 'delete' ? 'cdf-danger' : '',
@@ -266,7 +287,7 @@ export class RunsPanel extends Widget {
     const reason = run.status === 'queued' ? renderNotice(run.queue_reason, t) : '';
     if (reason) {
       rows.push(h('tr', { class: `cdf-reason-row ${odd ? 'cdf-odd' : ''}`, dataset: { runId: run.id } },
-        h('td', { class: 'cdf-reason', colspan: String(cells.length + 1) }, reason)));
+        h('td', { class: 'cdf-reason', title: reason, colspan: String(cells.length + 1) }, reason)));
     }
     return rows;
   }
@@ -277,10 +298,11 @@ export class RunsPanel extends Widget {
       return h('div', { class: 'cdf-empty' }, this.list.page ? t.__('no runs') : t.__('loading…'));
     }
     const now = Date.now() / 1000;
-    const headers = [t.__('Run'), t.__('Status'), t.__('Worker'), t.__('Devices'), t.__('Budget'), t.__('Started'),
-      t.__('Duration'), t.__('Final loss'), ''];
-    return h('table', { class: 'cdf-table' },
-      h('thead', {}, h('tr', {}, headers.map(label => h('th', {}, label)))),
+    const headers: [string, string][] = [['name', t.__('Run')], ['status', t.__('Status')], ['devices', t.__('Devices')],
+      ['duration', t.__('Duration')], ['worker', t.__('Worker')], ['budget', t.__('Budget')],
+      ['started', t.__('Started')], ['loss', t.__('Final loss')], ['actions', '']];
+    return h('table', { class: 'cdf-table cdf-runs-table' },
+      h('thead', {}, h('tr', {}, headers.map(([key, label]) => h('th', { class: `cdf-col-${key}` }, label)))),
       h('tbody', {}, this.runs.flatMap((run, i) => this.row(run, i % 2 === 0, now))));
   }
 
@@ -306,6 +328,14 @@ export class RunsPanel extends Widget {
   /** How many listed runs are queued or running (the toast on load). */
   activeCount(): number {
     return this.runs.filter(r => isActive(r.status)).length;
+  }
+
+  /** The main-area tab is gone once closed (its socket and timer with it); the sidebar's stays. */
+  protected onCloseRequest(msg: Parameters<Widget['processMessage']>[0]): void {
+    super.onCloseRequest(msg);
+    if (this.options.wide) {
+      this.dispose();
+    }
   }
 
   dispose(): void {

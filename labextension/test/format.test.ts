@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 
 import {
   allowedActions, budgetLabel, CHIPS, estimateLabel, chipLabel, countLabel, deviceCells, displayName, durationOf, formatDuration,
-  formatLoss, heartbeatAge, inProgress, plainTrans as t, queueLabel, runsQuery, shortDigest, STATE_TONES, stateTone,
+  formatLoss, heartbeatAge, inProgress, plainTrans as t, queueLabel, rowSummary, runsQuery, shortDigest, STATE_TONES, stateTone,
   workerLabel, workerRow, workerRows
 } from '../src/format';
 import type { Run } from '../src/types';
@@ -139,5 +139,12 @@ describe('workers', () => {
     expect(heartbeatAge(95, 100, t)).toBe('5 s ago');
     expect(heartbeatAge(100 - 600, 100, t)).toBe('10 min ago');
     expect(heartbeatAge(100 - 3 * 3600, 100, t)).toBe('3 h ago');
+  });
+});
+
+describe('rowSummary', () => {
+  it('lists every column a narrow panel leaves out, one a line, without the empty ones', () => {
+    expect(rowSummary([['Worker', 'This server'], ['Budget', '-'], ['Started', ''], ['Final loss', '0.25']]))
+      .toBe('Worker: This server\nBudget: -\nFinal loss: 0.25');
   });
 });

@@ -85,11 +85,20 @@ def running_lab(tmp_path: Path, env: dict[str, str] | None = None, wrap: tuple[s
     (config / "labconfig").mkdir(parents=True, exist_ok=True)
     (config / "labconfig" / "page_config.json").write_text(json.dumps(
         {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
+    # Lab loads the extension of this checkout, not the copy installed in the environment (another
+    # checkout's build, e.g. a worktree's venv shared with main): a link in the data dir, which
+    # JUPYTER_PREFER_ENV_PATH=0 (below) puts first on Lab's labextensions path, so it wins. Skipped
+    # when the checkout has no build.
+    built = Path(__file__).resolve().parents[2] / "codefy_jupyter" / "labextension"
+    link = jupyter / "data" / "labextensions" / "codefy-jupyter"
+    if (built / "package.json").exists() and not link.is_symlink():  # a restart keeps the link
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(built, target_is_directory=True)
     extra = env or {}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER_"))}
     env.update(JUPYTER_CONFIG_DIR=str(config), JUPYTER_DATA_DIR=str(jupyter / "data"),
                JUPYTER_RUNTIME_DIR=str(jupyter / "runtime"), JUPYTER_PLATFORM_DIRS="0",
-               CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU="1")
+               JUPYTER_PREFER_ENV_PATH="0", CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU="1")
     env.update(extra)
     root = tmp_path / "notebooks"
     root.mkdir(exist_ok=True)
