@@ -67,7 +67,8 @@ FATAL_CLOSE_CODES = {4003: "refused for its Host or Origin header", 4401: "refus
                      4409: "replaced by another agent connecting with the same name",
                      4410: "this worker was removed from the control plane"}
 CLOSE_CREDENTIALS = 4401
-TRANSIENT_REJECTS = frozenset({"name_taken", "hello_timeout", "shutting_down"})
+# too_many_instances: room comes back as other instances of the worker end (a Slurm array larger than the cap).
+TRANSIENT_REJECTS = frozenset({"name_taken", "hello_timeout", "shutting_down", "too_many_instances"})
 EXIT_OK, EXIT_FAILED = 0, 1
 
 

@@ -72,6 +72,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker_one_shot_queue_timeout_s", int, 86400,
             "Seconds a run waits for a one-shot worker (target pool 'one-shot', or naming a one-shot worker) "
             "before it fails."),
+    Setting("worker_max_instances", int, 256,
+            "Instances of one worker (`codefy agent start --instance`, e.g. Slurm one-shot agents sharing a "
+            "token) the server holds at once, connected or disconnected with runs waiting for them. A hello "
+            "past it is refused (too_many_instances); idle disconnected instances are forgotten first."),
     Setting("worker_heartbeat_s", int, 10,
             "Seconds between a worker agent's heartbeats (sent to it in welcome.heartbeat_s); a worker that "
             "misses three in a row is marked disconnected."),
@@ -223,6 +227,7 @@ class Settings:
     worker_outputs_write_timeout_s: int = 300
     run_output_store_max_mb: int = 2048
     worker_one_shot_queue_timeout_s: int = 86400
+    worker_max_instances: int = 256
     worker_heartbeat_s: int = 10
     worker_cancel_grace_s: int = 30
     run_cpu_threads: int = 0

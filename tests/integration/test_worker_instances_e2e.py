@@ -13,8 +13,8 @@ import pytest
 
 from test_server_runs import SMALL, all_events, call, wait_status
 from test_workers_e2e import (  # noqa: F401  (fixtures)
-    AgentProcess, agents, assert_gapless_without_duplicates, control, jp_server_config, naps, server_token, submit,
-    until_connected, until_event, worker_state,
+    AgentProcess, agents, assert_gapless_without_duplicates, control, jp_server_config, naps, server_token, settings,
+    submit, until_connected, until_event, worker_state,
 )
 
 pytestmark = pytest.mark.slow
@@ -44,6 +44,34 @@ def instances(tmp_path, control, request):
         return agent
 
     return start
+
+
+@settings(worker_max_instances=1)
+async def test_an_instance_past_the_cap_waits_for_room_and_connects_when_one_leaves(jp_fetch, instances, tmp_path):
+    token = await enrollment_token(jp_fetch)
+    a = instances("hpc", "a", "--one-shot", token=token)
+    await until_connected(jp_fetch, a)
+    b = instances("hpc", "b", "--one-shot")
+    deadline = asyncio.get_running_loop().time() + 120
+    while "hello refused (too_many_instances)" not in b.output():
+        assert b.proc.poll() is None, b.output()
+        assert asyncio.get_running_loop().time() < deadline, b.output()
+        await asyncio.sleep(0.1)
+    assert "worker_max_instances = 1" in b.output()
+    _, listing = await call(jp_fetch, "api", "workers")
+    assert "hpc.b" not in {w["name"] for w in listing["workers"]}
+
+    # a takes a run and leaves; b, which kept dialling, takes its place and the next run.
+    first = await submit(jp_fetch, SMALL, {"pool": "one-shot"})
+    done = await wait_status(jp_fetch, first["id"], {"succeeded", "failed"}, timeout=120)
+    assert done["status"] == "succeeded" and done["worker_id"] == "hpc.a", done
+    assert await a.exited() == 0
+    await until_connected(jp_fetch, b)
+    second = await submit(jp_fetch, SMALL, {"pool": "one-shot"})
+    done = await wait_status(jp_fetch, second["id"], {"succeeded", "failed"}, timeout=120)
+    assert done["status"] == "succeeded" and done["worker_id"] == "hpc.b", done
+    _, listing = await call(jp_fetch, "api", "workers")
+    assert "hpc.a" not in {w["name"] for w in listing["workers"]}  # idle and gone: forgotten to make room
 
 
 async def test_instances_share_one_enrollment_and_each_takes_one_run(jp_fetch, instances, tmp_path):

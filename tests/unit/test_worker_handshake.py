@@ -79,6 +79,43 @@ def test_instances_register_as_name_dot_instance():
     assert check(hello(instance="any")).code == "bad_instance"
 
 
+def test_instances_past_the_cap_are_refused_naming_the_field_and_the_limit():
+    few = ServerSide(version="0.1.0", catalog_hash="H", node_types=SERVER_TYPES, max_instances=2)
+    job = hello(instance="job-3", one_shot=True)
+    assert isinstance(check_hello(job, few, credential=TOKEN, connected={}, instances_held=1), Accepted)
+    refused = check_hello(job, few, credential=TOKEN, connected={}, instances_held=2)
+    assert isinstance(refused, Refused) and refused.code == "too_many_instances"
+    assert refused.params == {"field": "instance", "name": "gpu-box", "limit": 2}
+    assert "worker_max_instances = 2" in refused.message
+    # The cap is on instances: the plain name is never refused for it.
+    assert isinstance(check_hello(hello(), few, credential=TOKEN, connected={}, instances_held=50), Accepted)
+
+
+def test_the_registry_forgets_idle_instances_and_counts_the_rest():
+    from codefy_jupyter.core.workers.registry import WorkerRegistry
+
+    class Link:
+        peer = "127.0.0.1"
+
+        def send(self, frame): ...
+
+        def close(self, code, reason): ...
+
+    registry = WorkerRegistry()
+    for instance in ("a", "b", "c", "d"):
+        h = hello(instance=instance)
+        registry.register(check(h), h, TOKEN, link := Link(), now=0.0)
+        if instance in ("b", "c"):
+            registry.drop(f"gpu-box.{instance}", link, {"code": "closed"})
+    registry.get("gpu-box.c").runs.add("run-1")  # disconnected, but a run waits for it
+    registry.register(check(hello()), hello(), TOKEN, Link(), now=0.0)  # the plain name: not an instance
+    assert registry.instances_held("gpu-box", besides="gpu-box.e") == 3  # a, c, d
+    assert registry.get("gpu-box.b") is None and registry.get("gpu-box.c") is not None
+    assert registry.get("gpu-box") is not None
+    # Its own earlier entry (a reconnect) is not counted against it.
+    assert registry.instances_held("gpu-box", besides="gpu-box.a") == 2
+
+
 def test_a_worker_token_is_bound_to_its_name():
     decision = check(hello(name="other-box"))
     assert decision == Refused("name_mismatch", "this worker token belongs to worker 'gpu-box', not 'other-box'",

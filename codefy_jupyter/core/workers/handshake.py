@@ -11,6 +11,9 @@ Rules (seed: security, node catalog and fingerprint):
 - a worker token is bound to its worker's name: the hello must use that name;
 - a name held by a connected worker is taken, unless the same credential reconnects (then the new
   connection replaces the old one);
+- one worker's instances (`<name>.<instance>`, e.g. Slurm one-shot agents sharing a token) held at
+  once are capped (`ServerSide.max_instances`): a leaked token cannot grow the registry, and every
+  listing of workers with it, without bound;
 - a different node catalog does not refuse: the worker is `degraded`, with the types each side lacks.
 """
 
@@ -58,6 +61,7 @@ class ServerSide:
     heartbeat_s: float = DEFAULT_HEARTBEAT_S
     grace_s: float = DEFAULT_GRACE_S
     resume_grace_s: float | None = None
+    max_instances: int = 256
 
 
 @dataclass(frozen=True)
@@ -131,8 +135,10 @@ class Refused:
 
 
 def check_hello(hello: Hello, server: ServerSide, *, credential: Credential,
-                connected: Mapping[str, str]) -> Accepted | Refused:
-    """Judge a hello. `connected`: registered name -> credential identity of each worker connected now."""
+                connected: Mapping[str, str], instances_held: int = 0) -> Accepted | Refused:
+    """Judge a hello. `connected`: registered name -> credential identity of each worker connected now.
+    `instances_held`: how many other instances of the hello's worker name the server holds now
+    (connected, or disconnected with runs that wait for them)."""
     if hello.protocol_version != server.protocol_version:
         return Refused("protocol_mismatch",
                        f"protocol version mismatch: worker {hello.protocol_version}, "
@@ -154,6 +160,11 @@ def check_hello(hello: Hello, server: ServerSide, *, credential: Credential,
         return Refused("name_mismatch",
                        f"this worker token belongs to worker {credential.bound_name!r}, not {hello.name!r}",
                        {"name": hello.name, "token_name": credential.bound_name})
+    if hello.instance is not None and instances_held >= server.max_instances:
+        return Refused("too_many_instances",
+                       f"worker {hello.name!r} has {instances_held} instances connected or holding runs, "
+                       f"the most this server takes (worker_max_instances = {server.max_instances})",
+                       {"field": "instance", "name": hello.name, "limit": server.max_instances})
     name = registered_name(hello)
     holder = connected.get(name)
     if holder is not None and holder != credential.identity:

@@ -253,3 +253,17 @@ class WorkerRegistry:
 
     def remove(self, name: str) -> Worker | None:
         return self._workers.pop(name, None)
+
+    def instances_held(self, name: str, *, besides: str) -> int:
+        """How many instances of worker `name` (`<name>.<instance>`) other than `besides` are held
+        after forgetting the idle ones: disconnected, with no runs waiting for them. Forgetting them
+        is what lets one-shot agents come and go under one token without ever reaching the cap."""
+        prefix = name + "."
+        held = 0
+        for key in [k for k in self._workers if k.startswith(prefix) and k != besides]:
+            worker = self._workers[key]
+            if worker.link is None and worker.listed and not worker.runs:
+                del self._workers[key]
+            else:
+                held += 1
+        return held

@@ -30,7 +30,7 @@ from .access import check_issue, check_manage
 from .enrollment import Enrollment, Issued
 from ..runs.executors import RunSpec
 from .executor import RESUME, WorkerExecutor, WorkerRunHandle
-from .handshake import Credential, Refused, ServerSide, check_hello
+from .handshake import Credential, Refused, ServerSide, check_hello, registered_name
 from ...wire.frames import Frame, Heartbeat, Hello, OutputAnswer, Reject, RunAlive, RunFrame, Welcome
 from .outputs import WorkerOutputReads
 from .host import RunHost, WorkerQueue
@@ -179,7 +179,8 @@ class WorkerService:
         return ServerSide(version=__version__, catalog_hash=catalog["hash"], node_types=catalog["types"],
                           heartbeat_s=float(self.host.settings.worker_heartbeat_s),
                           grace_s=float(self.host.settings.worker_cancel_grace_s),
-                          resume_grace_s=float(self.host.settings.worker_resume_grace_s))
+                          resume_grace_s=float(self.host.settings.worker_resume_grace_s),
+                          max_instances=int(self.host.settings.worker_max_instances))
 
     def offer(self, worker: Worker) -> None:
         """Tell the run queue how this worker stands now."""
@@ -222,8 +223,9 @@ class WorkerService:
     async def hello(self, hello: Hello, credential: Credential, link: WorkerLink, *,
                     loopback: bool) -> tuple[Frame, Worker | None]:
         """Judge a hello: (welcome, the worker) or (reject, None)."""
+        held = self.registry.instances_held(hello.name, besides=registered_name(hello)) if hello.instance else 0
         judged = check_hello(hello, self.server_side(), credential=credential,
-                             connected=self.registry.connected_identities())
+                             connected=self.registry.connected_identities(), instances_held=held)
         if isinstance(judged, Refused):
             log.warning("codefy: worker %r refused: %s", hello.name, judged.message)
             return judged.frame(), None
