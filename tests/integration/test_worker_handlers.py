@@ -389,6 +389,37 @@ async def test_a_failed_run_keeps_the_workers_error_and_output_tail(jp_fetch, ag
     assert done["error"]["exit_code"] == -11 and done["error"]["message"].endswith("(SIGSEGV)")
 
 
+async def test_a_workers_huge_error_and_endless_facts_are_kept_bounded(jp_fetch, agent_factory):
+    from codefy_jupyter.core.workers import frame_bounds as fb
+
+    agent = await agent_factory("box", capabilities=["ack", "run_facts"])
+    run = await submit_to(jp_fetch, "box")
+    await agent.expect(wp.Assign)
+    await agent.run_frame(wp.RunStarted(run_id=run["id"]))
+    for i in range(fb.FACTS_KEPT_PER_RUN + 30):
+        await agent.run_frame(wp.RunFacts(run_id=run["id"], kind="custom", facts={"i": i}))
+    await agent.run_frame(wp.RunFacts(run_id=run["id"], kind="custom", facts={"blob": "x" * (fb.FACT_BYTES + 1)}))
+    huge = "m" * 3_000_000
+    last = await agent.run_frame(wp.RunFinished(
+        run_id=run["id"], status="failed",
+        error={"type": "Boom", "message": huge, "traceback": "t" * 3_000_000 + "\nBoom: the last line",
+               "params": {"big": ["y" * 100] * 1000}}))
+    await agent.until_ack(run["id"], last.seq)
+    done = await wait_status(jp_fetch, run["id"], {"failed", "succeeded"})
+    error = done["error"]
+    assert done["status"] == "failed" and error["type"] == "Boom"
+    assert error["truncated"] == ["message", "params", "traceback"] and "params" not in error
+    assert len(error["message"]) < fb.ERROR_MESSAGE_CHARS + 100 and error["message"].startswith("mmm")
+    assert error["traceback"].endswith("Boom: the last line") and len(error["traceback"]) < fb.ERROR_TRACEBACK_CHARS + 100
+    # The closing event keeps the (bounded) error instead of eliding it under the payload cap.
+    events = await all_events(jp_fetch, run["id"])
+    closing = [e for e in events if e["type"] == "execution_error"]
+    assert closing and closing[-1]["payload"]["error"]["type"] == "Boom", closing
+    facts = done["execution_facts"]
+    assert [f["facts"]["i"] for f in facts["run_facts"]] == list(range(fb.FACTS_KEPT_PER_RUN))
+    assert facts["run_facts_dropped"] == {"too_many": 30, "too_large": 1}
+
+
 async def test_cancel_is_forwarded_to_the_worker(jp_fetch, agent_factory):
     agent = await agent_factory("box")
     run = await submit_to(jp_fetch, "box")

@@ -51,6 +51,7 @@ from ..storage.s3 import storage_from_settings
 from ..storage.transfer import InputHashes
 from .acks import Acks
 from .assign import Assigner
+from .frame_bounds import fact_kept
 from .frame_tally import FrameTally
 from .frames import events_of, outcome_of
 from .host import RunHost
@@ -455,6 +456,11 @@ class WorkerExecutor:
         self._spawn(future)
 
     def _run_facts(self, run: WorkerRun, frame: RunFacts) -> None:
+        refused = fact_kept(frame.kind, frame.facts, len(run.facts.get("run_facts", ())))
+        if refused is not None:
+            dropped = run.facts.setdefault("run_facts_dropped", {})
+            dropped[refused] = dropped.get(refused, 0) + 1
+            return
         if frame.kind == "fingerprint" and isinstance(frame.facts.get("document"), dict):
             document = frame.facts["document"]
             fingerprint = digest(document)

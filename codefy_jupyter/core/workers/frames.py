@@ -12,6 +12,7 @@ from ...wire import run_events as ev
 from ...wire.protocol import AGENT_RESTARTED, AGENT_STOPPED, Artifact, Event, Metrics, RunFinished, RunFrame, RunWarning
 from ..runs import state as rs
 from ..runs.executors import ExecutionOutcome
+from .frame_bounds import bounded_error
 from .frame_events import event_of, events_of_report
 
 # Event types only the control plane writes into a run's log.
@@ -31,7 +32,7 @@ def events_of(run_id: str, frame: RunFrame) -> list[ev.RunEvent]:
 
 def outcome_of(frame: RunFinished, worker: str) -> ExecutionOutcome:
     """A run_finished frame as the outcome the run service files (the peak memory is the caller's)."""
-    error = dict(frame.error) if frame.error else None
+    error = bounded_error(frame.error) if frame.error else None
     if frame.status == rs.FAILED:
         error = error or {"message": "the run failed on the worker"}
         for key in ("output_tail", "exit_code", "signal"):
