@@ -23,22 +23,22 @@ as a network failure would; the agent dials again and replays.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
-import random
 import ssl
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
-from pathlib import Path
-from typing import Any, Callable, Mapping
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Mapping
+from urllib.parse import urlsplit
 
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClientConnection, WebSocketClosedError, websocket_connect
 
 from .._version import __version__
+from ..wire.control_urls import ControlUrls
 from ..wire.cpu_threads import available_cores
 from ..wire.codec import MAX_FRAME_BYTES, decode, encode
 from ..wire.hello_limits import check_hello
@@ -48,19 +48,18 @@ from ..wire.frames import (
 )
 from . import tls
 from .delivery import Deliveries
+from .dialing import AgentOptions, Fatal, Redial, socket_url, worth_another_dial
 from .frames import finished_frame, message_frame, refused_frame, started_frame
 from .identity import Catalog, Inventory, platform_string
 from .isolation import Refusal, Visibility, assign_refusal
 from .outputs import WorkerOutputs, outputs_settings
-from .retention import DEFAULT_KEEP_RUNS, prune_run_folders
+from .retention import prune_run_folders
 from .runner import Runner, RunRequest
 
 log = logging.getLogger("codefy.agent")
 
 WELCOME_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 20.0
-BACKOFF_FIRST_S = 0.5
-BACKOFF_MAX_S = 30.0
 STOP_GRACE_S = 10.0  # `codefy agent stop`: each run gets this long to stop cooperatively
 STOP_ACK_WAIT_S = 10.0  # then the last frames get this long to be acknowledged
 FATAL_CLOSE_CODES = {4003: "refused for its Host or Origin header", 4401: "refused: the token is not valid here",
@@ -77,72 +76,6 @@ def _log_prune_failure(done: asyncio.Future[Any]) -> None:
         log.warning("removing the folders of finished runs failed: %s", done.exception())
 
 
-def worth_another_dial(sent: str, rereads: bool, recorded: str | None) -> bool:
-    """After the token was refused: fatal, unless the token comes from the local server's record
-    and that record has no token now (the server is restarting) or another one than was sent (it
-    restarted with a new token): then the next dial, which reads it again, may well be let in."""
-    return rereads and recorded != sent
-
-
-class Fatal(Exception):
-    """The agent cannot go on (the message says why)."""
-
-
-class Backoff:
-    def __init__(self, first: float = BACKOFF_FIRST_S, cap: float = BACKOFF_MAX_S) -> None:
-        self.first, self.cap = first, cap
-        self.current = first
-
-    def next(self) -> float:
-        delay = self.current
-        self.current = min(self.cap, self.current * 2)
-        return delay * random.uniform(0.75, 1.25)
-
-    def reset(self) -> None:
-        self.current = self.first
-
-
-def socket_url(control: str) -> str:
-    """`http://host:8888/base/` -> `ws://host:8888/base/codefy/ws/worker` (https -> wss)."""
-    parts = urlsplit(control)
-    scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme)
-    if scheme is None or not parts.hostname:
-        raise Fatal(f"--control {control!r} is not an http(s):// URL")
-    path = parts.path if parts.path.endswith("/") else parts.path + "/"
-    return urlunsplit((scheme, parts.netloc, path + "codefy/ws/worker", "", ""))
-
-
-@dataclass
-class AgentOptions:
-    control: str
-    token: str
-    name: str
-    agent_dir: Path
-    instance: str | None = None
-    one_shot: bool = False
-    run_id: str | None = None
-    ca_file: str | None = None
-    pin: bytes | None = None
-    keep_runs: int = DEFAULT_KEEP_RUNS  # finished runs' folders kept (retention.py); negative: all
-    mounts: dict[str, str] = field(default_factory=dict)  # --mount label=path: shared folders (hello.mounts)
-    # Where the token came from, read again before each dial: the local `codefy start` server's
-    # server.json, whose token may change when that server restarts. None: the token is fixed.
-    reread_token: Callable[[], str | None] | None = None
-
-    @property
-    def registered_name(self) -> str:
-        return f"{self.name}.{self.instance}" if self.instance else self.name
-
-    @property
-    def runs_dir(self) -> Path:
-        return self.agent_dir / "agent-runs"
-
-    @property
-    def cache_dir(self) -> Path:
-        """The transfer backend's inputs, by SHA-256 (agent/transfer.py)."""
-        return self.agent_dir / "agent-cache"
-
-
 class Agent:
     def __init__(self, options: AgentOptions, *, inventory: Inventory, catalog: Catalog, launcher: Any,
                  env: Mapping[str, str]) -> None:
@@ -150,7 +83,9 @@ class Agent:
         self.inventory = inventory
         self.catalog = catalog
         self.launcher = launcher
-        self.url = socket_url(options.control)
+        self.controls = ControlUrls(options.controls or (options.control,))
+        for url in self.controls.urls:
+            socket_url(url)  # each must be an http(s) URL: refused now, not at its first dial
         self.instance_id = uuid.uuid4().hex if options.one_shot else None
         self.deliveries = Deliveries(options.runs_dir, options.registered_name)
         self.runner = Runner(options.runs_dir, launcher, inventory.by_name, env, on_started=self._started,
@@ -168,11 +103,16 @@ class Agent:
         self._last_write: Any = None
         self._wake = asyncio.Event()
         self._stop_task: asyncio.Task[None] | None = None
-        self._backoff = Backoff()
+        self._backoff = Redial(self.controls)
         self.sessions = 0
         self._pruning: asyncio.Future[Any] | None = None
         self._stopped_by_agent: set[str] = set()  # runs this agent stopped because it was stopped
         self.deliveries.on_done = self._prune_folders
+
+    @property
+    def url(self) -> str:
+        """The worker socket of the control-plane URL in use now."""
+        return socket_url(self.controls.current)
 
     def _prune_folders(self) -> None:
         """Remove the folders of finished runs beyond the newest `keep_runs`, off the loop (a
@@ -302,10 +242,29 @@ class Agent:
             if err.code in (401, 403):
                 self._token_refused(f"{self.url}: {err.code}: the token was refused")
                 raise
+            if err.code == 503:  # a standby (or one still recovering): the next URL, the leader if named
+                self._standby_answered(err)
+                raise
             if err.code == 404:
                 raise Fatal(f"{self.url}: 404: no worker socket there (is --control the control plane's base URL, "
                             "with the codefy extension enabled?)") from None
             raise
+
+    def _move_on(self) -> None:
+        if self.controls.several:
+            log.info("trying the next control-plane URL: %s", self.controls.failed())
+
+    def _standby_answered(self, err: HTTPClientError) -> None:
+        leader = None
+        try:
+            body = json.loads(err.response.body) if err.response is not None and err.response.body else {}
+            leader = (body.get("error") or {}).get("params", {}).get("leader")
+        except (ValueError, AttributeError, TypeError):
+            pass
+        if self.controls.leader_is(leader):
+            log.info("%s is a standby; the leader is %s", self.url, self.controls.current)
+        else:
+            self._move_on()
 
     def _reread_token(self) -> None:
         reread = self.options.reread_token
@@ -332,6 +291,8 @@ class Agent:
             raise Fatal(str(err)) from None
         except (OSError, HTTPClientError, StreamClosedError, asyncio.TimeoutError, ssl.SSLError) as err:
             log.warning("cannot reach %s: %s", self.url, err)
+            if not (isinstance(err, HTTPClientError) and err.code == 503):
+                self._move_on()
             return
         if self.exit_code is not None:  # the agent finished while dialling
             ws.close(1000, "the agent is exiting")
@@ -348,7 +309,7 @@ class Agent:
             self.sessions += 1
             self._backoff.reset()
             extra = f"; missing node types: {', '.join(welcome.missing_types)}" if welcome.missing_types else ""
-            log.info("connected to %s as %s (%s)%s", self.options.control, welcome.name or self.options.registered_name,
+            log.info("connected to %s as %s (%s)%s", self.controls.current, welcome.name or self.options.registered_name,
                      welcome.status, extra)
             self._send_frame(RunAlive(runs=self.deliveries.alive()))
             replay = asyncio.ensure_future(self.deliveries.connected(
@@ -382,7 +343,7 @@ class Agent:
                 raise Fatal(message)
             self._token_refused(message)
             return
-        log.warning("connection to %s closed (%s); dialling again", self.options.control,
+        log.warning("connection to %s closed (%s); dialling again", self.controls.current,
                     f"{code} {ws.close_reason or ''}".strip() if code else "dropped")
 
     async def _await_welcome(self, ws: WebSocketClientConnection) -> Welcome | None:
@@ -421,7 +382,7 @@ class Agent:
         https = self.options.control.startswith(("https:", "wss:"))
         # A pinned key is checked on the socket only; downloads then trust the CA file or the system's.
         context = tls.context(self.options.ca_file) if https else None
-        return RunTransfer(self.options.control, lambda: self.options.token, self.options.cache_dir, ssl_context=context)
+        return RunTransfer(lambda: self.controls.current, lambda: self.options.token, self.options.cache_dir, ssl_context=context)
 
     def _hello(self) -> Hello:
         o = self.options

@@ -35,7 +35,12 @@ ENROLL_TIMEOUT_S = 30.0
 
 
 class CredentialError(Exception):
-    """No usable credential: the message says what to do."""
+    """No usable credential: the message says what to do. `elsewhere`: another URL of the same
+    deployment may answer (this one was unreachable, or a standby)."""
+
+    def __init__(self, message: str, *, elsewhere: bool = False) -> None:
+        super().__init__(message)
+        self.elsewhere = elsewhere
 
 
 def is_enrollment_token(token: str) -> bool:
@@ -99,12 +104,25 @@ def enroll(control: str, token: str, name: str, ssl_context: ssl.SSLContext | No
         except ValueError:
             detail = {}
         message = detail.get("message") or err.reason
-        raise CredentialError(f"enrollment refused by {url} ({err.code} {detail.get('code', '')}): {message}") from None
+        raise CredentialError(f"enrollment refused by {url} ({err.code} {detail.get('code', '')}): {message}",
+                              elsewhere=err.code == 503) from None
     except (urllib.error.URLError, OSError, ValueError) as err:
-        raise CredentialError(f"cannot enroll at {url}: {getattr(err, 'reason', err)}") from None
+        raise CredentialError(f"cannot enroll at {url}: {getattr(err, 'reason', err)}",
+                              elsewhere=not isinstance(err, ValueError)) from None
     if not isinstance(body, dict) or not isinstance(body.get("worker_token"), str):
         raise CredentialError(f"{url} answered without a worker token")
     return body
+
+
+def _enroll_at_any(urls: list[str], token: str, name: str, ssl_context: ssl.SSLContext | None) -> dict[str, Any]:
+    """Enroll at the first URL that answers as the leader (a standby answers 503)."""
+    for i, url in enumerate(urls):
+        try:
+            return enroll(url, token, name, ssl_context)
+        except CredentialError as err:
+            if not err.elsewhere or i == len(urls) - 1:
+                raise
+    raise CredentialError("no control-plane URL")  # pragma: no cover - urls is never empty
 
 
 def local_server_token(control: str) -> str | None:
@@ -121,24 +139,27 @@ def local_server_token(control: str) -> str | None:
 
 def resolve_token(control: str, name: str, token: str | None, store: CredentialStore,
                   ssl_context: ssl.SSLContext | None, env: dict[str, str] | None = None) -> tuple[str, str]:
-    """(token to connect with, where it came from)."""
+    """(token to connect with, where it came from). `control`: the deployment's URLs, comma-separated
+    (a leader and its standbys share one database, hence one worker token)."""
     env = os.environ if env is None else env
-    control = normalise_control(control)
+    urls = [normalise_control(u.strip()) for u in control.split(",") if u.strip()]
+    control = ",".join(urls)
     stored = store.load(name)
+    ours = stored is not None and (stored.control == control or stored.control in urls)
     if token:
         token = token.strip()
         if not is_enrollment_token(token):
             return token, "--token"
-        if stored is not None and stored.enrollment == _digest(token) and stored.control == control:
+        if ours and stored is not None and stored.enrollment == _digest(token):
             return stored.worker_token, f"stored in {store.path(name)}"
-        body = enroll(control, token, name, ssl_context)
+        body = _enroll_at_any(urls, token, name, ssl_context)
         path = store.save(Stored(control, name, body["worker_token"], _digest(token)))
         return body["worker_token"], f"enrolled as {body.get('name', name)}; stored in {path}"
-    if stored is not None and stored.control == control:
+    if ours and stored is not None:
         return stored.worker_token, f"stored in {store.path(name)}"
     if env.get("CODEFY_TOKEN"):
         return env["CODEFY_TOKEN"], "$CODEFY_TOKEN"
-    local = local_server_token(control)
+    local = local_server_token(urls[0])
     if local:
         return local, LOCAL_SERVER
     raise CredentialError(f"no token for worker {name!r} at {control}: pass --token (a one-time token from the "

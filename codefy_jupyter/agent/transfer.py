@@ -142,23 +142,29 @@ class InputCache:
 
 
 class RunTransfer(InputCache):
-    """The transfer backend. `control`: the control plane's base URL (`http://host:port/base/`)."""
+    """The transfer backend. `control`: the control plane's base URL (`http://host:port/base/`), or
+    a function answering the one the agent is connected to now (a leader and its standbys: files go
+    to whichever leads)."""
 
-    def __init__(self, control: str, token: str | Callable[[], str], cache_dir: Path, *,
+    def __init__(self, control: str | Callable[[], str], token: str | Callable[[], str], cache_dir: Path, *,
                  ssl_context: ssl.SSLContext | None = None) -> None:
-        parts = urlsplit(control)
-        self.https = parts.scheme in ("https", "wss")
-        self.host = parts.hostname or "127.0.0.1"
-        self.port = parts.port or (443 if self.https else 80)
-        self.base = (parts.path or "/").rstrip("/") + "/"
+        self.control = control
         self.token = token
         self.cache_dir = Path(cache_dir)
         self.ssl_context = ssl_context
 
+    @property
+    def base(self) -> str:
+        parts = urlsplit(self.control() if callable(self.control) else self.control)
+        return (parts.path or "/").rstrip("/") + "/"
+
     def _connection(self) -> http.client.HTTPConnection:
-        if self.https:
-            return http.client.HTTPSConnection(self.host, self.port, timeout=TIMEOUT_S, context=self.ssl_context)
-        return http.client.HTTPConnection(self.host, self.port, timeout=TIMEOUT_S)
+        parts = urlsplit(self.control() if callable(self.control) else self.control)
+        https = parts.scheme in ("https", "wss")
+        host, port = parts.hostname or "127.0.0.1", parts.port or (443 if https else 80)
+        if https:
+            return http.client.HTTPSConnection(host, port, timeout=TIMEOUT_S, context=self.ssl_context)
+        return http.client.HTTPConnection(host, port, timeout=TIMEOUT_S)
 
     def _headers(self) -> dict[str, str]:
         token = self.token() if callable(self.token) else self.token  # read again: it may change on reconnect

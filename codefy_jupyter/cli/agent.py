@@ -64,8 +64,9 @@ def add_parser(sub: Any) -> None:
                          description="Connect to the control plane at --control (default: the `codefy start` "
                          "server on this machine) and take runs until stopped (SIGTERM, Ctrl+C or `codefy agent "
                          "stop`). Reconnects by itself; runs go on meanwhile.")
-    st.add_argument("--control", metavar="URL",
-                    help="the control plane's base URL, e.g. https://lab.example.org/ or http://127.0.0.1:8888/ "
+    st.add_argument("--control", metavar="URL[,URL...]",
+                    help="the control plane's base URL, e.g. https://lab.example.org/ or http://127.0.0.1:8888/; "
+                    "several, comma-separated, for a leader and its standbys (the agent follows whichever leads) "
                     "(default: the `codefy start` server running on this machine, from its server.json)")
     st.add_argument("--token", help="a one-time enrollment token (exchanged once for a stored worker token), a "
                     "worker token, or the server's own token (same machine only). Default: the stored worker "
@@ -147,6 +148,7 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         LOCAL_SERVER, CredentialError, CredentialStore, local_server_token, normalise_control, resolve_token,
     )
     from ..agent.identity import Inventory, InventoryError
+    from ..wire.control_urls import ControlUrlError, parse_control_urls
     from ..wire.names import name_problem
 
     name = args.name or default_name()
@@ -166,7 +168,11 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                         format="%(asctime)s codefy-agent %(levelname)s %(message)s")
     agent_dir = Path(args.data_dir).expanduser() if args.data_dir else default_agent_dir()
     if args.control:
-        control = normalise_control(args.control)
+        try:
+            controls = parse_control_urls(args.control)
+        except ControlUrlError as err:
+            parser.error(str(err))
+        control = controls[0]
     else:
         local, state_file = local_control()
         if local is None:
@@ -174,13 +180,14 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                   f"recorded in {state_file}): start one, or pass --control URL", file=sys.stderr)
             return EXIT_USAGE
         control = normalise_control(local)
+        controls = (control,)
         log.info("control plane %s: the `codefy start` server on this machine (%s), as no --control was given",
                  control, state_file)
     registered = f"{name}.{args.instance}" if args.instance else name
     try:
         pin = tls.parse_pin(args.pin_sha256) if args.pin_sha256 else None
         ssl_context = None
-        if control.startswith("https://"):
+        if any(url.startswith("https://") for url in controls):
             ssl_context = tls.context(args.ca_file) if pin is None else None
         inventory = Inventory.probe(os.environ)
         inventory.share_by_memory(args.share_memory)
@@ -192,16 +199,16 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     private.restrict_umask()
     private.make_dir(agent_dir)
     try:
-        with _state_file(agent_dir, registered, control) as state:
+        with _state_file(agent_dir, registered, ",".join(controls)) as state:
             if args.token and _token_is_for_enrollment(args.token):
                 tls.warn_if_plaintext(control, "the enrollment token")
             if pin is not None and args.token and _token_is_for_enrollment(args.token):
                 ssl_context = asyncio.run(_pinned(control, pin))
-            token, source = resolve_token(control, name, args.token, CredentialStore(agent_dir), ssl_context)
+            token, source = resolve_token(",".join(controls), name, args.token, CredentialStore(agent_dir), ssl_context)
             log.info("worker %s, folder %s, token from %s", registered, agent_dir, source)
             reread = (partial(local_server_token, control)
                       if source == LOCAL_SERVER or token == local_server_token(control) else None)
-            code = asyncio.run(_serve(args, name, control, token, pin, agent_dir, inventory, reread))
+            code = asyncio.run(_serve(args, name, controls, token, pin, agent_dir, inventory, reread))
             state.unlink(missing_ok=True)
             return code
     except AlreadyRunning as err:
@@ -240,15 +247,16 @@ async def _pinned(control: str, pin: bytes) -> Any:
     return await tls.pinned_context(parts.hostname or "", parts.port or 443, pin)
 
 
-async def _serve(args: argparse.Namespace, name: str, control: str, token: str, pin: bytes | None,
+async def _serve(args: argparse.Namespace, name: str, controls: tuple[str, ...], token: str, pin: bytes | None,
                  agent_dir: Path, inventory: Any, reread_token: Callable[[], str | None] | None) -> int:
-    from ..agent.connection import Agent, AgentOptions
+    from ..agent.connection import Agent
+    from ..agent.dialing import AgentOptions
     from ..agent.identity import probe_catalog
     from ..agent.launch import AutoLauncher
 
     env = dict(os.environ)
     catalog = await probe_catalog(env)
-    options = AgentOptions(control=control, token=token, name=name, agent_dir=agent_dir, instance=args.instance,
+    options = AgentOptions(control=controls[0], controls=controls, token=token, name=name, agent_dir=agent_dir, instance=args.instance,
                            one_shot=args.one_shot, run_id=args.run_id, ca_file=args.ca_file, pin=pin,
                            keep_runs=args.keep_runs, reread_token=reread_token, mounts=dict(args.mount))
     agent = Agent(options, inventory=inventory, catalog=catalog, launcher=AutoLauncher(env, prefer_warm=not args.no_warm),

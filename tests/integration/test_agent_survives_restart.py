@@ -100,3 +100,40 @@ def test_the_agent_follows_a_server_restarted_with_another_token(servers, local_
     assert "the local codefy server's token changed (it restarted): using the new one" in agent.output()
     assert agent.proc.poll() is None
     assert servers.stop().returncode == 0
+
+
+def test_an_agent_given_several_urls_follows_the_control_plane_to_whichever_answers(servers, tmp_path, request):
+    """`--control URL1,URL2`: the agent dials the URL that answers, and when that control plane dies
+    (kill -9) and one comes up at the other URL on the same data, the agent follows it there and its
+    run in flight is adopted with a gapless log, as a leader's standby taking over would see it."""
+    import os
+    import signal
+
+    from test_workers_e2e import assert_gapless_without_duplicates, naps
+
+    first, second = headless.free_port(), headless.free_port()
+    state = start_with_token(servers, second, "the-token")
+    agent = AgentProcess(tmp_path, f"http://127.0.0.1:{first}/,http://127.0.0.1:{second}/", name="box",
+                         token="the-token")
+    request.addfinalizer(agent.cleanup)
+    connected_worker(state, agent)
+    assert f"trying the next control-plane URL: http://127.0.0.1:{second}/" in agent.output()
+    run_on_the_agent(state, agent)
+
+    run = headless.submit(state, naps(8, 0.5), options={"target": {"worker": "box"}})
+    deadline = time.monotonic() + 120  # started on the agent: its first node's events are in the log
+    while not any(e["type"] == "node_status" for e in headless.all_events(state, run["id"])):
+        assert time.monotonic() < deadline, agent.output()
+        time.sleep(0.1)
+    os.kill(state["pid"], signal.SIGKILL)
+    headless.wait_gone(state["pid"])
+    again = start_with_token(servers, first, "the-token")
+    assert again["url"].rstrip("/").endswith(f":{first}")
+    done = headless.wait_status(again, run["id"], {"succeeded", "failed", "interrupted", "cancelled"}, timeout=120)
+    assert done["status"] == "succeeded" and done["worker_id"] == "box", (done, agent.output())
+    events = headless.all_events(again, run["id"])
+    assert_gapless_without_duplicates(events)
+    assert "worker_reconnected" in {e["payload"].get("code") for e in events if e["type"] == "run_warning"}
+    assert f"connected to http://127.0.0.1:{first}/" in agent.output()
+    run_on_the_agent(again, agent)
+    assert servers.stop().returncode == 0

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from codefy_jupyter.agent import credentials as cr
-from codefy_jupyter.agent.connection import Backoff, Fatal, socket_url, worth_another_dial
+from codefy_jupyter.agent.dialing import Backoff, Fatal, socket_url, worth_another_dial
 from codefy_jupyter.agent.identity import Inventory, restrict_to_visible
 from codefy_jupyter.cli import main
 
