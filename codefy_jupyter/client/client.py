@@ -22,6 +22,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
+from ..wire.control_urls import ControlUrls
 from .discovery import ServerInfo, discover
 from .errors import CodefyError
 
@@ -127,16 +128,27 @@ def not_found(path: Path, cwd: Path | None = None) -> CodefyError:
     return CodefyError(text, code="file_not_found", params=params)
 
 
+class _ElsewhereError(Exception):
+    """This URL did not act on the request and another of the deployment may (carries the error
+    to raise when none is left, and the leader a standby named)."""
+
+    def __init__(self, error: CodefyError, leader: Any = None) -> None:
+        super().__init__(str(error))
+        self.error, self.leader = error, leader
+
+
 class AsyncClient:
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
                  server: ServerInfo | None = None) -> None:
         self.server = server or discover(url=url, token=token)
         self.timeout = timeout
         self._http = AsyncHTTPClient(force_instance=True)
+        self._urls = ControlUrls(self.server.urls)
 
     @property
     def url(self) -> str:
-        return self.server.url
+        """The URL in use now: with standbys, the one that last answered as the leader."""
+        return self._urls.current
 
     async def close(self) -> None:
         self._http.close()
@@ -149,8 +161,26 @@ class AsyncClient:
 
     async def _call(self, method: str, path: str, body: Any = None, *, timeout: float | None = None,
                     raw: bool = False, headers: dict[str, str] | None = None, **query: Any) -> Any:
+        """One request, to the leader: with standbys, a URL that refuses the connection or answers
+        503 `standby` is left for the next (straight to the leader a standby names), each at most
+        once per call. Neither can have acted on the request, so a POST is sent again safely; a
+        request that timed out might have, and is not."""
+        for _ in range(len(self._urls.urls) - 1):
+            try:
+                return await self._call_one(method, path, body, timeout=timeout, raw=raw, headers=headers, **query)
+            except _ElsewhereError as err:
+                if not self._urls.leader_is(err.leader):
+                    self._urls.failed()
+        try:
+            return await self._call_one(method, path, body, timeout=timeout, raw=raw, headers=headers, **query)
+        except _ElsewhereError as err:
+            raise err.error from None
+
+    async def _call_one(self, method: str, path: str, body: Any = None, *, timeout: float | None = None,
+                        raw: bool = False, headers: dict[str, str] | None = None, **query: Any) -> Any:
         params = {k: v for k, v in query.items() if v is not None}
-        url = f"{self.server.url.rstrip('/')}/codefy/api/{path}"
+        base = self.url
+        url = f"{base.rstrip('/')}/codefy/api/{path}"
         if params:
             url += "?" + urllib.parse.urlencode(params, doseq=True)
         headers = {**(headers or {}), **({"Authorization": f"token {self.server.token}"} if self.server.token else {})}
@@ -160,17 +190,25 @@ class AsyncClient:
         try:
             response = await self._http.fetch(request, raise_error=False)
         except (OSError, asyncio.TimeoutError, HTTPClientError) as err:  # no HTTP answer at all
-            raise CodefyError(f"cannot reach the codefy server at {self.server.url}: {err}", code="unreachable") from None
+            unreachable = CodefyError(f"cannot reach the codefy server at {base}: {err}", code="unreachable")
+            if isinstance(err, ConnectionRefusedError) or method == "GET":
+                raise _ElsewhereError(unreachable) from None
+            raise unreachable from None
         if response.code == 599:
-            raise CodefyError(f"cannot reach the codefy server at {self.server.url}: {response.error}",
-                              code="unreachable")
+            unreachable = CodefyError(f"cannot reach the codefy server at {base}: {response.error}", code="unreachable")
+            if isinstance(response.error, ConnectionRefusedError) or method == "GET":
+                raise _ElsewhereError(unreachable)
+            raise unreachable
         if response.code >= 400:
             try:
                 error = json.loads(response.body)["error"]
             except (ValueError, KeyError, TypeError):
                 error = {"code": "http_error", "message": f"HTTP {response.code} from {url}", "params": {}}
-            raise CodefyError(error.get("message", ""), status=response.code, code=error.get("code", "error"),
-                              params=error.get("params") or {})
+            refusal = CodefyError(error.get("message", ""), status=response.code, code=error.get("code", "error"),
+                                  params=error.get("params") or {})
+            if response.code == 503 and refusal.code == "standby":
+                raise _ElsewhereError(refusal, (error.get("params") or {}).get("leader"))
+            raise refusal
         if raw:
             return response.body.decode()
         return json.loads(response.body) if response.body else None

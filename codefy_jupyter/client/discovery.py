@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..wire import local_server
+from ..wire.control_urls import ControlUrlError, parse_control_urls
 from ..wire.local_server import pid_alive
 from .errors import CodefyError
 
@@ -50,10 +51,19 @@ class ServerInfo:
     source: str  # "arguments", "environment", "kernel", "codefy start", "jupyter server"
     why: str = ""  # why this one, for the person reading
     others: tuple[str, ...] = field(default=())  # the other servers that could have been used, described
+    # Other URLs of the same deployment (a leader's standbys, `--url A,B` / CODEFY_URL="A,B"): the
+    # client moves to the next when one cannot be reached or answers 503 `standby`.
+    alternates: tuple[str, ...] = field(default=())
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return (self.url, *self.alternates)
 
     def describe(self) -> list[str]:
         """The lines a command prints about the server it uses (the token never appears)."""
         lines = [f"server {self.url} — {self.why or self.source}"]
+        if self.alternates:
+            lines.append(f"  standbys: {', '.join(self.alternates)}")
         lines += [f"  also running: {other}" for other in self.others]
         if self.others:
             lines.append("  (pass --url to use another)")
@@ -157,13 +167,24 @@ def _base(url: str) -> str:
     return url if url.endswith("/") else url + "/"
 
 
+def _url_list(text: str, what: str) -> tuple[str, tuple[str, ...]]:
+    """A URL, or several of one deployment (comma-separated): (the first, the rest)."""
+    try:
+        urls = parse_control_urls(text, what=what)
+    except ControlUrlError as err:
+        raise CodefyError(str(err), code="invalid_url", params={"field": what}) from None
+    return urls[0], urls[1:]
+
+
 def discover(url: str | None = None, token: str | None = None, data_dir: str | None = None) -> ServerInfo:
     if url:
-        return ServerInfo(_base(url), token if token is not None else os.environ.get("CODEFY_TOKEN", ""),
-                          "arguments", "given with --url/--host/--port")
+        first, rest = _url_list(url, "--url")
+        return ServerInfo(first, token if token is not None else os.environ.get("CODEFY_TOKEN", ""),
+                          "arguments", "given with --url/--host/--port", alternates=rest)
     if os.environ.get("CODEFY_URL"):
-        return ServerInfo(_base(os.environ["CODEFY_URL"]), token or os.environ.get("CODEFY_TOKEN", ""),
-                          "environment", "from $CODEFY_URL")
+        first, rest = _url_list(os.environ["CODEFY_URL"], "CODEFY_URL")
+        return ServerInfo(first, token or os.environ.get("CODEFY_TOKEN", ""),
+                          "environment", "from $CODEFY_URL", alternates=rest)
     state_file = str(_state_file(data_dir))
     kernel_id = _kernel_id()
     candidates = _candidates(data_dir)

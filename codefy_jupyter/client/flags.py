@@ -56,7 +56,8 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     """--url, --token, --host and --port, in a group of their own."""
     g = p.add_argument_group("server (default: $CODEFY_URL, else the last `codefy start`, else a running "
                              "Jupyter server with codefy-jupyter)")
-    g.add_argument("--url", help="the server's base URL, e.g. http://127.0.0.1:8888/")
+    g.add_argument("--url", help="the server's base URL, e.g. http://127.0.0.1:8888/; several, comma-separated, "
+                   "for a leader and its standbys")
     g.add_argument("--token", help="the server's token (default: $CODEFY_TOKEN, or the token `codefy start` "
                    "recorded for that address)")
     g.add_argument("--host", help="server host, a shortcut for --url (default 127.0.0.1 when --port is given)")

@@ -202,9 +202,9 @@ class CodefyMagics(Magics):
                 for line in self._found.describe():  # which server, and why: said once per kernel
                     print(line)
             server = self._found
-        key = (server.url, server.token)
+        key = (",".join(server.urls), server.token)  # a leader and its standbys: one client follows them
         if key not in self._clients:
-            self._clients[key] = Client(url=server.url, token=server.token)
+            self._clients[key] = Client(url=key[0], token=server.token)
         return self._clients[key]
 
     def _run(self, args: argparse.Namespace, graph: tuple[dict[str, Any], str]) -> Any:

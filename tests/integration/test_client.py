@@ -132,3 +132,31 @@ def test_an_explicit_url_wins_and_an_unreachable_server_is_named(monkeypatch):
         with pytest.raises(CodefyError) as err:
             client.list()
     assert err.value.code == "unreachable" and "127.0.0.1:9" in str(err.value)
+
+
+async def test_several_urls_the_client_moves_past_one_that_cannot_be_reached(jp_serverapp, jp_base_url,
+                                                                              http_server_port, http_server,
+                                                                              monkeypatch):
+    """CODEFY_URL="A,B": a leader and its standby. A refuses connections (a control plane that died):
+    a submit and a read go to B, which then stays the URL in use; a bad list names the setting."""
+    live = f"http://localhost:{http_server_port[-1]}{jp_base_url}"
+    monkeypatch.setenv("CODEFY_URL", f"http://127.0.0.1:9/, {live}")
+    monkeypatch.setenv("CODEFY_TOKEN", jp_serverapp.identity_provider.token)
+    info = discover()
+    assert info.urls == ("http://127.0.0.1:9/", live) and "  standbys: " + live in info.describe()
+    client = AsyncClient(server=info)
+    run = await client.submit(SMALL, name="past the dead one")
+    assert client.url == live
+    assert (await client.get(run["id"]))["name"] == "past the dead one"
+    assert (await client.list())["total"] == 1  # sent once: the refused connection never reached anyone
+    await client.close()
+    # Only dead URLs: the last one's error.
+    with Client(url="http://127.0.0.1:9/,http://127.0.0.1:7/", token="t", timeout=3) as dead:
+        with pytest.raises(CodefyError) as err:
+            dead.list()
+    assert err.value.code == "unreachable" and "127.0.0.1:7" in str(err.value)
+    monkeypatch.setenv("CODEFY_URL", "http://a/,ftp://b/")
+    with pytest.raises(CodefyError) as err:
+        discover()
+    assert err.value.code == "invalid_url" and err.value.params == {"field": "CODEFY_URL"}
+    assert "'ftp://b/'" in str(err.value)
