@@ -35,7 +35,9 @@ def test_the_vectors_cover_every_code_of_the_catalog_and_every_worker_code():
     for path in (ROOT / "codefy_jupyter").rglob("*.py"):
         said_codes |= set(re.findall(r'"(worker_[a-z_]+)"', path.read_text()))
     not_codes = {"worker_id", "worker_token", "worker_pid", "worker_routes", "worker_resume", "worker_warning"}
-    settings = {c for c in said_codes if c.endswith("_s")}
+    from codefy_jupyter.core.config import SETTINGS
+
+    settings = {c for c in said_codes if c.endswith("_s")} | {s.name for s in SETTINGS}
     assert sorted(said_codes - not_codes - settings - set(words.catalog())) == []
 
 

@@ -465,6 +465,11 @@ def test_list_runs_newest_first_with_status_filter_offset_limit_and_total(store_
             waiting = [i for i in newest_first if statuses[ids.index(i)] in ("queued", "running")]
             assert total == 24 and [r["id"] for r in rows] == waiting[2:5]
             assert rows[0]["graph"] == {"nodes": [ids.index(rows[0]["id"])]}
+            # Several statuses are merged newest first across them, pages crossing from one to another.
+            three = [i for i in newest_first if statuses[ids.index(i)] in ("failed", "queued", "running")]
+            for offset in (0, 7, 30, 35):
+                rows, total = await store.list_runs(["running", "failed", "queued"], offset=offset, limit=6)
+                assert total == 36 and [r["id"] for r in rows] == three[offset:offset + 6]
             assert (await store.list_runs("interrupted")) == ([], 0)
             assert (await store.list_runs([])) == ([], 0)
             with pytest.raises(ValueError):

@@ -336,12 +336,23 @@ def select_runs_page(conn: sqlite3.Connection, statuses: str | Iterable[str] | N
                      with_graph: bool) -> tuple[list[dict], int]:
     columns = RUN_COLUMNS if with_graph else _LIST_COLUMNS
     where, params = _status_filter(statuses)
+    listed = ", ".join(columns)
+    if len(params) > 1:
+        # Newest first over several statuses: each status's own newest `offset + limit` through the
+        # (status, submit_order) index, merged. A plain `status IN (...) ORDER BY submit_order`
+        # walks the submit_order index and filters, which with a million runs and few of the wanted
+        # statuses (the Running chip) reads every row: 350 ms instead of 1 ms.
+        branches = " UNION ALL ".join(
+            f"SELECT * FROM (SELECT {listed}, submit_order FROM runs WHERE status = ? "
+            f"ORDER BY submit_order DESC LIMIT ?) AS b{i}" for i in range(len(params)))
+        sql = f"SELECT {listed} FROM ({branches}) AS u ORDER BY submit_order DESC LIMIT ? OFFSET ?"
+        args: tuple = (*(v for status in params for v in (status, offset + limit)), limit, offset)
+    else:
+        sql = f"SELECT {listed} FROM runs {where} ORDER BY submit_order DESC LIMIT ? OFFSET ?"
+        args = (*params, limit, offset)
     with _snapshot(conn):  # the page and the total from the same state
         total = conn.execute(f"SELECT COUNT(*) FROM runs {where}", params).fetchone()[0]
-        rows = conn.execute(
-            f"SELECT {', '.join(columns)} FROM runs {where} ORDER BY submit_order DESC LIMIT ? OFFSET ?",
-            (*params, limit, offset),
-        ).fetchall()
+        rows = conn.execute(sql, args).fetchall()
     return [_decode_run(columns, r, listing=not with_graph) for r in rows], int(total)
 
 
