@@ -61,6 +61,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/discovery.py
 	$(PY) benchmarks/experiments.py
 	$(PY) benchmarks/store_readers.py
+	$(PY) benchmarks/run_pages.py
 	$(PY) benchmarks/lab_graph.py
 	$(PY) benchmarks/lab_runs.py
 	$(PY) benchmarks/storage.py
