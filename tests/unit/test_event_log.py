@@ -5,6 +5,7 @@ its writes settle)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from codefy_jupyter.wire import run_events as ev
 from codefy_jupyter.core.runs.event_log import EventLog
@@ -163,6 +164,47 @@ def test_a_refused_closing_write_is_retaken_as_the_closing_event_alone_after_wha
         stored, _, _ = await store.read_events("r1", 0)
         assert [(e.seq, e.type) for e in stored] == [(1, "node_status"), (2, "execution_complete")]
         assert log.lost["r1"]["first_seq"] == 2 and "the disk says no" in log.lost["r1"]["error"]
+        await log.close()
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_flush_whose_waiter_is_cancelled_still_lands_every_runs_events(store_at):
+    # Whoever awaits a flush (a run's own task, a request) may be cancelled while the store commits
+    # the writes it handed over, which hold other runs' events too. The store commits them anyway:
+    # a cancelled waiter must not turn them into "lost" events (which ended a healthy run on a
+    # worker event_log_write_failed, and renumbered its log over what was committed).
+    async def main():
+        store, log = await open_log(store_at)
+        failed: list[str] = []
+        log.on_write_failed = lambda run_id, lost: failed.append(run_id)
+        for run_id in ("a", "c"):
+            await store.create_run({"id": run_id, "status": "running"})
+            log.track(run_id, 0)
+            for i in range(4):
+                log.emit(run_id, status(run_id, f"n{i}", "running"))
+        # The writer thread is held busy so that the flush's writes are still queued when its
+        # waiter is cancelled (on a loaded machine that window is long; here it is made certain).
+        release = threading.Event()
+        holding = store._submit(lambda conn: release.wait(60))
+        for _ in range(3):
+            await asyncio.sleep(0)  # the flush under way has handed its writes to the store and waits
+        flushing = log._flusher  # whoever flushes: here the sink's own task; a worker run's acker too
+        assert flushing is not None and not flushing.done()
+        flushing.cancel()
+        await asyncio.gather(flushing, return_exceptions=True)
+        release.set()
+        await holding
+        await log.flush()
+        for run_id in ("a", "c"):
+            log.emit(run_id, status(run_id, "after", "running"))
+        await log.flush()
+        assert failed == [] and log.lost == {}
+        for run_id in ("a", "c"):
+            assert log.flushed_seq(run_id) == 5
+            stored, _, _ = await store.read_events(run_id, 0)
+            assert [e.seq for e in stored] == [1, 2, 3, 4, 5]
         await log.close()
         await store.close()
 

@@ -581,3 +581,37 @@ def test_a_page_of_runs_reads_an_oversized_column_as_a_stub_and_the_run_itself_w
             assert (await store.get_run("big"))["error"] == huge
 
     run(main())
+
+
+def test_the_status_counts_follow_every_insert_update_and_delete(store_at):
+    """A list's `total` reads run_counts, which triggers keep in the change's own transaction."""
+
+    async def main():
+        async with await Store.open(store_at("counts.db")) as store:
+            for i in range(7):
+                await store.create_run(run_row(f"c{i}", "queued"))
+            await store.update_run("c0", status="running")
+            await store.update_run("c1", status="running")
+            await store.update_run("c1", status="succeeded", finished_at=2.0)
+            await store.update_run("c2", status="queued", name="same status: not counted twice")
+            await store.delete_run("c3")
+            assert (await store.list_runs())[1] == 6
+            assert (await store.list_runs("queued"))[1] == 4
+            assert (await store.list_runs(["running", "succeeded"]))[1] == 2
+            assert (await store.list_runs(["failed", "interrupted"]))[1] == 0
+
+    asyncio.run(main())
+
+
+def test_the_counts_step_counts_the_runs_a_file_already_has(tmp_path):
+    conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+    try:
+        assert migrate(conn, SCHEMA_STEPS[:8]) == 8  # as the version before the counts
+        for i, status in enumerate(["queued", "failed", "failed", "succeeded"]):
+            conn.execute("INSERT INTO runs (id, submit_order, status, submitted_at) VALUES (?, ?, ?, 1)",
+                         (f"o{i}", i + 1, status))
+        assert migrate(conn) == SCHEMA_VERSION
+        assert dict(conn.execute("SELECT status, n FROM run_counts").fetchall()) == {
+            "queued": 1, "failed": 2, "succeeded": 1}
+    finally:
+        conn.close()

@@ -297,6 +297,13 @@ class EventLog:
             writes.append(write)
         if not writes:
             return
+        # Shielded: whoever waits here (the sink's own task, a worker run's acker that is cancelled
+        # as its run ends) may be cancelled, but these writes hold other runs' events, and the
+        # store commits them anyway. Cancelling them would record committed events as lost (and
+        # end those runs event_log_write_failed); the waiter alone stops waiting.
+        await asyncio.shield(self._settle_all(writes))
+
+    async def _settle_all(self, writes: list[asyncio.Future]) -> None:
         await asyncio.gather(*writes, return_exceptions=True)
         self._notify()
 

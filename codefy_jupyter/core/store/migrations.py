@@ -18,6 +18,26 @@ from .sweeps import SCHEMA as SWEEP_SCHEMA
 
 Step = Sequence[str]
 
+
+class Only(str):
+    """A statement of a step for one backend only (`sqlite` or `postgresql`): where the two engines
+    spell a thing differently (a trigger's body). Every other statement runs on both."""
+
+    backend: str
+
+    def __new__(cls, backend: str, sql: str) -> "Only":
+        statement = super().__new__(cls, sql)
+        statement.backend = backend
+        return statement
+
+
+def for_backend(statement: str, backend: str) -> bool:
+    return getattr(statement, "backend", backend) == backend
+
+
+_COUNT_ONE_MORE = ("INSERT INTO run_counts (status, n) VALUES (NEW.status, 1) "
+                   "ON CONFLICT (status) DO UPDATE SET n = run_counts.n + 1")
+
 SCHEMA_STEPS: list[Step] = [
     # 1: runs, their event log, metrics, artifacts, environment fingerprints.
     (
@@ -256,6 +276,35 @@ SCHEMA_STEPS: list[Step] = [
         )
         """,
     ),
+    # 9: how many runs have each status, kept by triggers in the same transaction as the change, so
+    # a list's exact `total` is a read of a few rows. Counting a million rows is 5-40 ms on SQLite
+    # but 90-145 ms on PostgreSQL, which cannot count from an index alone.
+    (
+        "CREATE TABLE run_counts (status TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID",
+        "INSERT INTO run_counts (status, n) SELECT status, COUNT(*) FROM runs GROUP BY status",
+        Only("sqlite", f"CREATE TRIGGER runs_counted AFTER INSERT ON runs BEGIN {_COUNT_ONE_MORE}; END"),
+        Only("sqlite", "CREATE TRIGGER runs_uncounted AFTER DELETE ON runs BEGIN "
+                       "UPDATE run_counts SET n = n - 1 WHERE status = OLD.status; END"),
+        Only("sqlite", "CREATE TRIGGER runs_recounted AFTER UPDATE OF status ON runs "
+                       "WHEN OLD.status IS NOT NEW.status BEGIN "
+                       f"UPDATE run_counts SET n = n - 1 WHERE status = OLD.status; {_COUNT_ONE_MORE}; END"),
+        Only("postgresql", f"""
+        CREATE FUNCTION codefy_run_counts() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF TG_OP IN ('UPDATE', 'DELETE') THEN
+                UPDATE run_counts SET n = n - 1 WHERE status = OLD.status;
+            END IF;
+            IF TG_OP IN ('INSERT', 'UPDATE') THEN
+                {_COUNT_ONE_MORE};
+            END IF;
+            RETURN NULL;
+        END $$
+        """),
+        Only("postgresql", "CREATE TRIGGER runs_counted AFTER INSERT OR DELETE ON runs "
+                           "FOR EACH ROW EXECUTE FUNCTION codefy_run_counts()"),
+        Only("postgresql", "CREATE TRIGGER runs_recounted AFTER UPDATE OF status ON runs FOR EACH ROW "
+                           "WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION codefy_run_counts()"),
+    ),
 ]
 
 SCHEMA_VERSION = len(SCHEMA_STEPS)
@@ -291,7 +340,8 @@ def migrate(conn: sqlite3.Connection, steps: Sequence[Step] = SCHEMA_STEPS) -> i
                 conn.execute("ROLLBACK")
                 continue
             for statement in steps[target - 1]:
-                conn.execute(statement)
+                if for_backend(statement, "sqlite"):
+                    conn.execute(statement)
             # PRAGMA takes no parameters; target is our own int.
             conn.execute(f"PRAGMA user_version = {int(target)}")
             conn.execute("COMMIT")

@@ -23,7 +23,7 @@ import re
 import sqlite3
 from typing import Any, Iterable, Sequence
 
-from .migrations import SCHEMA_STEPS, SchemaVersionError, Step
+from .migrations import SCHEMA_STEPS, SchemaVersionError, Step, for_backend
 from .sqlite_file import ConnectionThread
 from .writer import WriterThread
 
@@ -261,7 +261,8 @@ def migrate(conn: PgConnection, steps: Sequence[Step] = SCHEMA_STEPS) -> int:
                 conn.execute("ROLLBACK")
                 continue
             for statement in steps[target - 1]:
-                conn.execute(pg_ddl(statement))
+                if for_backend(statement, "postgresql"):
+                    conn.execute(pg_ddl(statement))
             conn.execute("UPDATE codefy_schema SET version = ?", (target,))
             conn.execute("COMMIT")
         except BaseException:

@@ -351,7 +351,8 @@ def select_runs_page(conn: sqlite3.Connection, statuses: str | Iterable[str] | N
         sql = f"SELECT {listed} FROM runs {where} ORDER BY submit_order DESC LIMIT ? OFFSET ?"
         args = (*params, limit, offset)
     with _snapshot(conn):  # the page and the total from the same state
-        total = conn.execute(f"SELECT COUNT(*) FROM runs {where}", params).fetchone()[0]
+        # run_counts: kept by triggers with every change of a run's status (migrations.py, step 9).
+        total = conn.execute(f"SELECT COALESCE(SUM(n), 0) FROM run_counts {where}", params).fetchone()[0]
         rows = conn.execute(sql, args).fetchall()
     return [_decode_run(columns, r, listing=not with_graph) for r in rows], int(total)
 
