@@ -288,22 +288,39 @@ SCHEMA_STEPS: list[Step] = [
         Only("sqlite", "CREATE TRIGGER runs_recounted AFTER UPDATE OF status ON runs "
                        "WHEN OLD.status IS NOT NEW.status BEGIN "
                        f"UPDATE run_counts SET n = n - 1 WHERE status = OLD.status; {_COUNT_ONE_MORE}; END"),
-        Only("postgresql", f"""
-        CREATE FUNCTION codefy_run_counts() RETURNS trigger LANGUAGE plpgsql AS $$
+        # PostgreSQL: one count per statement for inserts and deletes (a COPY, retention's deletes,
+        # through transition tables), and a row trigger only where a status really changes.
+        Only("postgresql", """
+        CREATE FUNCTION codefy_runs_added() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            IF TG_OP IN ('UPDATE', 'DELETE') THEN
-                UPDATE run_counts SET n = n - 1 WHERE status = OLD.status;
-            END IF;
-            IF TG_OP IN ('INSERT', 'UPDATE') THEN
-                {_COUNT_ONE_MORE};
-            END IF;
+            INSERT INTO run_counts (status, n) SELECT status, COUNT(*) FROM added GROUP BY status
+                ON CONFLICT (status) DO UPDATE SET n = run_counts.n + excluded.n;
             RETURN NULL;
         END $$
         """),
-        Only("postgresql", "CREATE TRIGGER runs_counted AFTER INSERT OR DELETE ON runs "
-                           "FOR EACH ROW EXECUTE FUNCTION codefy_run_counts()"),
+        Only("postgresql", """
+        CREATE FUNCTION codefy_runs_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            UPDATE run_counts SET n = run_counts.n - gone.n
+                FROM (SELECT status, COUNT(*) AS n FROM removed GROUP BY status) AS gone
+                WHERE run_counts.status = gone.status;
+            RETURN NULL;
+        END $$
+        """),
+        Only("postgresql", f"""
+        CREATE FUNCTION codefy_runs_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            UPDATE run_counts SET n = n - 1 WHERE status = OLD.status;
+            {_COUNT_ONE_MORE};
+            RETURN NULL;
+        END $$
+        """),
+        Only("postgresql", "CREATE TRIGGER runs_counted AFTER INSERT ON runs REFERENCING NEW TABLE AS added "
+                           "FOR EACH STATEMENT EXECUTE FUNCTION codefy_runs_added()"),
+        Only("postgresql", "CREATE TRIGGER runs_uncounted AFTER DELETE ON runs REFERENCING OLD TABLE AS removed "
+                           "FOR EACH STATEMENT EXECUTE FUNCTION codefy_runs_removed()"),
         Only("postgresql", "CREATE TRIGGER runs_recounted AFTER UPDATE OF status ON runs FOR EACH ROW "
-                           "WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION codefy_run_counts()"),
+                           "WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION codefy_runs_moved()"),
     ),
 ]
 
