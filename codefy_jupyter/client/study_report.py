@@ -5,8 +5,9 @@ average rank). `codefy study` prints these; `StudyView` shows them."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
+
+from .numbers import format_average_rank, format_number, format_p
 
 # A repetition with one of these as its current attempt is done: it is never run again.
 DONE = frozenset({"succeeded", "failed", "timed_out"})
@@ -15,14 +16,8 @@ REASONS = {"not_succeeded": "r{repetition} {status}", "no_objective_value": "r{r
 
 
 def number(value: Any, digits: int = 4) -> str:
-    """4 significant digits; '-' for nothing."""
-    if value is None or isinstance(value, bool):
-        return "-"
-    if isinstance(value, int):
-        return str(value)
-    if not isinstance(value, float) or not math.isfinite(value):
-        return str(value)
-    return f"{value:.{digits}g}"
+    """The one number rule of every view (client/numbers.py, Lab's format.ts)."""
+    return format_number(value, digits)
 
 
 def progress(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,7 +137,7 @@ def table_lines(doc: Mapping[str, Any]) -> list[str]:
               "vs best [95% CI]", "p", "avg rank"]
     rows = [[r["rank_text"], r["label"], r["mean_text"], str(r["n"]),
              "yes" if r["eligible"] else f"no: {r['reason']}", r["diff_text"] or ("best" if r["best"] else "-"),
-             number(r["p_value"], 3), number(r["average_rank"], 3)] for r in ranking_rows(doc)]
+             format_p(r["p_value"]), format_average_rank(r["average_rank"])] for r in ranking_rows(doc)]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     where = f" of {objective['node_id']}" if objective.get("node_id") else ""
     lines = ["", f"study {doc.get('id')} {doc.get('status')} (rev {doc.get('revision')}), objective "

@@ -2,7 +2,9 @@
 // whichever way it sorts, a rank with its ties, the paired comparison against the best variant,
 // and the points of the objective curves.
 
-import { formatLoss, Trans } from './format';
+import { formatLoss, formatP, Trans } from './format';
+
+export { formatP };
 import type { StudyComparison, StudyVariant, SweepVariant } from './types';
 
 export type SortDirection = 'asc' | 'desc';
@@ -40,12 +42,12 @@ export function variantNumber(v: { index: number }): number {
   return v.index + 1;
 }
 
-/** "1", or "=1" for a rank shared with others (their labels on hover). */
+/** "1", or "1=" for a rank shared with others (their labels on hover), as the notebook's study view. */
 export function rankLabel(rank: number | null | undefined, tie: boolean): string {
   if (rank === null || rank === undefined) {
     return '-';
   }
-  return tie ? `=${rank}` : String(rank);
+  return tie ? `${rank}=` : String(rank);
 }
 
 /** The paired comparison's cell: "+0.012 [-0.003, 0.027] p=0.25 (n=5)"; the best reads "best". */
@@ -65,10 +67,6 @@ export function comparisonLabel(c: StudyComparison | null | undefined, isBest: b
     text += ` p=${formatP(c.p_value)}`;
   }
   return `${text} (n=${c.n})`;
-}
-
-export function formatP(p: number): string {
-  return p < 0.001 ? '<0.001' : p.toFixed(3);
 }
 
 export type StudyColumn = 'rank' | 'label' | 'mean' | 'average_rank';

@@ -72,7 +72,8 @@ export function allowedActions(status: string): Action[] {
   return actions;
 }
 
-/** Scientific notation below 0.001, as every view of the final loss. */
+/** Scientific notation below 0.001, as every view of the final loss (the same characters as
+ * codefy_jupyter/client/numbers.py; tests/shared/run_row_vectors.json holds the two together). */
 export function formatLoss(value: number | null | undefined): string {
   if (value === null || value === undefined || !Number.isFinite(value)) {
     return '-';
@@ -81,6 +82,19 @@ export function formatLoss(value: number | null | undefined): string {
     return value.toExponential(2);
   }
   return String(Number(value.toPrecision(4)));
+}
+
+/** A p-value: three decimals, "<0.001" under that (client/numbers.py format_p). */
+export function formatP(p: number | null | undefined): string {
+  if (p === null || p === undefined || !Number.isFinite(p)) {
+    return '-';
+  }
+  return p < 0.001 ? '<0.001' : p.toFixed(3);
+}
+
+/** A variant's average rank: two decimals (client/numbers.py format_average_rank). */
+export function formatAverageRank(rank: number | null | undefined): string {
+  return rank === null || rank === undefined || !Number.isFinite(rank) ? '-' : rank.toFixed(2);
 }
 
 export function formatDuration(seconds: number | null | undefined): string {

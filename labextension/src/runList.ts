@@ -8,8 +8,12 @@
 // run is written on its row and leaves the re-read of the rest (actions, times, loss) to the
 // coalesced refresh.
 
-import { FILTERS, LIST_LIMIT } from './format';
-import type { Chip } from './format';
+import {
+  allowedActions, budgetLabel, devicesLabel, displayName, durationOf, FILTERS, formatDuration, formatLoss, LIST_LIMIT,
+  queueLabel, workerLabel
+} from './format';
+import type { Action, Chip, Trans } from './format';
+import { renderNotice } from './messages';
 import type { Run, RunPage } from './types';
 
 /** What the panel should do about one frame. */
@@ -202,4 +206,41 @@ export class RunList {
     this.current = page;
     this.statuses = new Map(page.runs.map(r => [r.id, r.status]));
   }
+}
+
+/** The text of one run's row in the Runs table, every cell a string (the started time aside): the
+ * same rule as the notebook's table (kernel/widgets/runs_rows.py table_row), held to it by
+ * tests/shared/run_row_vectors.json. */
+export interface RunRowText {
+  name: string;
+  status: string;
+  worker: string;
+  devices: string;
+  queue: string;
+  queue_title: string;
+  reason: string;
+  budget: string;
+  duration: string;
+  final_loss: string;
+  final_loss_title: string;
+  actions: Action[];
+}
+
+export function runRow(run: Run, now: number, t: Trans): RunRowText {
+  const [queue, queueTitle] = queueLabel(run, t);
+  const loss = run.final_loss;
+  return {
+    name: displayName(run),
+    status: run.status,
+    worker: workerLabel(run, t),
+    devices: devicesLabel(run),
+    queue,
+    queue_title: queueTitle,
+    reason: run.status === 'queued' ? renderNotice(run.queue_reason, t) : '',
+    budget: budgetLabel(run, t),
+    duration: formatDuration(durationOf(run, now)),
+    final_loss: formatLoss(loss?.value),
+    final_loss_title: loss?.name ?? '',
+    actions: allowedActions(run.status)
+  };
 }

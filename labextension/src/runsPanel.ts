@@ -15,12 +15,12 @@ import { Widget } from '@lumino/widgets';
 import { ApiError, CodefyApi } from './api';
 import { download, h } from './dom';
 import {
-  Action, allowedActions, budgetLabel, Chip, chipLabel, CHIPS, countLabel, csvFilename, devicesLabel, displayName,
-  durationOf, formatDuration, formatLoss, formatTime, isActive, queueLabel, rowSummary, Trans, workerLabel
+  Action, Chip, chipLabel, CHIPS, countLabel, csvFilename, displayName, durationOf, formatDuration, formatTime, isActive,
+  rowSummary, Trans
 } from './format';
 import { LiveSocket } from './live';
-import { renderError, renderNotice } from './messages';
-import { RunList } from './runList';
+import { renderError } from './messages';
+import { RunList, runRow } from './runList';
 import type { EventsFrame, Run } from './types';
 
 export interface RunsPanelOptions {
@@ -250,41 +250,38 @@ export class RunsPanel extends Widget {
 
   private row(run: Run, odd: boolean, now: number): HTMLElement[] {
     const t = this.trans;
-    const [queue, queueTitle] = queueLabel(run, t);
-    const loss = run.final_loss;
+    const text = runRow(run, now, t);
+    const { queue, worker, budget, duration } = text;
     const cls = odd ? 'cdf-row cdf-odd' : 'cdf-row';
-    const worker = workerLabel(run, t);
-    const budget = budgetLabel(run, t);
     const started = formatTime(run.started_at);
-    const duration = formatDuration(durationOf(run, now));
-    const lossText = formatLoss(loss?.value);
+    const lossText = text.final_loss;
     // In priority order: the narrow panel shows the first three (and the actions).
     const cells: [string, HTMLElement | string][] = [
       ['name', h('span', {},
         h('a', { class: 'cdf-run-link', title: run.id, href: '#', onclick: (e: Event) => {
           e.preventDefault();
           this.options.openRun(run.id);
-        } }, displayName(run)),
+        } }, text.name),
         h('span', { class: 'cdf-sub cdf-mono' }, run.id.slice(0, 12)))],
       ['status', h('span', { class: `cdf-status cdf-${run.status}` }, run.status)],
-      ['devices', h('span', {}, devicesLabel(run),
-        queue ? h('span', { class: 'cdf-sub cdf-queue', title: queueTitle }, queue) : null)],
+      ['devices', h('span', {}, text.devices,
+        queue ? h('span', { class: 'cdf-sub cdf-queue', title: text.queue_title }, queue) : null)],
       ['duration', duration],
       ['worker', worker],
       ['budget', budget],
       ['started', started],
-      ['loss', h('span', { title: loss?.name ?? '' }, lossText)]
+      ['loss', h('span', { title: text.final_loss_title }, lossText)]
     ];
     const title = rowSummary([[t.__('Worker'), worker], [t.__('Budget'), budget], [t.__('Started'), started],
       [t.__('Duration'), duration], [t.__('Final loss'), lossText]]);
     const rows = [h('tr', { class: cls, title, dataset: { runId: run.id, status: run.status } },
       cells.map(([key, content]) => h('td', { class: `cdf-col-${key}` }, content)),
-      h('td', { class: 'cdf-actions' }, allowedActions(run.status).map(action => h('button', {
+      h('td', { class: 'cdf-actions' }, text.actions.map(action => h('button', {
         class: action === 'stop' || action === 'delete' ? 'cdf-danger' : '',
         dataset: { action },
         onclick: () => void this.act(action, run)
       }, this.actionLabel(action)))))];
-    const reason = run.status === 'queued' ? renderNotice(run.queue_reason, t) : '';
+    const reason = text.reason;
     if (reason) {
       rows.push(h('tr', { class: `cdf-reason-row ${odd ? 'cdf-odd' : ''}`, dataset: { runId: run.id } },
         h('td', { class: 'cdf-reason', title: reason, colspan: String(cells.length + 1) }, reason)));

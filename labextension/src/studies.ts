@@ -12,7 +12,7 @@ import { lineChart } from './chart';
 import { download, h } from './dom';
 import { Follow } from './follow';
 import { canResumeStudy, comparisonLabel, meanLabel, rankLabel, sortRows, SortDirection, StudyColumn, studyKey } from './experiments';
-import { formatLoss, formatTime, Trans } from './format';
+import { formatAverageRank, formatLoss, formatTime, Trans } from './format';
 import { renderError } from './messages';
 import type { Study, StudySummary, StudyVariant } from './types';
 
@@ -162,7 +162,7 @@ export class StudyView extends Widget {
         rankLabel(v.rank, v.tie)),
       h('td', {}, v.label),
       h('td', { class: 'cdf-col-mean' }, meanLabel(v)),
-      h('td', {}, v.average_rank === null || v.average_rank === undefined ? '-' : v.average_rank.toFixed(2)),
+      h('td', {}, formatAverageRank(v.average_rank)),
       h('td', { class: 'cdf-col-comparison', title: v.comparison?.method ? t.__('p-value: %1 sign-flip test', v.comparison.method) : '' },
         comparisonLabel(v.comparison, study.best === v.label, t)),
       h('td', {}, v.eligible ? t.__('yes') : h('span', { title: JSON.stringify(v.ineligible_reasons ?? []) }, t.__('no'))),

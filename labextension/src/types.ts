@@ -1,6 +1,6 @@
 // The REST payloads and /ws/execution frames this extension reads, mirrored from
-// codefy_jupyter/server/openapi.yaml (Run, RunPage, Worker, WorkerSlot, Error) and
-// server/execution_socket.py (events / batch / error frames). Fields a newer server adds are
+// codefy_jupyter/server/openapi.yaml (tests/unit/test_labextension_types.py holds each interface to
+// its schema) and server/execution_socket.py (events / batch / error frames). Fields a newer server adds are
 // ignored; missing optional ones read as "-".
 
 export type RunStatus =
@@ -20,13 +20,14 @@ export interface Notice {
 }
 
 export interface RunTarget {
-  worker?: string | null;
-  devices?: string[] | null;
-  pool?: string | null;
-  memory_gib?: number | null;
-  memory_source?: string | null;
+  worker?: string;
+  devices?: string[];
+  pool?: string;
+  memory_gib?: number;
+  memory_source?: string;
   /** the accepted estimate the server raised memory_gib from (queue reason budget_raised) */
-  estimate_raised_from?: number | null;
+  estimate_raised_from?: number;
+  wait?: boolean;
 }
 
 export interface Run {
@@ -50,7 +51,7 @@ export interface Run {
   error?: Record<string, unknown> | null;
   last_seq?: number;
   queue_position?: number | null;
-  queue_reason?: Notice | string | null;
+  queue_reason?: Notice | null;
   final_loss?: { name: string; value: number } | null;
   sweep_id?: string | null;
   sweep_variant?: number | null;
@@ -96,7 +97,7 @@ export interface Worker {
   platform?: string | null;
   connected_at?: number | null;
   last_seen_at?: number | null;
-  disconnect_reason?: string | null;
+  disconnect_reason?: Notice | null;
 }
 
 export interface WorkerList {

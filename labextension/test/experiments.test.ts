@@ -33,7 +33,7 @@ describe('table sorting', () => {
 
 describe('study cells', () => {
   it('marks a shared rank', () => {
-    expect(rankLabel(1, true)).toBe('=1');
+    expect(rankLabel(1, true)).toBe('1=');
     expect(rankLabel(3, false)).toBe('3');
     expect(rankLabel(null, false)).toBe('-');
   });

@@ -66,7 +66,7 @@ def test_action_messages_are_checked_against_the_rows():
 
 def test_loss_format_switches_to_scientific_below_a_thousandth():
     assert rr.format_loss(0.1235) == "0.1235"
-    assert rr.format_loss(0.00042) == "4.20e-04"
+    assert rr.format_loss(0.00042) == "4.20e-4"
     assert rr.format_loss(0.0) == "0"
     assert rr.format_loss(None) == "-"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping
 
+from ...client.numbers import format_average_rank, format_p
 from ...client.study_report import number, ranking_rows
 from .runs_rows import ActionError
 
@@ -102,7 +103,7 @@ def study_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for r in ranking_rows(doc):
         rows.append({**r, "values_text": [number(v) for v in r["values"]],
-                     "p_text": number(r["p_value"], 3), "average_rank_text": number(r["average_rank"], 3)})
+                     "p_text": format_p(r["p_value"]), "average_rank_text": format_average_rank(r["average_rank"])})
     return rows
 
 

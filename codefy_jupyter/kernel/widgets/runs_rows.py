@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
+from ...client.numbers import format_loss
 from ...wire import messages as words
 
 LIST_LIMIT = 50  # the newest 50 runs, as the Runs panel
@@ -81,15 +82,6 @@ def check_action(content: Any, statuses: Mapping[str, str]) -> tuple[str, str | 
         which = "queued or running" if action in ("stop", "watch") else "finished"
         raise ActionError(f"{action.capitalize()} is for {which} runs only; run {run_id} is {status}", "action")
     return action, run_id
-
-
-def format_loss(value: float | None) -> str:
-    """Scientific notation below 0.001, as the Runs panel."""
-    if value is None:
-        return "-"
-    if value != 0 and abs(value) < 1e-3:
-        return f"{value:.2e}"
-    return f"{value:.4g}"
 
 
 def worker_label(run: Mapping[str, Any]) -> str:
