@@ -123,6 +123,37 @@ export function bounds(series: Series[]): { x0: number; x1: number; y0: number; 
   return { x0, x1, y0, y1 };
 }
 
+/** How far apart (a ratio of their largest values) series may be and still share an axis. */
+export const SCALE_RATIO = 20;
+
+/** The largest |y| of a series, 0 when it has none. */
+function magnitude(s: Series): number {
+  return s.points.reduce((m, [, y]) => (Number.isFinite(y) ? Math.max(m, Math.abs(y)) : m), 0);
+}
+
+/** Series grouped by scale, one chart (one y axis) per group, so a loss near 0.01 is not drawn
+ * flat at the bottom of an axis that reaches a learning-rate step count of 1000. Groups run
+ * from the smallest scale up; a group spans at most SCALE_RATIO between its extremes. */
+export function scaleGroups(series: Series[]): Series[][] {
+  const sorted = series.map(s => ({ s, m: magnitude(s) })).sort((a, b) => a.m - b.m);
+  const groups: { first: number; members: Series[] }[] = [];
+  for (const { s, m } of sorted) {
+    const last = groups[groups.length - 1];
+    if (last && (last.first === 0 ? m === 0 : m / last.first <= SCALE_RATIO)) {
+      last.members.push(s);
+    } else {
+      groups.push({ first: m, members: [s] });
+    }
+  }
+  return groups.map(g => g.members);
+}
+
+/** Series on a log10 axis: each y replaced by its log10; points at or below 0 left out (a log
+ * axis has no place for them). */
+export function logSeries(series: Series[]): Series[] {
+  return series.map(s => ({ label: s.label, points: s.points.filter(([, y]) => y > 0).map(([x, y]) => [x, Math.log10(y)]) }));
+}
+
 /** The study statuses POST studies/{id}/resume accepts (the server's RESUMABLE). */
 export const RESUMABLE_STUDY = new Set(['interrupted', 'cancelled', 'failed', 'halted']);
 

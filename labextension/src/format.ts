@@ -72,7 +72,48 @@ export function allowedActions(status: string): Action[] {
   return actions;
 }
 
-/** Scientific notation below 0.001, as every view of the final loss. */
+export const SIGNIFICANT = 4;
+
+/** The one number formatter of every view (a sweep's `lr`, a chart tick, a metric, a param):
+ * integers whole up to a million, other numbers to 4 significant digits, scientific below 0.001
+ * and from a million on, trailing zeros dropped ("0.03728", "1e-4", "2.5e+6"). */
+export function formatNumber(value: number | null | undefined): string {
+  if (value === null || value === undefined || Number.isNaN(value)) {
+    return '-';
+  }
+  if (!Number.isFinite(value)) {
+    return value > 0 ? '∞' : '-∞';
+  }
+  const size = Math.abs(value);
+  if (Number.isInteger(value) && size < 1e6) {
+    return String(value);
+  }
+  if (value !== 0 && (size < 1e-3 || size >= 1e6)) {
+    return Number(value.toPrecision(SIGNIFICANT)).toExponential();
+  }
+  return String(Number(value.toPrecision(SIGNIFICANT)));
+}
+
+/** A parameter or payload value as a cell shows it: numbers through `formatNumber` (also in
+ * lists), strings as they are, anything else as JSON. */
+export function formatValue(value: unknown): string {
+  if (typeof value === 'number') {
+    return formatNumber(value);
+  }
+  if (value === null || value === undefined) {
+    return '-';
+  }
+  if (typeof value === 'string') {
+    return value;
+  }
+  if (Array.isArray(value)) {
+    return `[${value.map(v => (typeof v === 'string' ? JSON.stringify(v) : formatValue(v))).join(', ')}]`;
+  }
+  return JSON.stringify(value);
+}
+
+/** Scientific notation below 0.001, as every view of the final loss (3 significant digits there,
+ * as the notebook widgets print it), else `formatNumber`. */
 export function formatLoss(value: number | null | undefined): string {
   if (value === null || value === undefined || !Number.isFinite(value)) {
     return '-';
@@ -80,7 +121,7 @@ export function formatLoss(value: number | null | undefined): string {
   if (value !== 0 && Math.abs(value) < 1e-3) {
     return value.toExponential(2);
   }
-  return String(Number(value.toPrecision(4)));
+  return formatNumber(value);
 }
 
 export function formatDuration(seconds: number | null | undefined): string {
