@@ -227,6 +227,11 @@ export function estimateLabel(estimate: MemoryEstimate, t: Trans): string {
   return left.length ? t.__('%1 (leaves out %2)', text, left.join(', ')) : text;
 }
 
+/** "1 worker", "0 workers", "3 workers". */
+export function workerCount(n: number, t: Trans): string {
+  return n === 1 ? t.__('1 worker') : t.__('%1 workers', n);
+}
+
 export function countLabel(shown: number, total: number, t: Trans): string {
   return t.__('%1 of %2', shown, total);
 }

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 
 import { eventKinds, eventsOfKind, foldProgress, progressText, withoutProgress } from '../src/events';
 import { logSeries, scaleGroups, Series } from '../src/experiments';
-import { formatNumber, formatValue } from '../src/format';
+import { formatNumber, formatValue, plainTrans, workerCount } from '../src/format';
 import type { RunEvent } from '../src/types';
 
 describe('the one number formatter', () => {
@@ -76,5 +76,13 @@ describe('one axis per scale', () => {
   });
   it('takes log10 of the values a log axis can show', () => {
     expect(logSeries([line('loss', [100, 0, 0.01])])[0].points).toEqual([[0, 2], [2, -2]]);
+  });
+});
+
+describe('counts read as English', () => {
+  it('says 1 worker, not 1 workers', () => {
+    expect(workerCount(1, plainTrans)).toBe('1 worker');
+    expect(workerCount(0, plainTrans)).toBe('0 workers');
+    expect(workerCount(3, plainTrans)).toBe('3 workers');
   });
 });
