@@ -2,7 +2,7 @@
 // whichever way it sorts, a rank with its ties, the paired comparison against the best variant,
 // and the points of the objective curves.
 
-import { formatLoss, Trans } from './format';
+import { formatLoss, formatNumber, Trans } from './format';
 import type { StudyComparison, StudyVariant, SweepVariant } from './types';
 
 export type SortDirection = 'asc' | 'desc';
@@ -69,6 +69,34 @@ export function comparisonLabel(c: StudyComparison | null | undefined, isBest: b
 
 export function formatP(p: number): string {
   return p < 0.001 ? '<0.001' : p.toFixed(3);
+}
+
+/** The smallest p-value the paired comparison can give with n repetitions: the server's exact
+ * two-sided sign-flip test can do no better than the observed signs and their mirror out of 2^n,
+ * 2 / 2^n (as client/study_report.py says it); null below 2 (no test). */
+export function smallestP(repetitions: number): number | null {
+  return repetitions >= 2 ? 2 / 2 ** repetitions : null;
+}
+
+/** What the study view says under the table: the floor n can reach, and whether it reaches
+ * `alpha` ('warn') or not; null without a test. */
+export function pFloorNote(repetitions: number, t: Trans, alpha = 0.05): { text: string; warn: boolean } | null {
+  const floor = smallestP(repetitions);
+  if (floor === null) {
+    return null;
+  }
+  if (floor <= alpha) {
+    return { text: t.__('with %1 repetitions the smallest p-value is %2', repetitions, formatNumber(floor)), warn: false };
+  }
+  let needed = repetitions;
+  while ((smallestP(needed) ?? 1) > alpha) {
+    needed += 1;
+  }
+  return {
+    text: t.__('with %1 repetitions no p-value goes below %2: %3 needs %4 or more', repetitions, formatNumber(floor),
+      formatNumber(alpha), needed),
+    warn: true
+  };
 }
 
 export type StudyColumn = 'rank' | 'label' | 'mean' | 'average_rank';

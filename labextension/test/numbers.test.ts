@@ -86,3 +86,14 @@ describe('counts read as English', () => {
     expect(workerCount(3, plainTrans)).toBe('3 workers');
   });
 });
+
+describe('the smallest p-value a study can reach', () => {
+  it('is 2 / 2^n, and 0.05 needs 6 repetitions', async () => {
+    const { pFloorNote, smallestP } = await import('../src/experiments');
+    expect(smallestP(1)).toBeNull();
+    expect(smallestP(3)).toBe(0.25);
+    expect(pFloorNote(3, plainTrans)).toEqual({ text: 'with 3 repetitions no p-value goes below 0.25: 0.05 needs 6 or more', warn: true });
+    expect(pFloorNote(6, plainTrans)).toEqual({ text: 'with 6 repetitions the smallest p-value is 0.03125', warn: false });
+    expect(pFloorNote(0, plainTrans)).toBeNull();
+  });
+});
