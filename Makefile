@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 # The lab extension's sources: a change rebuilds it (the editable install runs the JS build).
 LAB_SOURCES := labextension/package.json labextension/package-lock.json labextension/tsconfig.json \
-	$(wildcard labextension/src/*.ts labextension/style/*)
+	$(wildcard labextension/src/*.ts labextension/style/* labextension/schema/*.json)
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)

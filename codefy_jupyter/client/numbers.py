@@ -24,19 +24,34 @@ def _js_text(value: float) -> str:
     return text
 
 
+def _js_exponential(value: float) -> str:
+    """`x.toExponential()` of JavaScript: the shortest mantissa, an unpadded exponent."""
+    mantissa, exponent = repr(value).split("e") if "e" in repr(value) else f"{value:e}".split("e")
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    power = int(exponent)
+    return f"{mantissa}e{'-' if power < 0 else '+'}{abs(power)}"
+
+
 def format_number(value: Any, digits: int = 4) -> str:
-    """`digits` significant digits; scientific notation (two decimals) below 0.001; '-' for
-    nothing, a bool or a value that is not finite; an int as it is."""
+    """`digits` significant digits; scientific notation below 0.001 (two decimals) and from a
+    million on (as Lab's formatNumber: "1.235e+8"); '-' for nothing, a bool or a value that is not
+    finite; an integer under a million as it is."""
     if value is None or isinstance(value, bool):
         return "-"
-    if isinstance(value, int):
+    if isinstance(value, int) and abs(value) < 1e6:
         return str(value)
+    if isinstance(value, int):
+        value = float(value)
     if not isinstance(value, float) or not math.isfinite(value):
         return "-" if isinstance(value, float) else str(value)
     if value != 0 and abs(value) < 1e-3:
         mantissa, exponent = f"{value:.2e}".split("e")
         return f"{mantissa}e-{int(exponent[1:])}"
-    return _js_text(float(f"{value:.{digits}g}"))
+    rounded = float(f"{value:.{digits}g}")
+    if abs(rounded) >= 1e6:
+        return _js_exponential(rounded)
+    return _js_text(rounded)
 
 
 def format_loss(value: Any) -> str:

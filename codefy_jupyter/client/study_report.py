@@ -20,6 +20,30 @@ def number(value: Any, digits: int = 4) -> str:
     return format_number(value, digits)
 
 
+def smallest_p(repetitions: int) -> float | None:
+    """The smallest p-value the paired comparison can give with n repetitions: the exact two-sided
+    sign-flip test (core/experiments/statistics.py) can do no better than the observed sign
+    pattern and its mirror out of 2**n, 2 / 2**n; None below 2 (no test)."""
+    if repetitions < 2:
+        return None
+    return 2.0 / 2 ** repetitions
+
+
+def p_floor_note(repetitions: int, alpha: float = 0.05) -> str:
+    """'with 3 repetitions no p-value goes below 0.25: 0.05 needs 6 or more' when n cannot reach
+    `alpha`; else 'with 8 repetitions the smallest p-value is 0.007812'; '' without a test."""
+    floor = smallest_p(repetitions)
+    if floor is None:
+        return ""
+    if floor <= alpha:
+        return f"with {repetitions} repetitions the smallest p-value is {number(floor)}"
+    needed = repetitions
+    while (smallest_p(needed) or 1.0) > alpha:
+        needed += 1
+    return (f"with {repetitions} repetitions no p-value goes below {number(floor)}: "
+            f"{number(alpha)} needs {needed} or more")
+
+
 def progress(doc: Mapping[str, Any]) -> dict[str, Any]:
     """{done, total, repetition (the lowest one not done, None when all are), runs (attempts used,
     retries included), budget (each limit with its use), exhausted, status, revision}."""
@@ -144,6 +168,9 @@ def table_lines(doc: Mapping[str, Any]) -> list[str]:
                  f"{objective.get('direction')} {objective.get('metric')}{where}, "
                  f"{doc.get('repetitions')} repetitions from seed {doc.get('seed')}"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+    floor = p_floor_note(int(doc.get("repetitions") or 0))
+    if floor:
+        lines.append(("warning: " if (smallest_p(int(doc.get("repetitions") or 0)) or 0) > 0.05 else "p: ") + floor)
     ties = [r for r in ranking_rows(doc) if r["tie"]]
     if ties:
         lines.append("= a rank shared with " + "; ".join(f"{r['label']}: {', '.join(r['tied_with'])}" for r in ties))

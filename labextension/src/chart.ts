@@ -1,8 +1,8 @@
 // A small SVG line chart (the sweep's objective curves, a study's values per repetition): one
 // polyline and its dots per series, axes labelled with the bounds. Scaling lives in experiments.ts.
 
-import { bounds, Series } from './experiments';
-import { formatLoss } from './format';
+import { bounds, logSeries, Series } from './experiments';
+import { formatNumber } from './format';
 
 const NS = 'http://www.w3.org/2000/svg';
 const COLOURS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
@@ -18,8 +18,18 @@ export function svg(tag: string, attrs: Record<string, string | number> = {}, te
   return node;
 }
 
-export function lineChart(series: Series[], xLabel: string, width = 640, height = 220): SVGElement {
-  const root = svg('svg', { class: 'cdf-chart', width, height, viewBox: `0 0 ${width} ${height}` });
+export interface ChartOptions {
+  /** a log10 y axis (the ticks still read in the metric's units) */
+  log?: boolean;
+  width?: number;
+  height?: number;
+}
+
+export function lineChart(given: Series[], xLabel: string, options: ChartOptions = {}): SVGElement {
+  const { log = false, width = 640, height = 220 } = options;
+  const root = svg('svg', { class: 'cdf-chart' + (log ? ' cdf-chart-log' : ''), width, height, viewBox: `0 0 ${width} ${height}` });
+  const series = log ? logSeries(given) : given;
+  const tick = (y: number): string => formatNumber(log ? 10 ** y : y);
   const b = bounds(series);
   if (!b) {
     return root;
@@ -34,10 +44,11 @@ export function lineChart(series: Series[], xLabel: string, width = 640, height 
   root.append(
     svg('line', { x1: left, y1: 8 + h, x2: left + w, y2: 8 + h, class: 'cdf-axis' }),
     svg('line', { x1: left, y1: 8, x2: left, y2: 8 + h, class: 'cdf-axis' }),
-    svg('text', { x: left - 4, y: 16, 'text-anchor': 'end', class: 'cdf-tick' }, formatLoss(b.y1)),
-    svg('text', { x: left - 4, y: 8 + h, 'text-anchor': 'end', class: 'cdf-tick' }, formatLoss(b.y0)),
-    svg('text', { x: left, y: height - 6, class: 'cdf-tick' }, String(b.x0)),
-    svg('text', { x: left + w, y: height - 6, 'text-anchor': 'end', class: 'cdf-tick' }, `${xLabel} ${b.x1}`)
+    svg('text', { x: left - 4, y: 16, 'text-anchor': 'end', class: 'cdf-tick' }, tick(b.y1)),
+    svg('text', { x: left - 4, y: 8 + h, 'text-anchor': 'end', class: 'cdf-tick' }, tick(b.y0)),
+    svg('text', { x: left - 4, y: 12 + h / 2, 'text-anchor': 'end', class: 'cdf-tick' }, tick((b.y0 + b.y1) / 2)),
+    svg('text', { x: left, y: height - 6, class: 'cdf-tick' }, formatNumber(b.x0)),
+    svg('text', { x: left + w, y: height - 6, 'text-anchor': 'end', class: 'cdf-tick' }, `${xLabel} ${formatNumber(b.x1)}`)
   );
   series.forEach((s, i) => {
     const colour = COLOURS[i % COLOURS.length];

@@ -2,7 +2,7 @@
 // whichever way it sorts, a rank with its ties, the paired comparison against the best variant,
 // and the points of the objective curves.
 
-import { formatLoss, formatP, Trans } from './format';
+import { formatLoss, formatNumber, formatP, Trans } from './format';
 
 export { formatP };
 import type { StudyComparison, StudyVariant, SweepVariant } from './types';
@@ -69,6 +69,34 @@ export function comparisonLabel(c: StudyComparison | null | undefined, isBest: b
   return `${text} (n=${c.n})`;
 }
 
+/** The smallest p-value the paired comparison can give with n repetitions: the server's exact
+ * two-sided sign-flip test can do no better than the observed signs and their mirror out of 2^n,
+ * 2 / 2^n (as client/study_report.py says it); null below 2 (no test). */
+export function smallestP(repetitions: number): number | null {
+  return repetitions >= 2 ? 2 / 2 ** repetitions : null;
+}
+
+/** What the study view says under the table: the floor n can reach, and whether it reaches
+ * `alpha` ('warn') or not; null without a test. */
+export function pFloorNote(repetitions: number, t: Trans, alpha = 0.05): { text: string; warn: boolean } | null {
+  const floor = smallestP(repetitions);
+  if (floor === null) {
+    return null;
+  }
+  if (floor <= alpha) {
+    return { text: t.__('with %1 repetitions the smallest p-value is %2', repetitions, formatNumber(floor)), warn: false };
+  }
+  let needed = repetitions;
+  while ((smallestP(needed) ?? 1) > alpha) {
+    needed += 1;
+  }
+  return {
+    text: t.__('with %1 repetitions no p-value goes below %2: %3 needs %4 or more', repetitions, formatNumber(floor),
+      formatNumber(alpha), needed),
+    warn: true
+  };
+}
+
 export type StudyColumn = 'rank' | 'label' | 'mean' | 'average_rank';
 
 export function studyKey(column: StudyColumn): (v: StudyVariant) => Cell {
@@ -119,6 +147,37 @@ export function bounds(series: Series[]): { x0: number; x1: number; y0: number; 
     y1 += pad;
   }
   return { x0, x1, y0, y1 };
+}
+
+/** How far apart (a ratio of their largest values) series may be and still share an axis. */
+export const SCALE_RATIO = 20;
+
+/** The largest |y| of a series, 0 when it has none. */
+function magnitude(s: Series): number {
+  return s.points.reduce((m, [, y]) => (Number.isFinite(y) ? Math.max(m, Math.abs(y)) : m), 0);
+}
+
+/** Series grouped by scale, one chart (one y axis) per group, so a loss near 0.01 is not drawn
+ * flat at the bottom of an axis that reaches a learning-rate step count of 1000. Groups run
+ * from the smallest scale up; a group spans at most SCALE_RATIO between its extremes. */
+export function scaleGroups(series: Series[]): Series[][] {
+  const sorted = series.map(s => ({ s, m: magnitude(s) })).sort((a, b) => a.m - b.m);
+  const groups: { first: number; members: Series[] }[] = [];
+  for (const { s, m } of sorted) {
+    const last = groups[groups.length - 1];
+    if (last && (last.first === 0 ? m === 0 : m / last.first <= SCALE_RATIO)) {
+      last.members.push(s);
+    } else {
+      groups.push({ first: m, members: [s] });
+    }
+  }
+  return groups.map(g => g.members);
+}
+
+/** Series on a log10 axis: each y replaced by its log10; points at or below 0 left out (a log
+ * axis has no place for them). */
+export function logSeries(series: Series[]): Series[] {
+  return series.map(s => ({ label: s.label, points: s.points.filter(([, y]) => y > 0).map(([x, y]) => [x, Math.log10(y)]) }));
 }
 
 /** The study statuses POST studies/{id}/resume accepts (the server's RESUMABLE). */

@@ -72,7 +72,48 @@ export function allowedActions(status: string): Action[] {
   return actions;
 }
 
-/** Scientific notation below 0.001, as every view of the final loss (the same characters as
+export const SIGNIFICANT = 4;
+
+/** The one number formatter of every view (a sweep's `lr`, a chart tick, a metric, a param):
+ * integers whole up to a million, other numbers to 4 significant digits, scientific below 0.001
+ * and from a million on, trailing zeros dropped ("0.03728", "1e-4", "2.5e+6"). */
+export function formatNumber(value: number | null | undefined): string {
+  if (value === null || value === undefined || Number.isNaN(value)) {
+    return '-';
+  }
+  if (!Number.isFinite(value)) {
+    return value > 0 ? '∞' : '-∞';
+  }
+  const size = Math.abs(value);
+  if (Number.isInteger(value) && size < 1e6) {
+    return String(value);
+  }
+  if (value !== 0 && (size < 1e-3 || size >= 1e6)) {
+    return Number(value.toPrecision(SIGNIFICANT)).toExponential();
+  }
+  return String(Number(value.toPrecision(SIGNIFICANT)));
+}
+
+/** A parameter or payload value as a cell shows it: numbers through `formatNumber` (also in
+ * lists), strings as they are, anything else as JSON. */
+export function formatValue(value: unknown): string {
+  if (typeof value === 'number') {
+    return formatNumber(value);
+  }
+  if (value === null || value === undefined) {
+    return '-';
+  }
+  if (typeof value === 'string') {
+    return value;
+  }
+  if (Array.isArray(value)) {
+    return `[${value.map(v => (typeof v === 'string' ? JSON.stringify(v) : formatValue(v))).join(', ')}]`;
+  }
+  return JSON.stringify(value);
+}
+
+/** Scientific notation below 0.001, as every view of the final loss (3 significant digits there,
+ * as the notebook widgets print it), else `formatNumber` (the same characters as
  * codefy_jupyter/client/numbers.py; tests/shared/run_row_vectors.json holds the two together). */
 export function formatLoss(value: number | null | undefined): string {
   if (value === null || value === undefined || !Number.isFinite(value)) {
@@ -81,7 +122,7 @@ export function formatLoss(value: number | null | undefined): string {
   if (value !== 0 && Math.abs(value) < 1e-3) {
     return value.toExponential(2);
   }
-  return String(Number(value.toPrecision(4)));
+  return formatNumber(value);
 }
 
 /** A p-value: three decimals, "<0.001" under that (client/numbers.py format_p). */
@@ -198,6 +239,11 @@ export function estimateLabel(estimate: MemoryEstimate, t: Trans): string {
   const text = t.__('%1 est.', `${estimate.memory_gib} GiB`);
   const left = estimate.unknown.map(u => u.node_id).filter((id, i, all) => all.indexOf(id) === i);
   return left.length ? t.__('%1 (leaves out %2)', text, left.join(', ')) : text;
+}
+
+/** "1 worker", "0 workers", "3 workers". */
+export function workerCount(n: number, t: Trans): string {
+  return n === 1 ? t.__('1 worker') : t.__('%1 workers', n);
 }
 
 export function countLabel(shown: number, total: number, t: Trans): string {

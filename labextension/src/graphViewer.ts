@@ -13,7 +13,7 @@ import { Widget } from '@lumino/widgets';
 import { ApiError, CodefyApi } from './api';
 import { svg } from './chart';
 import { h } from './dom';
-import { isActive, Trans } from './format';
+import { formatValue, isActive, Trans } from './format';
 import { edgePath, layoutGraph, NODE_HEIGHT, NODE_WIDTH } from './layout';
 import { LiveSocket } from './live';
 import { renderError } from './messages';
@@ -50,7 +50,7 @@ export function parseGraph(text: string): Graph | string {
 }
 
 function paramText(node: GraphNode): string {
-  return Object.entries(node.params ?? {}).map(([k, v]) => `${k} = ${JSON.stringify(v)}`).join('\n');
+  return Object.entries(node.params ?? {}).map(([k, v]) => `${k} = ${formatValue(v)}`).join('\n');
 }
 
 export class GraphViewer extends Widget {
@@ -343,7 +343,7 @@ export class GraphViewer extends Widget {
         this.runId && view ? [h('dt', {}, t.__('Status')), h('dd', {}, view.state)] : null,
         view?.error ? [h('dt', {}, t.__('Error')), h('dd', { class: 'cdf-error' }, view.error)] : null,
         this.refused.has(node.id) ? [h('dt', {}, t.__('Refused')), h('dd', { class: 'cdf-error' }, this.refused.get(node.id)!)] : null,
-        Object.entries(node.params ?? {}).map(([k, v]) => [h('dt', {}, k), h('dd', { class: 'cdf-mono' }, JSON.stringify(v))])));
+        Object.entries(node.params ?? {}).map(([k, v]) => [h('dt', {}, k), h('dd', { class: 'cdf-mono' }, formatValue(v))])));
   }
 
   private draw(): void {

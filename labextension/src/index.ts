@@ -2,12 +2,15 @@
 // command for each (and one to open a run's detail), the toast on load that counts runs in
 // progress; the graph viewer (file type `*.codefy.json`, Open with → Codefy graph for any JSON),
 // Queue on… (viewer toolbar, file browser context menu, palette), New sweep, the sweep view,
-// the Studies panel and a study's view. Everything else lives in the modules it wires.
+// the Studies panel and a study's view; a palette command for every panel and dialog (those that
+// open one run, sweep or study ask for its id); the preferences of the Settings Editor
+// (schema/panels.json) read through ISettingRegistry. Everything else lives in the modules it wires.
 
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import { ICommandPalette, MainAreaWidget, Notification, WidgetTracker } from '@jupyterlab/apputils';
+import { ICommandPalette, InputDialog, MainAreaWidget, Notification, WidgetTracker } from '@jupyterlab/apputils';
 import { DocumentWidget } from '@jupyterlab/docregistry';
 import { IFileBrowserFactory } from '@jupyterlab/filebrowser';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { LabIcon } from '@jupyterlab/ui-components';
 
@@ -16,6 +19,7 @@ import { FACTORY, FILE_TYPE, GraphViewer, GraphViewerFactory } from './graphView
 import { queueOn } from './queueDialog';
 import { RunDetail } from './runDetail';
 import { RunsPanel } from './runsPanel';
+import { DEFAULT_PREFERENCES, Preferences, readPreferences } from './settings';
 import { StudiesPanel, StudyView } from './studies';
 import { newSweep } from './sweepDialog';
 import { SweepView } from './sweepView';
@@ -35,10 +39,11 @@ export const COMMANDS = {
   openStudy: 'codefy:open-study'
 };
 
+// A play mark beside a queue: the Table of Contents already uses a plain list icon.
 const runsIcon = new LabIcon({
   name: 'codefy-jupyter:runs',
   svgstr: '<svg xmlns="http://www.w3.org/2000/svg" width="16" viewBox="0 0 24 24"><g class="jp-icon3" fill="#616161">' +
-    '<path d="M3 5h2v2H3zm4 0h14v2H7zM3 11h2v2H3zm4 0h14v2H7zm-4 6h2v2H3zm4 0h14v2H7z"/></g></svg>'
+    '<path d="M3 4.5v7l6-3.5zM11 6h10v2H11zM11 11h10v2H11zM3 16h18v2H3zM3 20h12v2H3z"/></g></svg>'
 });
 const workersIcon = new LabIcon({
   name: 'codefy-jupyter:workers',
@@ -50,17 +55,31 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'Runs and Workers panels of the codefy run queue',
   autoStart: true,
-  optional: [ITranslator, ILayoutRestorer, ICommandPalette, IFileBrowserFactory],
+  optional: [ITranslator, ILayoutRestorer, ICommandPalette, IFileBrowserFactory, ISettingRegistry],
   activate: (
     app: JupyterFrontEnd,
     translator: ITranslator | null,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
-    browsers: IFileBrowserFactory | null
+    browsers: IFileBrowserFactory | null,
+    settings: ISettingRegistry | null
   ) => {
     const trans = (translator ?? nullTranslator).load('codefy_jupyter');
     const api = new CodefyApi(app.serviceManager.serverSettings);
+    let preferences: Preferences = DEFAULT_PREFERENCES;
 
+    /** Run `open` with the id of the command's args, or one the user types (from the palette);
+     * any unique prefix of 8 or more characters is accepted by the server. */
+    const withId = async (given: unknown, title: string, open: (id: string) => void): Promise<void> => {
+      let id = typeof given === 'string' ? given.trim() : '';
+      if (!id) {
+        const answer = await InputDialog.getText({ title, label: trans.__('Id (8 or more characters)') });
+        id = answer.button.accept && answer.value ? answer.value.trim() : '';
+      }
+      if (id) {
+        open(id);
+      }
+    };
     /** Show the main-area widget `id`, making it with `make` the first time. */
     const openMain = (id: string, make: () => MainAreaWidget): void => {
       const existing = Array.from(app.shell.widgets('main')).find(w => w.id === id);
@@ -98,7 +117,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       if (!viewer.graph) {
         return;
       }
-      const run = await queueOn(api, trans, viewer.graph, viewer.name, body => viewer.markRefused(body));
+      const run = await queueOn(api, trans, viewer.graph, viewer.name, body => viewer.markRefused(body),
+        preferences.defaultTarget);
       if (run) {
         viewer.watch(run);
         Notification.success(trans.__('Queued run %1', run.id.slice(0, 12)), { autoClose: 4000 });
@@ -193,8 +213,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
     app.commands.addCommand(COMMANDS.openSweep, {
-      label: trans.__('Open Sweep'),
-      execute: args => openSweep(String(args.id))
+      label: args => (args.id ? trans.__('Open Sweep') : trans.__('Open Sweep by Id…')),
+      execute: async args => withId(args.id, trans.__('Open sweep'), openSweep)
     });
     app.commands.addCommand(COMMANDS.openStudies, {
       label: trans.__('Show Studies'),
@@ -202,8 +222,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       execute: () => openStudies()
     });
     app.commands.addCommand(COMMANDS.openStudy, {
-      label: trans.__('Open Study'),
-      execute: args => openStudy(String(args.id))
+      label: args => (args.id ? trans.__('Open Study') : trans.__('Open Study by Id…')),
+      execute: async args => withId(args.id, trans.__('Open study'), openStudy)
     });
     // One item per file type: a context-menu selector cannot hold a list.
     for (const type of ['json', FILE_TYPE]) {
@@ -259,15 +279,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
       execute: () => app.shell.activateById(workers.id)
     });
     app.commands.addCommand(COMMANDS.openRun, {
-      label: trans.__('Open Run Detail'),
-      execute: args => openRun(String(args.id))
+      label: args => (args.id ? trans.__('Open Run Detail') : trans.__('Open Run by Id…')),
+      execute: async args => withId(args.id, trans.__('Open run'), openRun)
     });
     const category = trans.__('Codefy');
     palette?.addItem({ command: COMMANDS.openRuns, category });
     palette?.addItem({ command: COMMANDS.openRunsWide, category });
     palette?.addItem({ command: COMMANDS.openWorkers, category });
-    for (const command of [COMMANDS.queueOn, COMMANDS.runGraph, COMMANDS.newSweep, COMMANDS.openStudies]) {
+    for (const command of [COMMANDS.queueOn, COMMANDS.runGraph, COMMANDS.newSweep, COMMANDS.openStudies,
+      COMMANDS.openRun, COMMANDS.openSweep, COMMANDS.openStudy]) {
       palette?.addItem({ command, category });
+    }
+
+    if (settings) {
+      void settings.load(PLUGIN_ID).then(loaded => {
+        const apply = (): void => {
+          preferences = readPreferences(loaded.composite as Record<string, unknown>);
+          workers.refreshSeconds = preferences.refreshSeconds;
+        };
+        apply();
+        loaded.changed.connect(apply);
+      }).catch(() => undefined);  // no schema (a dev build without it): the defaults stand
     }
 
     void app.restored.then(async () => {

@@ -12,9 +12,10 @@ import { h } from './dom';
 import { estimateLabel, Trans } from './format';
 import { renderError } from './messages';
 import {
-  acceptEstimate, emptyForm, fieldOfRefusal, isFormError, QueueForm, seedHint, submitBody, TargetChoice,
+  acceptEstimate, emptyForm, fieldOfRefusal, isFormError, LOCAL, QueueForm, seedHint, submitBody, TargetChoice,
   targetChoices, toggleDevice
 } from './queueForm';
+import { initialTarget } from './settings';
 import type { Graph, MemoryEstimate, Run, WorkerList } from './types';
 
 export interface Refusal {
@@ -133,11 +134,11 @@ export async function workerList(api: CodefyApi): Promise<WorkerList | null> {
 /** Ask, submit, and on a refusal ask again with the server's words; the run, or null if cancelled.
  * `onRefused` gets each refusal's body (the graph viewer marks the nodes it names). */
 export async function queueOn(api: CodefyApi, trans: Trans, graph: Graph, name: string,
-  onRefused?: (body: unknown) => void): Promise<Run | null> {
+  onRefused?: (body: unknown) => void, preferredTarget = LOCAL): Promise<Run | null> {
   const t = trans;
   const choices = targetChoices(await workerList(api), t);
   const estimate = await api.memoryEstimate(graph).catch(() => null);
-  let form = emptyForm(name);
+  let form = { ...emptyForm(name), target: initialTarget(preferredTarget, choices.map(c => c.value)) };
   let refusal: Refusal | null = null;
   for (;;) {
     const answer = await showDialog({

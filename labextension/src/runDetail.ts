@@ -1,10 +1,11 @@
 // A run's detail (Watch, or a click on its name in the Runs panel), in the main area: its id with
 // Copy id, status, the device it ran on (requested device on hover), seed, Deterministic, Env (the
-// first 12 characters of the environment digest, the whole on hover), the error, the metrics chart
-// with its Download CSV button (the system metrics sampled while it ran in charts of their own),
-// the recorded artifacts each with Copy path, and the last 200 events of its log, which keep
-// arriving while the run is active. Metrics and artifacts are read on open and again (at most once
-// a second) after a metric, artifact or closing event.
+// first 12 characters of the environment digest, the whole on hover), the error, the metrics charts
+// with its Download CSV button (the system metrics sampled while it ran in charts of their own;
+// one chart per scale and a Log axis toggle), the recorded artifacts each with Copy path, a
+// progress bar per node (progress events fold into it), and the newest 200 other events of its
+// log with a filter by kind, which keep arriving while the run is active. Metrics and artifacts
+// are read on open and again (at most once a second) after a metric, artifact or closing event.
 
 import { Widget } from '@lumino/widgets';
 
@@ -17,9 +18,11 @@ import {
 } from './format';
 import { LiveSocket } from './live';
 import { renderError, renderNotice } from './messages';
-import { eventLine, EVENTS_KEPT, mergeEvents } from './events';
+import {
+  eventKinds, eventLine, EVENTS_KEPT, EVENTS_REPLAYED, eventsOfKind, foldProgress, mergeEvents, ProgressBar, progressText, withoutProgress
+} from './events';
 import { Artifact, artifactName, artifactPath, chartGroups, metricSeries, RECORD_EVENTS } from './runRecords';
-import type { Series } from './experiments';
+import { scaleGroups, Series } from './experiments';
 import type { EventsFrame, Run, RunEvent } from './types';
 
 /** Where a child run leads back to: its sweep, its study. */
@@ -31,6 +34,10 @@ export interface RunLinks {
 export class RunDetail extends Widget {
   private run: Run | null = null;
   private events: RunEvent[] = [];
+  private progress: ProgressBar[] = [];
+  private kind = '';
+  private lastSeq = 0;
+  private log = false;
   private error = '';
   private live: LiveSocket | null = null;
   private series: Series[] = [];
@@ -63,12 +70,12 @@ export class RunDetail extends Widget {
       return;
     }
     void this.loadRecords();
-    const cursor = Math.max(0, (this.run.last_seq ?? 0) - EVENTS_KEPT);
+    const cursor = Math.max(0, (this.run.last_seq ?? 0) - EVENTS_REPLAYED);
     this.live = new LiveSocket({
       url: () => this.api.socketUrl(),
       subscription: () => ({
         type: 'subscribe', run_id: this.runId,
-        cursor: this.events.length ? this.events[this.events.length - 1].seq : cursor
+        cursor: Math.max(cursor, this.lastSeq)
       }),
       onEvents: frame => this.onEvents(frame),
       onError: message => {
@@ -83,7 +90,9 @@ export class RunDetail extends Widget {
     if (frame.run_id !== this.runId) {
       return;
     }
-    this.events = mergeEvents(this.events, frame.events);
+    this.lastSeq = frame.events.reduce((m, e) => Math.max(m, e.seq), this.lastSeq);
+    this.progress = foldProgress(this.progress, frame.events);
+    this.events = mergeEvents(this.events, withoutProgress(frame.events));
     if (!this.recordsTimer && frame.events.some(e => RECORD_EVENTS.has(e.type))) {
       this.recordsTimer = setTimeout(() => void this.loadRecords(), 1000);
     }
@@ -124,13 +133,19 @@ export class RunDetail extends Widget {
     const t = this.trans;
     const parts: HTMLElement[] = [];
     if (this.series.length) {
-      parts.push(h('div', { class: 'cdf-subtitle' }, t.__('Metrics')),
-        h('div', { class: 'cdf-curves cdf-run-metrics' }, lineChart(this.series, t.__('step'))));
+      parts.push(h('div', { class: 'cdf-subtitle' }, t.__('Metrics'), ' ',
+        h('label', { class: 'cdf-log-axis', title: t.__('A log10 y axis: values at or below 0 are left out') },
+          h('input', { type: 'checkbox', checked: this.log, onchange: (e: Event) => {
+            this.log = (e.target as HTMLInputElement).checked;
+            this.draw();
+          } }), ' ', t.__('Log axis'))),
+      ...scaleGroups(this.series).map(group =>
+        h('div', { class: 'cdf-curves cdf-run-metrics' }, lineChart(group, t.__('step'), { log: this.log }))));
     }
     if (this.systemSeries.length) {
       parts.push(h('div', { class: 'cdf-subtitle' }, t.__('System (sampled while it ran)')),
         ...this.systemSeries.map(series =>
-          h('div', { class: 'cdf-curves cdf-run-system' }, lineChart(series, t.__('sample')))));
+          h('div', { class: 'cdf-curves cdf-run-system' }, lineChart(series, t.__('sample'), { log: this.log }))));
     }
     if (this.artifacts.length) {
       parts.push(h('div', { class: 'cdf-subtitle' }, t.__('Artifacts')),
@@ -211,9 +226,41 @@ export class RunDetail extends Widget {
         run.study_id && this.links.openStudy ? h('button', { class: 'cdf-open-study',
           onclick: () => this.links.openStudy!(run.study_id!) }, t.__('Open study')) : null) : null,
       ...this.records(),
-      h('div', { class: 'cdf-subtitle' }, t.__('Last %1 events', EVENTS_KEPT)),
-      h('ol', { class: 'cdf-events cdf-mono' }, this.events.map(e => h('li', { dataset: { type: e.type } }, eventLine(e))))
+      ...this.progressBars(),
+      ...this.eventLog()
     ].filter((n): n is HTMLElement => n !== null));
+  }
+
+  private progressBars(): HTMLElement[] {
+    if (!this.progress.length) {
+      return [];
+    }
+    return [h('div', { class: 'cdf-subtitle' }, this.trans.__('Progress')),
+      h('div', { class: 'cdf-progress-list' }, this.progress.map(bar =>
+        h('div', { class: 'cdf-progress-row', dataset: { node: bar.nodeId } },
+          h('span', { class: 'cdf-mono' }, bar.nodeId),
+          h('progress', bar.fraction === null ? {} : { max: 1, value: bar.fraction }),
+          h('span', { class: 'cdf-sub-inline' }, progressText(bar)))))];
+  }
+
+  private eventLog(): HTMLElement[] {
+    const t = this.trans;
+    const kinds = eventKinds(this.events);
+    if (this.kind && !kinds.some(([k]) => k === this.kind)) {
+      this.kind = '';
+    }
+    const shown = eventsOfKind(this.events, this.kind);
+    const select = h('select', { class: 'cdf-event-kind', 'aria-label': t.__('Event kind'), onchange: (e: Event) => {
+      this.kind = (e.target as HTMLSelectElement).value;
+      this.draw();
+    } }, h('option', { value: '' }, t.__('All kinds (%1)', this.events.length)),
+    kinds.map(([kind, n]) => h('option', { value: kind }, `${kind} (${n})`)));
+    (select as HTMLSelectElement).value = this.kind;
+    return [
+      h('div', { class: 'cdf-subtitle' }, t.__('Events'), ' ', select, ' ',
+        h('span', { class: 'cdf-sub-inline' }, t.__('newest %1, progress in the bars above', EVENTS_KEPT))),
+      h('ol', { class: 'cdf-events cdf-mono' }, shown.map(e => h('li', { dataset: { type: e.type } }, eventLine(e))))
+    ];
   }
 
   private async csv(): Promise<void> {

@@ -11,7 +11,9 @@ import { ApiError, CodefyApi } from './api';
 import { lineChart } from './chart';
 import { download, h } from './dom';
 import { Follow } from './follow';
-import { canResumeStudy, comparisonLabel, meanLabel, rankLabel, sortRows, SortDirection, StudyColumn, studyKey } from './experiments';
+import {
+  canResumeStudy, comparisonLabel, meanLabel, pFloorNote, rankLabel, sortRows, SortDirection, StudyColumn, studyKey
+} from './experiments';
 import { formatAverageRank, formatLoss, formatTime, Trans } from './format';
 import { renderError } from './messages';
 import type { Study, StudySummary, StudyVariant } from './types';
@@ -204,9 +206,15 @@ export class StudyView extends Widget {
         h('button', { class: 'cdf-csv', onclick: () => void this.csv() }, t.__('Download CSV'))) : null,
       s?.halt ? h('div', { class: 'cdf-note' }, t.__('halted: %1', JSON.stringify(s.halt))) : null,
       s ? h('div', { class: 'cdf-scroll' }, this.table(s)) : h('div', { class: 'cdf-empty' }, t.__('loading…')),
+      s ? this.pFloor(s.repetitions ?? 0) : null,
       series.length ? h('div', { class: 'cdf-subtitle' }, t.__('Objective per repetition')) : null,
       series.length ? h('div', { class: 'cdf-curves' }, lineChart(series, t.__('repetition'))) : null
     ].filter((n): n is HTMLElement => n !== null));
+  }
+
+  private pFloor(repetitions: number): HTMLElement | null {
+    const note = pFloorNote(repetitions, this.trans);
+    return note ? h('div', { class: note.warn ? 'cdf-warn cdf-p-floor' : 'cdf-note cdf-p-floor' }, note.text) : null;
   }
 
   dispose(): void {

@@ -9,7 +9,7 @@ import { Widget } from '@lumino/widgets';
 
 import { ApiError, CodefyApi } from './api';
 import { h } from './dom';
-import type { Trans } from './format';
+import { formatValue, Trans } from './format';
 import { renderError } from './messages';
 import { TargetPicker, workerList } from './queueDialog';
 import { LOCAL, targetChoices, TargetChoice, targetOptions } from './queueForm';
@@ -97,7 +97,7 @@ class SweepBody extends Widget implements Dialog.IBodyWidget<DialogValue> {
             draw();
             this.recount();
           }
-        }), p.label, h('span', { class: 'cdf-sub-inline' }, ` ${p.type} = ${JSON.stringify(p.current)}`)),
+        }), p.label, h('span', { class: 'cdf-sub-inline' }, ` ${p.type} = ${formatValue(p.current)}`)),
         e ? h('span', { class: 'cdf-entry' },
           numeric ? h('select', { name: 'mode', onchange: (ev: Event) => {
             e.mode = (ev.target as HTMLSelectElement).value as SweepEntryForm['mode'];

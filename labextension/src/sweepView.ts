@@ -11,7 +11,7 @@ import { lineChart } from './chart';
 import { download, h } from './dom';
 import { Follow } from './follow';
 import { Series, sortRows, SortDirection, SweepColumn, sweepKey, variantNumber } from './experiments';
-import { formatLoss, Trans } from './format';
+import { formatLoss, formatValue, Trans } from './format';
 import { renderError } from './messages';
 import type { Sweep, SweepVariant } from './types';
 
@@ -124,7 +124,7 @@ export class SweepView extends Widget {
       runId: v.run_id ?? '', status: v.status } },
       h('td', {}, `#${variantNumber(v)}`),
       sweep.params.map(p => h('td', { class: 'cdf-mono' },
-        String(v.params.find(x => x.node_id === p.node_id && x.param === p.param)?.value ?? '-'))),
+        formatValue(v.params.find(x => x.node_id === p.node_id && x.param === p.param)?.value))),
       h('td', { class: 'cdf-col-objective' }, formatLoss(v.objective ?? null)),
       h('td', { class: 'cdf-col-rank', title: v.tied_with?.length ? t.__('tied with %1', v.tied_with.map(i => `#${i + 1}`).join(', ')) : '' },
         v.rank === null || v.rank === undefined ? '-' : (v.tied_with?.length ? `=${v.rank}` : String(v.rank))),

@@ -3,18 +3,17 @@
 // same-card marks, heartbeat age, the runs it executes; Drain / Undrain / Remove; and "Add
 // worker", which issues a one-time enrollment token and shows the exact `codefy agent start`
 // command with a Copy button. Worker state is not on /ws/execution: the panel re-reads the list
-// every 10 s while it is visible (and on Refresh); the heartbeat age ticks locally each second.
+// every 10 s (the Settings Editor's refreshSeconds) while it is visible (and on Refresh); the heartbeat age ticks locally each second.
 
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { ApiError, CodefyApi } from './api';
 import { copyText, h } from './dom';
-import { deviceCells, heartbeatAge, Trans, WorkerRow, workerRows } from './format';
+import { deviceCells, heartbeatAge, Trans, workerCount, WorkerRow, workerRows } from './format';
 import { renderError } from './messages';
+import { DEFAULT_PREFERENCES } from './settings';
 import type { Enrollment, Worker, WorkerList } from './types';
-
-const POLL_MS = 10000;
 
 export class WorkersPanel extends Widget {
   private listing: WorkerList | null = null;
@@ -23,6 +22,8 @@ export class WorkersPanel extends Widget {
   private copied = false;
   private timer: ReturnType<typeof setInterval> | null = null;
   private ticks = 0;
+  /** the Settings Editor's refreshSeconds; index.ts keeps it current */
+  refreshSeconds = DEFAULT_PREFERENCES.refreshSeconds;
   private readonly body: HTMLElement;
 
   constructor(private readonly api: CodefyApi, private readonly trans: Trans) {
@@ -42,7 +43,7 @@ export class WorkersPanel extends Widget {
           return;
         }
         this.ticks += 1;
-        if (this.ticks * 1000 >= POLL_MS) {
+        if (this.ticks >= this.refreshSeconds) {
           this.ticks = 0;
           void this.refresh();
         } else {
@@ -190,7 +191,7 @@ export class WorkersPanel extends Widget {
       h('div', { class: 'cdf-title' }, t.__('Workers')),
       h('div', { class: 'cdf-toolbar' },
         h('button', { class: 'cdf-add-worker', onclick: () => void this.addWorker() }, t.__('Add worker')),
-        h('span', { class: 'cdf-count' }, this.listing ? t.__('%1 workers', workers.length) : ''),
+        h('span', { class: 'cdf-count' }, this.listing ? workerCount(workers.length, t) : ''),
         h('button', { class: 'cdf-refresh', onclick: () => void this.refresh() }, t.__('Refresh'))),
       this.error ? h('div', { class: 'cdf-error' }, this.error) : null,
       this.enrollBox(),

@@ -10,7 +10,9 @@ import pytest
 
 from codefy_jupyter.cli.study import submit
 from codefy_jupyter.client import CodefyError
-from codefy_jupyter.client.study_report import progress, progress_line, ranking_rows, table_lines
+from codefy_jupyter.client.study_report import (
+    p_floor_note, progress, progress_line, ranking_rows, smallest_p, table_lines,
+)
 from codefy_jupyter.client.study_spec import study_body
 from codefy_jupyter.kernel.widgets.experiment_rows import (check_action, curve, sort_rows, study_rows, study_series,
                                                           sweep_rows)
@@ -72,6 +74,17 @@ def test_ranking_rows_best_first_with_ties_reasons_and_the_paired_difference():
     assert lines[header + 1].split()[:2] == ["1", "b"] and "best" in lines[header + 1]
     assert lines[header + 4].split()[:5] == ["-", "d", "4", "1", "no:"]
     assert "= a rank shared with a: c; c: a" in lines and "best: b" in lines
+
+
+def test_the_smallest_p_value_n_repetitions_can_reach():
+    assert smallest_p(1) is None and smallest_p(3) == 0.25 and smallest_p(6) == 0.03125
+    assert p_floor_note(3) == "with 3 repetitions no p-value goes below 0.25: 0.05 needs 6 or more"
+    assert p_floor_note(5) == "with 5 repetitions no p-value goes below 0.0625: 0.05 needs 6 or more"
+    assert p_floor_note(8) == "with 8 repetitions the smallest p-value is 0.007812"
+    assert p_floor_note(1) == ""
+    # `codefy study` prints it under the table: a warning when 0.05 is out of reach.
+    assert "warning: with 2 repetitions no p-value goes below 0.5: 0.05 needs 6 or more" in table_lines(STUDY)
+    assert "p: with 6 repetitions the smallest p-value is 0.03125" in table_lines({**STUDY, "repetitions": 6})
 
 
 def test_sort_keeps_empty_values_last_either_way_and_ties_in_index_order():
