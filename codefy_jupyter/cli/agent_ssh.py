@@ -61,7 +61,8 @@ def add_parser(cmds: Any) -> None:
                     "running on this machine)")
     sp.add_argument("--token", help="the token the remote agent connects with: a one-time enrollment token or a "
                     "worker token (default: $CODEFY_TOKEN, else the worker token the remote agent stored when it "
-                    "enrolled). The server's own token is refused, the remote machine not being the server's")
+                    "enrolled). Not the server's own token: loopback peers may use it, and the tunnel makes the "
+                    "remote machine one")
     sp.add_argument("--token-file", metavar="FILE", help="read that token from the first line of FILE ('-': "
                     "standard input)")
     sp.add_argument("--name", help="the worker's name (default: HOST's name)")

@@ -66,3 +66,19 @@ def test_bad_flags_are_refused_naming_the_flag(argv, field, tmp_path):
                            "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert field in done.stderr, done.stderr
+
+
+def test_a_token_file_gives_its_first_line_and_an_empty_one_nothing(tmp_path):
+    from codefy_jupyter.cli.agent_state import read_token_file
+
+    (tmp_path / "t").write_text("  abcdef.0123  \nignored\n")
+    (tmp_path / "empty").write_text("\n")
+    assert read_token_file(str(tmp_path / "t")) == "abcdef.0123"
+    assert read_token_file(str(tmp_path / "empty")) is None
+
+
+def test_agent_start_refuses_two_tokens_naming_the_flag(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", "agent", "start", "--control",
+                           "http://127.0.0.1:1/", "--token", "a", "--token-file", str(tmp_path / "t"),
+                           "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--token-file" in done.stderr, done.stderr
