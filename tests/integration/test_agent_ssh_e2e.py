@@ -150,6 +150,7 @@ async def test_an_agent_over_ssh_runs_reconnects_and_stops(jp_fetch, control, tm
         assert worker["enrolled"] is True
         # Its connection comes from loopback (the tunnel), but it is another machine.
         assert worker["same_host"] is False, worker
+        assert not [d for d in worker["devices"] if d.get("shared_with") == "local"], worker["devices"]
         run = await submit(jp_fetch, SMALL, {"worker": "gpu-box", "devices": ["cuda:1"]})
         done = await wait_status(jp_fetch, run["id"], {"succeeded", "failed"}, timeout=120)
         assert done["status"] == "succeeded" and done["worker_id"] == "gpu-box", done
