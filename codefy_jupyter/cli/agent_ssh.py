@@ -87,6 +87,14 @@ def add_parser(cmds: Any) -> None:
                     "stop` (default as for start)")
 
 
+def remote_word(text: str) -> str:
+    """`text` as one word of the remote shell's command, a leading `~/` meaning the remote home (a
+    quoted `~` would not be expanded there, and this machine's home is not that one)."""
+    if text.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(text[2:])
+    return shlex.quote(text)
+
+
 def split_agent_args(argv: list[str]) -> tuple[list[str], list[str] | None]:
     """`codefy agent ssh ... -- ARGS`: (the arguments before `--`, ARGS), or (argv, None) for any
     other command. ARGS are the remote agent's, so the local parser must not see them (argparse
@@ -136,8 +144,8 @@ class Session:
         data = ["--data-dir", args.remote_data_dir] if args.remote_data_dir else []
         agent = [args.remote_python, "-m", "codefy_jupyter.cli", "agent", "start", "--control", self.remote_control,
                  "--name", name, *data, *args.agent_args]
-        self.agent = " ".join(shlex.quote(a) for a in agent)
-        self.stop_cmd = " ".join(shlex.quote(a) for a in [
+        self.agent = " ".join(remote_word(a) for a in agent)
+        self.stop_cmd = " ".join(remote_word(a) for a in [
             args.remote_python, "-m", "codefy_jupyter.cli", "agent", "stop", "--name", name, *data,
             "--timeout", f"{REMOTE_STOP_TIMEOUT_S:g}"])
         self.remote_log = args.remote_log or f"codefy-agent-{name}.log"
@@ -146,7 +154,7 @@ class Session:
         # The first line of standard input is the token (maybe empty); printf is the shell's own, so
         # the token is on no process's command line. The agent leaves the session (its own input and
         # output), and `cat` holds the session, hence the tunnel, until the supervisor closes it.
-        agent_log = f">>{shlex.quote(self.remote_log)} 2>&1"
+        agent_log = f">>{remote_word(self.remote_log)} 2>&1"
         script = (f"IFS= read -r t; if [ -n \"$t\" ]; then printf '%s\\n' \"$t\" | {self.agent} --token-file - "
                   f"{agent_log} & else {self.agent} </dev/null {agent_log} & fi; t=; exec cat >/dev/null")
         forward = f"{self.remote_port}:{self.server[0]}:{self.server[1]}"

@@ -42,6 +42,14 @@ def test_only_agent_ssh_hands_on_what_follows_the_double_dash():
     assert split_agent_args(["run", "--", "x"]) == (["run", "--", "x"], None)
 
 
+def test_a_remote_path_under_the_home_folder_is_the_remote_home():
+    s = session("gpu", "--remote-python", "~/venv/bin/python", "--remote-log", "~/logs/a b.log")
+    script = shlex.split(s.tunnel_command()[-1])[2]
+    assert '"$HOME"/venv/bin/python -m codefy_jupyter.cli agent start' in script
+    assert """>>"$HOME"/'logs/a b.log' 2>&1""" in script
+    assert shlex.split(s.stop_command()[-1])[2].startswith('"$HOME"/venv/bin/python -m')
+
+
 def test_the_remote_port_is_the_same_for_a_name_and_in_range():
     assert default_remote_port("box") == default_remote_port("box")
     assert all(20000 <= default_remote_port(n) < 40000 for n in ("a", "box", "gpu-box-17"))
