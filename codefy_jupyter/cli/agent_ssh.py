@@ -26,7 +26,9 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import shlex
+import shutil
 import signal
 import sys
 import zlib
@@ -168,6 +170,13 @@ def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from ..wire.names import name_problem
     from .agent_state import AlreadyRunning, default_agent_dir, local_control, pid_file, read_token_file
 
+    if sys.platform == "win32":  # the supervisor stops on POSIX signals, and the remote side is `sh`
+        print("error: `codefy agent ssh` runs on Linux and macOS; on Windows, open the tunnel with ssh -R and run "
+              "`codefy agent start` on the remote machine", file=sys.stderr)
+        return EXIT_USAGE
+    if shutil.which("ssh") is None:
+        print("error: no `ssh` on PATH: install the OpenSSH client", file=sys.stderr)
+        return EXIT_USAGE
     name = args.name or _name_from_host(args.host)
     if problem := name_problem(name, what="worker name"):
         parser.error(f"--name: {problem}")
@@ -204,10 +213,8 @@ def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _name_from_host(host: str) -> str:
-    import re
-
     name = re.sub(r"[^a-z0-9-]+", "-", host_name(host).split(".")[0].lower()).strip("-")[:63]
-    return name if name and name not in ("local", "any", "pool") and not name[0] == "-" else "worker"
+    return name if name and name not in ("local", "any", "pool") else "worker"
 
 
 async def supervise(session: Session, token: str) -> int:

@@ -90,3 +90,10 @@ def test_agent_start_refuses_two_tokens_naming_the_flag(tmp_path):
                            "http://127.0.0.1:1/", "--token", "a", "--token-file", str(tmp_path / "t"),
                            "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--token-file" in done.stderr, done.stderr
+
+
+def test_the_worker_name_comes_from_the_host():
+    from codefy_jupyter.cli.agent_ssh import _name_from_host
+
+    assert _name_from_host("alice@GPU_Box.lab.example.org") == "gpu-box"
+    assert _name_from_host("_") == "worker" and _name_from_host("local") == "worker"
