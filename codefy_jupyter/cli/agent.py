@@ -4,11 +4,12 @@ plane and the token, holds the agent's pid file and runs it).
 
 The agent's folder (`--data-dir`, else `$CODEFY_AGENT_DIR`, else `<jupyter data dir>/codefy-agent`)
 holds `credentials/<name>.json` (the worker token, 0600), `agents/<name>.json` (the running agent's
-pid, locked while it runs) and `agent-runs/<run id>/` (spool.jsonl, output.log, data/; the folders of
+pid, or a `codefy agent ssh` supervisor's, locked while it runs; agent_state.py) and `agent-runs/<run id>/` (spool.jsonl, output.log, data/; the folders of
 finished runs beyond the newest `--keep-runs` are removed).
 
 `codefy agent stop` sends SIGTERM to the running agents of that folder (or the one `--name` names):
-each asks its runs to stop (10 s grace, then terminates them), sends their last frames and exits.
+each asks its runs to stop (10 s grace, then terminates them), sends their last frames and exits;
+an SSH supervisor stops its remote agent the same way, then closes its tunnel (agent_ssh.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import re
@@ -26,27 +26,18 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from ..agent import private
 from ..agent.retention import DEFAULT_KEEP_RUNS
 from ..client.flags import seconds
 from ..wire.local_server import pid_alive
+from .agent_state import AlreadyRunning, default_agent_dir, local_control, pid_file, read_state, read_token_file
 from .args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 log = logging.getLogger("codefy.agent")
 
 STOP_TIMEOUT_S = 40.0  # the runs' 10 s grace, the 5 s kill, the last acks, and some slack
-
-
-def default_agent_dir() -> Path:
-    if os.environ.get("CODEFY_AGENT_DIR"):
-        return Path(os.environ["CODEFY_AGENT_DIR"]).expanduser()
-    try:
-        from jupyter_core.paths import jupyter_data_dir
-    except ImportError:
-        return Path.home() / ".local" / "share" / "jupyter" / "codefy-agent"
-    return Path(jupyter_data_dir()) / "codefy-agent"
 
 
 def default_name() -> str:
@@ -71,6 +62,8 @@ def add_parser(sub: Any) -> None:
     st.add_argument("--token", help="a one-time enrollment token (exchanged once for a stored worker token), a "
                     "worker token, or the server's own token (same machine only). Default: the stored worker "
                     "token, else $CODEFY_TOKEN, else the local `codefy start` server's")
+    st.add_argument("--token-file", metavar="FILE", help="read the token (as --token) from the first line of FILE, "
+                    "'-' for standard input: it then appears on no command line")
     st.add_argument("--name", help="the worker's name (default: this host's name)")
     st.add_argument("--instance", help="register as <name>.<instance>, sharing <name>'s enrollment (one per "
                     "Slurm job or pod)")
@@ -101,6 +94,9 @@ def add_parser(sub: Any) -> None:
                     help="seconds between samples of each run's system metrics (CPU, resident memory, its cards' "
                     "utilization and memory through NVML), recorded as metrics of the run; 0: off (default: "
                     "$CODEFY_SYSTEM_METRICS_INTERVAL_S, else 5)")
+    from .agent_ssh import add_parser as add_ssh
+
+    add_ssh(cmds)
     sp = cmds.add_parser("stop", help="stop the agents running from an agent folder",
                          description="Ask each running agent of the folder (or the one --name names) to stop: its "
                          "runs get 10 s to stop cooperatively, then are terminated; their last frames are sent.")
@@ -136,6 +132,10 @@ def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return start(args, parser)
     if args.agent_command == "stop":
         return stop(args)
+    if args.agent_command == "ssh":
+        from .agent_ssh import command as ssh_command
+
+        return ssh_command(args, parser)
     parser.parse_args(["agent", "--help"])
     return EXIT_USAGE
 
@@ -155,6 +155,13 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     for value, what in ((name, "worker name"), (args.instance, "instance")):
         if value is not None and (problem := name_problem(value, what=what)):
             parser.error(problem)
+    if args.token_file:
+        if args.token:
+            parser.error("--token-file: give the token once, with --token or --token-file")
+        try:
+            args.token = read_token_file(args.token_file)
+        except OSError as err:
+            parser.error(f"--token-file: cannot read {args.token_file!r}: {err.strerror or err}")
     if args.run_id and not args.one_shot:
         parser.error("--run-id takes the run of a one-shot agent: add --one-shot")
     if args.keep_runs is None:
@@ -199,7 +206,7 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     private.restrict_umask()
     private.make_dir(agent_dir)
     try:
-        with _state_file(agent_dir, registered, ",".join(controls)) as state:
+        with pid_file(agent_dir, registered, ",".join(controls)) as state:
             if args.token and _token_is_for_enrollment(args.token):
                 tls.warn_if_plaintext(control, "the enrollment token")
             if pin is not None and args.token and _token_is_for_enrollment(args.token):
@@ -217,19 +224,6 @@ def start(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (CredentialError, tls.TLSSetupError, ConnectionError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
-
-
-def local_control() -> tuple[str | None, Path]:
-    """The URL of the `codefy start` server on this machine if its process lives, and the file it is
-    recorded in (the data dir's server.json, as `codefy start` and the agent's token lookup read it)."""
-    from ..wire import local_server
-
-    path = local_server.state_path()
-    state = _read_state(path)
-    pid, url = state.get("pid"), state.get("url")
-    if not isinstance(pid, int) or pid <= 0 or not isinstance(url, str) or not url or not pid_alive(pid):
-        return None, path
-    return url, path
 
 
 def _token_is_for_enrollment(token: str) -> bool:
@@ -272,45 +266,6 @@ async def _serve(args: argparse.Namespace, name: str, controls: tuple[str, ...],
     return await agent.run()
 
 
-class AlreadyRunning(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def _state_file(agent_dir: Path, registered: str, control: str) -> Iterator[Path]:
-    """`agents/<name>.json` with this process's pid, locked while the agent runs (a second agent of
-    the same name on the same folder is refused: it would share the spools)."""
-    folder = agent_dir / "agents"
-    private.make_dir(folder)
-    path = folder / f"{registered}.json"
-    fd = private.os_open(path, os.O_RDWR | os.O_CREAT)
-    try:
-        try:
-            import fcntl
-
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:  # Windows: no lock, the pid file alone
-            pass
-        except OSError:
-            other = _read_state(path)
-            raise AlreadyRunning(f"agent {registered} is already running from {agent_dir} "
-                                 f"(pid {other.get('pid', '?')})") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "name": registered, "control": control,
-                                 "started_at": time.time()}).encode())
-        yield path
-    finally:
-        os.close(fd)
-
-
-def _read_state(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 # -- stop ---------------------------------------------------------------------------------------------
 
 
@@ -322,7 +277,7 @@ def stop(args: argparse.Namespace) -> int:
         paths = [p for p in paths if p.stem == args.name]
     targets = []
     for path in paths:
-        state = _read_state(path)
+        state = read_state(path)
         pid = state.get("pid")
         if isinstance(pid, int) and pid > 0 and pid_alive(pid):
             targets.append((path, state.get("name", path.stem), pid))

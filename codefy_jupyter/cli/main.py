@@ -85,7 +85,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(argv: list[str] | None) -> int:
     parser = build_parser()
+    from .agent_ssh import split_agent_args
+
+    argv, agent_args = split_agent_args(sys.argv[1:] if argv is None else list(argv))
     args = parser.parse_args(argv)
+    if agent_args is not None:
+        args.agent_args = agent_args
     if args.command == "exec":
         from .exec import command as exec_command
 
