@@ -24,7 +24,7 @@ from ..errors import BadRequest, NotFound
 from ...wire.fingerprint import digest
 from ..scheduling.memory_ledger import card_memory
 from ..scheduling.placement import storage_backend
-from ..scheduling.slot_groups import OfferedDevice, WorkerOffer
+from ..scheduling.slot_groups import OfferedDevice, WorkerOffer, connect_notes
 from ..storage.plan import StoragePlan, plan_for, with_s3
 from .access import check_issue, check_manage
 from .enrollment import Enrollment, Issued
@@ -70,6 +70,7 @@ class WorkerService:
         self.on_connected: Any = None
         self._link_ids = itertools.count(1)
         self._link_numbers: dict[int, int] = {}
+        self._noted: set[tuple[str, ...]] = set()  # what was logged once (connect_notes)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def load(self) -> None:
@@ -253,9 +254,19 @@ class WorkerService:
         """The welcome is on its way: runs waiting for this worker may go."""
         self.executor.connected(worker)
         self.offer(worker)
+        self._log_connect_notes(worker.name)
         self._reschedule()
         if self.on_connected is not None:
             self._background(self.on_connected(worker.name))
+
+    def _log_connect_notes(self, name: str) -> None:
+        once, lowered = connect_notes(self.queue.topology(), name)
+        for key, text in once:
+            if key not in self._noted:
+                self._noted.add(key)
+                log.info("codefy: %s", text)
+        for text in lowered:
+            log.warning("codefy: worker %s connected: %s", name, text)
 
     async def authenticate(self, token: str | None, *, loopback: bool, server_token: str | None) -> Credential | None:
         return await self.enrollment.authenticate(token, loopback=loopback, server_token=server_token)
