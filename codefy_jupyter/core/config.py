@@ -79,6 +79,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker_heartbeat_s", int, 10,
             "Seconds between a worker agent's heartbeats (sent to it in welcome.heartbeat_s); a worker that "
             "misses three in a row is marked disconnected."),
+    Setting("node_catalog_check_s", float, 30.0,
+            "Seconds between looks at the installed node packs while the server runs: a pack installed or "
+            "removed since changes the server's node catalog, and every connected worker is compared again "
+            "(degraded when its catalog differs, healthy when it matches again). 0: off (the catalog is read "
+            "once, at start)."),
     Setting("worker_cancel_grace_s", int, 30,
             "Seconds a stopped worker run has to end cooperatively before its agent terminates the run's "
             "process (and kills it 5 s later)."),
@@ -229,6 +234,7 @@ class Settings:
     worker_one_shot_queue_timeout_s: int = 86400
     worker_max_instances: int = 256
     worker_heartbeat_s: int = 10
+    node_catalog_check_s: float = 30.0
     worker_cancel_grace_s: int = 30
     run_cpu_threads: int = 0
     system_metrics_interval_s: float = 5.0

@@ -46,6 +46,18 @@ class OutputCache:
     def at_node_boundary(self) -> None:
         pass
 
+    def evicted_count(self) -> int:
+        """How many entries this cache has dropped so far (0: links can have nothing to write back)."""
+        return 0
+
+    def write_back(self, key: str, outputs: Outputs) -> bool:
+        """A value a consumer still reads through its execution-local link, put back when the cache
+        dropped it, so later consumers and later runs find it here again. Whether it was put back."""
+        if key in self:
+            return False
+        self.set(key, outputs)
+        return True
+
 
 class NoCache(OutputCache):
     """Keeps nothing: every node runs every time (links still carry values within a run)."""
@@ -88,6 +100,12 @@ class _DictCache(OutputCache):
             self._entries.move_to_end(key)
             self._touched(key)
             self._after_set()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries  # a look, not a use: no hit, no miss, no recency
+
+    def evicted_count(self) -> int:
+        return self.evictions
 
     def _touched(self, key: str) -> None:
         pass
@@ -155,22 +173,32 @@ def estimate_bytes(value: Any, _depth: int = 0) -> int:
 
 
 class RAMPressureCache(_DictCache):
-    """Keeps everything until available memory runs low, then evicts at node boundaries.
+    """Keeps everything until available memory runs low, then frees at node boundaries (after a node
+    completes, and after one goes back to pending), in the seed's order, each step only while memory
+    is still short:
 
-    Order, after the seed: first entries the current run has not touched (older workflows),
-    oldest first; then the current run's entries, largest first.
+    1. entries the current run has not touched (older workflows), oldest first;
+    2. the current run's large entries (`large_bytes` and more), largest first;
+    3. pinned host memory (`release_pinned`; by default torch's cached pinned buffers, when torch is
+       loaded and CUDA is initialised: nothing is imported for it);
+    4. the rest of the current run's entries, largest first (full eviction).
+
     `probe` returns available bytes (injectable so tests can apply pressure on demand).
     """
 
     def __init__(
-        self, min_available_bytes: int = 2 * 1024**3, probe: Callable[[], int] = available_memory_bytes
+        self, min_available_bytes: int = 2 * 1024**3, probe: Callable[[], int] = available_memory_bytes, *,
+        large_bytes: int = 64 * 1024**2, release_pinned: Callable[[], object] | None = None,
     ) -> None:
         super().__init__()
         self.min_available_bytes = min_available_bytes
         self.probe = probe
+        self.large_bytes = large_bytes
+        self.release_pinned = release_pinned if release_pinned is not None else release_pinned_memory
         self._run_keys: set[str] = set()
         self._sizes: dict[str, int] = {}
         self.evicted_keys: list[str] = []
+        self.pinned_releases = 0
 
     def begin_run(self, run_id: str) -> None:
         self._run_keys = set()
@@ -182,20 +210,53 @@ class RAMPressureCache(_DictCache):
         self._sizes[key] = estimate_bytes(outputs)
         super().set(key, outputs)
 
+    def _short(self) -> bool:
+        return self.probe() < self.min_available_bytes
+
+    def _evict(self, keys: list[str]) -> bool:
+        """Drop `keys` in order until memory suffices; whether it does."""
+        for key in keys:
+            if key not in self._entries:
+                continue
+            self._entries.pop(key)
+            self._sizes.pop(key, None)
+            self.evictions += 1
+            self.evicted_keys.append(key)
+            if not self._short():
+                return True
+        return False
+
+    def _active(self, *, large: bool) -> list[str]:
+        keys = [k for k in self._entries if k in self._run_keys
+                and (not large or self._sizes.get(k, 0) >= self.large_bytes)]
+        return sorted(keys, key=lambda k: self._sizes.get(k, 0), reverse=True)
+
     def at_node_boundary(self) -> None:
-        if self.probe() >= self.min_available_bytes:
+        if not self._short():
             return
         with self._lock:
             stale = [k for k in self._entries if k not in self._run_keys]  # already oldest first
-            active = sorted((k for k in self._entries if k in self._run_keys),
-                            key=lambda k: self._sizes.get(k, 0), reverse=True)
-            for key in stale + active:
-                self._entries.pop(key, None)
-                self._sizes.pop(key, None)
-                self.evictions += 1
-                self.evicted_keys.append(key)
-                if self.probe() >= self.min_available_bytes:
-                    break
+            if self._evict(stale) or self._evict(self._active(large=True)):
+                return
+        self.pinned_releases += 1
+        self.release_pinned()
+        if not self._short():
+            return
+        with self._lock:
+            self._evict(self._active(large=False))
+
+
+def release_pinned_memory() -> bool:
+    """Give torch's cached pinned (page-locked) host buffers back to the system. Only when torch is
+    already loaded and CUDA initialised: importing torch or starting CUDA would cost more memory than
+    this frees. Whether anything was asked of torch."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    empty = getattr(getattr(torch, "_C", None), "_host_emptyCache", None)
+    if cuda is None or empty is None or not cuda.is_initialized():
+        return False
+    empty()
+    return True
 
 
 class SessionCache(OutputCache):
@@ -229,3 +290,9 @@ class SessionCache(OutputCache):
 
     def at_node_boundary(self) -> None:
         self.policy.at_node_boundary()
+
+    def evicted_count(self) -> int:
+        return self.policy.evicted_count()
+
+    def write_back(self, key: str, outputs: Outputs) -> bool:
+        return self.policy.write_back(key, outputs)

@@ -270,6 +270,8 @@ class Execution:
         spec = self.specs[handle]
         kwargs = dict(spec.params)
         links = self.links.get(nid, {})
+        if links and not self.no_cache and self.cache.evicted_count():
+            self._write_back(links)
         sources = self.inputs_h[handle]
         if not spec.has_lazy and (not self.bound or nid not in self.bound):
             # The common case, without a look at each input's PortSpec: a node with 10k inputs
@@ -304,6 +306,15 @@ class Execution:
             return None
         return spec, kwargs
 
+    def _write_back(self, links: dict[str, dict[str, Any]]) -> None:
+        """The seed's link write-back: a value this consumer reads through its link that the cache
+        dropped goes back into the cache, so that later consumers and later runs find it there."""
+        sigs = self.sigs
+        for producer, outputs in links.items():
+            sig = sigs.get(producer)
+            if sig is not None and not sig.startswith("nocache:"):
+                self.cache.write_back(sig, outputs)
+
     def _lazy_ready(self, spec: NodeSpec, kwargs: dict[str, Any]) -> bool:
         """Ask the node which lazy inputs it needs; link them (PENDING) or fill them in."""
         from .context import ExecutionContext
@@ -333,6 +344,8 @@ class Execution:
         if self.sched.block_count[self.index[nid]] > 0:
             self.sched.unstage(self.index[nid])
             self._status(spec, "pending", reason="lazy_inputs", inputs=newly)
+            if not self.no_cache:  # a node boundary too (seed: checked on complete and on pending)
+                self.cache.at_node_boundary()
             return False
         links = self.links[nid]
         for port in newly:
@@ -459,6 +472,8 @@ class Execution:
             self.sched.add_strong_link(self.index[inner], self.index[parent])
         self.sched.unstage(self.index[parent])
         self._status(spec, "pending", reason="expanded", nodes=len(sub.nodes))
+        if not self.no_cache:
+            self.cache.at_node_boundary()
 
     def _resolve_expansion(self, parent: str) -> None:
         refs = self.expansions.pop(parent)

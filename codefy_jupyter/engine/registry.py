@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib
 import inspect
 import json
 import math
@@ -249,6 +250,8 @@ class NodeRegistry:
     def __init__(self) -> None:
         self._defs: dict[str, NodeDef] = {}
         self._lock = threading.Lock()
+        self._packs: dict[str, frozenset[str]] = {}  # entry-point name -> the types loading it added
+        self._gone: set[str] = set()  # packs removed while this process runs
 
     # -- registration -------------------------------------------------------------------------
     def node(
@@ -295,11 +298,49 @@ class NodeRegistry:
         """Import every pack of `group`; a pack is a module of `@node`s or a `register(registry)`."""
         loaded = []
         for ep in sorted(entry_points(group=group), key=lambda e: e.name):
-            obj = ep.load()
-            if callable(obj):
-                obj(self)
+            self._load_pack(ep)
             loaded.append(ep.name)
         return loaded
+
+    def _load_pack(self, ep: Any, again: bool = False) -> None:
+        """Load one pack, remembering the types it added (so that its removal can take them away).
+        `again`: a module pack imported before, removed since: import it anew so its `@node`s run."""
+        before = set(self._defs)
+        obj = ep.load()
+        if again and inspect.ismodule(obj):
+            obj = importlib.reload(obj)
+        if callable(obj):
+            obj(self)
+        self._packs[ep.name] = frozenset(set(self._defs) - before)
+
+    def pack_names(self) -> frozenset[str]:
+        """The entry points loaded into this registry and still in it."""
+        return frozenset(self._packs)
+
+    def refresh_entry_points(self, group: str = ENTRY_POINT_GROUP) -> bool:
+        """Follow the packs installed or removed since they were loaded: a new pack is loaded, a
+        pack no longer installed takes its types away. Whether the set of types changed. A new pack
+        that fails to load is left out (the error is raised after the rest is done, once per pack)."""
+        found = {ep.name: ep for ep in entry_points(group=group)}
+        changed = False
+        with self._lock:
+            for name in sorted(set(self._packs) - set(found)):
+                for type_ in self._packs.pop(name):
+                    changed = self._defs.pop(type_, None) is not None or changed
+                self._gone.add(name)
+        failed: list[str] = []
+        for name in sorted(set(found) - set(self._packs)):
+            before = len(self._defs)
+            try:
+                self._load_pack(found[name], again=name in self._gone)
+            except Exception as err:  # one broken pack must not hide the others
+                self._packs[name] = frozenset()
+                failed.append(f"{name}: {type(err).__name__}: {err}")
+            self._gone.discard(name)
+            changed = changed or len(self._defs) != before
+        if failed:
+            raise RegistryError("node packs that failed to load: " + "; ".join(failed))
+        return changed
 
     # -- lookup ---------------------------------------------------------------------------------
     def get(self, type_: str) -> NodeDef | None:

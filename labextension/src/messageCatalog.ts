@@ -40,6 +40,9 @@ export const MESSAGES: Record<string, Variant[]> = {
   "one_shot_pool": [
     "waiting for a one-shot worker that offers {devices|list}"
   ],
+  "one_shot_start": [
+    "waiting for one-shot worker {worker} to start"
+  ],
   "one_shot_taken": [
     "one-shot worker {worker} has already taken its run"
   ],
@@ -231,6 +234,9 @@ export const MESSAGES: Record<string, Variant[]> = {
   ],
   "worker_removed": [
     "worker {worker} was removed"
+  ],
+  "worker_unreachable": [
+    "the cancel could not reach worker {worker}, which is not connected; if it comes back with this run, it is told to stop it"
   ],
   "worker_gone": [
     {

@@ -226,3 +226,42 @@ async def test_a_run_process_that_ignores_sigterm_is_killed_and_the_run_ends_can
         "code": "cancelled", "params": {"signal": signal.SIGKILL},
         "message": "cancel requested; the run's process did not stop in time and was ended with SIGKILL"}
     assert agent.proc.poll() is None  # the agent lives on
+
+
+@settings(worker_heartbeat_s=2)
+async def test_a_cancel_that_cannot_reach_the_worker_says_so_and_the_run_stops_when_it_is_back(jp_fetch, agents):
+    agent = agents()
+    await until_connected(jp_fetch, agent)
+    code, run = await call(jp_fetch, "api", "runs", method="POST",
+                           body={"graph": naps(1, 600), "options": {"target": {"worker": "box"}}})
+    assert code == 201
+    rid = run["id"]
+    await until_event(jp_fetch, rid, lambda e: e["type"] == "node_status" and e["payload"]["node_id"] == "nap0")
+    children = agent.processes()[1:]
+    os.kill(agent.proc.pid, signal.SIGSTOP)  # frozen: missed heartbeats leave the run disconnected
+    try:
+        await wait_status(jp_fetch, rid, {"disconnected"}, timeout=120)
+        code, _ = await call(jp_fetch, "api", "runs", rid, "cancel", method="POST")
+        assert code == 200
+        done = await wait_status(jp_fetch, rid, {"cancelled", "failed", "succeeded", "interrupted"}, timeout=120)
+        assert done["status"] == "cancelled"
+    finally:
+        os.kill(agent.proc.pid, signal.SIGCONT)
+    events = await all_events(jp_fetch, rid)
+    assert_gapless_without_duplicates(events)
+    warnings = [e["payload"] for e in events if e["type"] == "run_warning"]
+    assert [w["code"] for w in warnings] == ["worker_disconnected", "worker_unreachable"]
+    assert warnings[1]["params"] == {"worker": "box"}
+    assert warnings[1]["message"] == ("the cancel could not reach worker box, which is not connected; if it comes "
+                                      "back with this run, it is told to stop it")
+    # Back, the agent lists the run as alive and is told to stop it: its run process ends long before
+    # its 600 s nap would, and what it reports then is kept as the run's late result.
+    deadline = asyncio.get_running_loop().time() + 120
+    while True:
+        code, row = await call(jp_fetch, "api", "runs", rid)
+        late = (row.get("execution_facts") or {}).get("late_result")
+        if late is not None:
+            break
+        assert asyncio.get_running_loop().time() < deadline, f"no late result:\n{agent.output()}"
+        await asyncio.sleep(0.1)
+    assert late["status"] == "cancelled" and row["status"] == "cancelled"

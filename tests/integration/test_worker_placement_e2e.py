@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -429,6 +431,34 @@ async def test_a_degraded_worker_is_listed_refuses_graphs_it_cannot_run_and_any_
     await call(jp_fetch, "api", "runs", card["id"], "cancel", method="POST")
 
 
+async def until_logged(caplog, test, count: int, timeout: float = 90.0) -> list[str]:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        found = [r.getMessage() for r in caplog.records if r.name == "codefy.workers" and test(r.getMessage())]
+        if len(found) >= count:
+            return found
+        assert asyncio.get_running_loop().time() < deadline, f"logged {found}"
+        await asyncio.sleep(0.05)
+
+
+@server(server_cards=[{"key": "cuda:0", "name": "The card", "uuid": SHARED}], run_queue_max_concurrent="box/cuda:1=3")
+async def test_each_connect_warns_of_a_lowered_override_and_a_card_without_a_uuid_is_logged_once(
+        jp_fetch, agents, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="codefy.workers")
+    box = start_agent(agents, tmp_path, "box", [{"key": "cuda:0", "name": "No id"}, {"key": "cuda:1", "uuid": SHARED}])
+    await until_connected(jp_fetch, box)
+    lowered = lambda m: "box/cuda:1=3 is lowered to 1: cuda:0 is the same physical device" in m  # noqa: E731
+    await until_logged(caplog, lowered, 1)
+    os.kill(box.proc.pid, signal.SIGUSR1)  # the agent drops its socket and dials again: a second connect
+    await until_logged(caplog, lowered, 2)
+    assert [r.levelno for r in caplog.records if lowered(r.getMessage())] == [logging.WARNING] * 2
+    no_uuid = [m for m in await until_logged(caplog, lambda m: "cuda:0 reports no UUID" in m, 1)]
+    assert no_uuid == ["codefy: worker box's cuda:0 reports no UUID: it keeps a slot of its own and shares no "
+                       "limit with another provider of the same physical card"]  # once, over both connects
+    code, listing = await call(jp_fetch, "api", "workers")
+    assert slot(listing["workers"][0], "box/cuda:0")["same_card"] == []
+
+
 # -- reservations on a worker's cards, one-shot workers -------------------------------------------------
 
 async def test_a_device_set_on_a_worker_reserves_its_cards_and_says_what_it_waits_for(jp_fetch, agents, tmp_path):
@@ -476,10 +506,11 @@ async def test_one_shot_workers_say_why_a_run_naming_them_waits(jp_fetch, agents
         "code": "one_shot_taken", "params": {"worker": "solo"},
         "message": "one-shot worker solo has already taken its run"}
 
-    # Its run over, the one-shot agent leaves: a run naming it waits for it to come back.
+    # Its run over, the one-shot agent leaves: a run naming it waits for an agent of that name to start
+    # (one_shot_start: a one-shot agent never reconnects, so "waiting to reconnect" would mislead).
     await call(jp_fetch, "api", "runs", mine["id"], "cancel", method="POST")
     assert await job.exited() == 0
-    assert (await until_reason(jp_fetch, other["id"], "worker_disconnected"))["params"] == {"worker": "job"}
+    assert (await until_reason(jp_fetch, other["id"], "one_shot_start"))["params"] == {"worker": "job"}
     for run in (taken, other, second):
         await call(jp_fetch, "api", "runs", run["id"], "cancel", method="POST")
 

@@ -96,6 +96,7 @@ def test_every_reason_the_scheduler_builds_has_words_and_an_unworded_one_cannot_
     built = [wp.reason_disconnected("box"), wp.reason_draining("box"), wp.reason_no_offer(["cuda"]),
              wp.reason_no_offer(["cuda"], draining=["a"]), wp.reason_no_offer(["cuda:1"], "box"),
              wp.reason_one_shot_pool(["cpu"]), wp.reason_one_shot_taken("job"), wp.reason_one_shot_run_id("job", "r"),
+             wp.reason_one_shot_start("job"),
              ml.reason_memory_wait("box/cuda:0", 100, None), ml.reason_no_budget("box/cuda:0", whole=True, running=0),
              ml.reason_no_budget("box/cuda:0", whole=False, running=1), ml.reason_budget_raised("box/cuda:0", 4, 6.5),
              qt.reason_owner_quota(None, 1, 1), qt.reason_owner_quota("bob", 1, 1)]

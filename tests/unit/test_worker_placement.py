@@ -762,6 +762,18 @@ class TestOneShot:
         assert q.ids() == ["n"]
         assert q.why("m") == ("one_shot_taken", "one-shot worker shot has already taken its run", {"worker": "shot"})
 
+    def test_a_run_naming_a_one_shot_worker_that_left_waits_for_one_to_start(self):
+        q = Q()
+        q.set_worker(box("shot", "cpu", one_shot=True, state=DISCONNECTED))
+        q.add("n", "cpu", worker="shot")
+        assert q.go() == []
+        assert q.why("n") == ("one_shot_start", "waiting for one-shot worker shot to start", {"worker": "shot"})
+        q.set_worker(box("plain", "cpu", state=DISCONNECTED))  # a regular worker reconnects instead
+        q.add("p", "cpu", worker="plain")
+        assert q.why("p")[0] == "worker_disconnected"
+        q.set_worker(box("shot", "cpu", one_shot=True))
+        assert q.ids() == ["n"]
+
     def test_the_run_a_one_shot_worker_was_started_for_is_said_by_its_name(self):
         q = Q()
         q.add("other", "cpu", name="the job")  # runs here; the one-shot worker names it all the same

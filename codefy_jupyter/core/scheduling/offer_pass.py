@@ -268,6 +268,8 @@ class OfferPass:
             return choices, (None if choices else wp.reason_no_offer(need, ANY, draining)), False
         offer = self._workers.get(run.worker)
         if offer is None or offer.state in (DISCONNECTED, OFFLINE):
+            if offer is not None and offer.one_shot:
+                return [], wp.reason_one_shot_start(run.worker), False
             return [], wp.reason_disconnected(run.worker), False
         if offer.state == DRAINING:
             return [], wp.reason_draining(run.worker), False

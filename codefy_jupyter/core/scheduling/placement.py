@@ -128,6 +128,12 @@ def reason_one_shot_pool(need: Sequence[str]) -> Notice:
     return Notice.worded("one_shot_pool", {"devices": list(need), "pool": ONE_SHOT})
 
 
+def reason_one_shot_start(worker: str) -> Notice:
+    """A one-shot worker that is not connected: it leaves after its run, so it is not "reconnecting";
+    the run waits for an agent of that name to be started."""
+    return Notice.worded("one_shot_start", {"worker": worker})
+
+
 def reason_one_shot_taken(worker: str) -> Notice:
     return Notice.worded("one_shot_taken", {"worker": worker})
 

@@ -97,6 +97,7 @@ behind a head that has a reason waits for that too and says so (`behind_waiting_
                            is draining"; a named worker that no longer reports the device: "waiting
                            for worker X to offer cuda:1"
   one_shot_pool            {devices, pool}   no one-shot worker offering the device is free
+  one_shot_start           {worker}          the named one-shot worker is not connected (it left after its run)
   one_shot_taken           {worker}          the named one-shot worker has taken its run
   one_shot_run_id          {worker, run_id}  the named one-shot worker was started for another run
   behind_waiting_run       {run_id, name, queue, code, ahead}  behind head run_id, which waits with ahead

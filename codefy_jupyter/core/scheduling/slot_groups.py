@@ -300,3 +300,34 @@ class Topology:
                 best = GroupLimit(limit, slot)
         assert best is not None
         return best
+
+
+def connect_notes(topo: Topology, name: str) -> tuple[list[tuple[tuple[str, ...], str]], list[str]]:
+    """What the server logs when worker `name` connects: (notes to log once, each with the key that
+    makes it once; warnings to log on every connect). Once: a CUDA card without a UUID, and a card
+    of a same-machine worker with a UUID this server lacks (either keeps a slot of its own). Every
+    connect: a limit the worker's slot was given (the `<worker>/<device>` override, or the worker's
+    own) that the card's rule lowers, because a smaller limit of another provider of it applies."""
+    offer = topo.workers.get(name)
+    once: list[tuple[tuple[str, ...], str]] = []
+    lowered: list[str] = []
+    if offer is None:
+        return once, lowered
+    same = topo.same_machine(offer)
+    for dev in offer.devices or ():
+        slot = slot_name(name, dev.device)
+        if device_kind(dev.device) == "cuda":
+            if dev.uuid is None:
+                once.append((("no_uuid", slot), f"worker {name}'s {dev.device} reports no UUID: it keeps a slot "
+                             "of its own and shares no limit with another provider of the same physical card"))
+            elif same and dev.uuid not in topo._local_by_uuid:
+                once.append((("unknown_uuid", slot, dev.uuid), f"worker {name} is on this machine but its "
+                             f"{dev.device} ({dev.uuid}) is not one of this server's cards: it keeps a slot of its own"))
+        own = topo.limits.overrides.get(slot, offer.limits.get(dev.device))
+        if own is None:
+            continue
+        applies = topo.group_limit(topo.group(slot))
+        if applies.limit < own:
+            lowered.append(f"run queue limit {slot}={own} is lowered to {applies.limit}: {applies.limited_by} is the "
+                           f"same physical device and its limit is smaller (the smallest limit of a shared card applies)")
+    return once, lowered

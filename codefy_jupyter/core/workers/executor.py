@@ -38,6 +38,7 @@ import asyncio
 import logging
 from typing import Any, Awaitable
 
+from ...wire import messages as words
 from ...wire import run_events as ev
 from ...wire.fingerprint import digest
 from ...wire.protocol import (
@@ -528,6 +529,11 @@ class WorkerExecutor:
         worker = self.registry.get(run.worker)
         if run.state == rs.DISCONNECTED or not run.assigned or worker is None or worker.link is None:
             # Nothing can reach the run now; if the worker comes back with it, it is told to stop.
+            if run.assigned:  # its process may still be going out there: the log says the cancel did not reach it
+                self._ensure_started(run)
+                params = {"worker": run.worker}
+                self.host.events.emit(run_id, ev.run_warning(run_id, "worker_unreachable",
+                                                             words.message("worker_unreachable", params), params))
             self._end_here(run, rs.CANCELLED, "cancelled", reason, {"worker": run.worker})
             return
         grace = SHUTDOWN_CANCEL_GRACE_S if self.closing else float(self.cancel_grace_s)

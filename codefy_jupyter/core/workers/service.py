@@ -24,13 +24,14 @@ from ..errors import BadRequest, NotFound
 from ...wire.fingerprint import digest
 from ..scheduling.memory_ledger import card_memory
 from ..scheduling.placement import storage_backend
-from ..scheduling.slot_groups import OfferedDevice, WorkerOffer
+from ..scheduling.slot_groups import OfferedDevice, WorkerOffer, connect_notes
 from ..storage.plan import StoragePlan, plan_for, with_s3
 from .access import check_issue, check_manage
+from .catalog_watch import CatalogWatch
 from .enrollment import Enrollment, Issued
 from ..runs.executors import RunSpec
 from .executor import RESUME, WorkerExecutor, WorkerRunHandle
-from .handshake import Credential, Refused, ServerSide, check_hello, registered_name
+from .handshake import Credential, Refused, ServerSide, check_hello, compare_catalogs, registered_name
 from ...wire.frames import Frame, Heartbeat, Hello, OutputAnswer, Reject, RunAlive, RunFrame, Welcome
 from .outputs import WorkerOutputReads
 from .host import RunHost, WorkerQueue
@@ -70,6 +71,8 @@ class WorkerService:
         self.on_connected: Any = None
         self._link_ids = itertools.count(1)
         self._link_numbers: dict[int, int] = {}
+        self._noted: set[tuple[str, ...]] = set()  # what was logged once (connect_notes)
+        self.catalog_watch = CatalogWatch(host.registry, float(settings.node_catalog_check_s), self.recheck_catalogs)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def load(self) -> None:
@@ -78,6 +81,7 @@ class WorkerService:
         for worker in self.registry.workers():
             self.offer(worker)
         self.executor.start_watchdog()
+        self.catalog_watch.start()
 
     def shutting_down(self) -> None:
         """The server stops: cancels from now on get the short shutdown grace."""
@@ -85,6 +89,7 @@ class WorkerService:
 
     async def close(self) -> None:
         """After the run service's shutdown: timers, tasks and worker connections go."""
+        self.catalog_watch.close()
         await self.executor.close()
 
     # -- the run service's runs on workers --------------------------------------------------------
@@ -253,9 +258,39 @@ class WorkerService:
         """The welcome is on its way: runs waiting for this worker may go."""
         self.executor.connected(worker)
         self.offer(worker)
+        self._log_connect_notes(worker.name)
         self._reschedule()
         if self.on_connected is not None:
             self._background(self.on_connected(worker.name))
+
+    def _log_connect_notes(self, name: str) -> None:
+        once, lowered = connect_notes(self.queue.topology(), name)
+        for key, text in once:
+            if key not in self._noted:
+                self._noted.add(key)
+                log.info("codefy: %s", text)
+        for text in lowered:
+            log.warning("codefy: worker %s connected: %s", name, text)
+
+    def recheck_catalogs(self) -> list[str]:
+        """The server's node catalog changed (a pack installed or removed while it runs): compare
+        every known worker's reported catalog again, so each is degraded or healthy as of now, and
+        offer the changes to the queue. The names of the workers whose status changed."""
+        side = self.server_side()
+        changed = []
+        for worker in self.registry.workers(listed_only=False):
+            hello = worker.hello
+            if hello is None or worker.catalog is None:
+                continue
+            before = worker.catalog.status
+            worker.catalog = compare_catalogs(side.catalog_hash, side.node_types, hello.catalog_hash, hello.node_types)
+            if worker.catalog.status != before:
+                changed.append(worker.name)
+                log.info("codefy: the node catalog changed: worker %s is %s now%s", worker.name, worker.catalog.status,
+                         f" (it lacks {', '.join(worker.catalog.worker_lacks)})" if worker.catalog.worker_lacks else "")
+            self.offer(worker)
+        self._reschedule()
+        return changed
 
     async def authenticate(self, token: str | None, *, loopback: bool, server_token: str | None) -> Credential | None:
         return await self.enrollment.authenticate(token, loopback=loopback, server_token=server_token)
