@@ -14,7 +14,7 @@ from typing import Any
 
 from ...engine import RunResult
 from ...wire import run_events as ev
-from . import state as rs
+from ..contract import lifecycle as rs
 from .executors import ExecutionOutcome
 
 

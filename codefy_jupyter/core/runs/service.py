@@ -48,7 +48,7 @@ from ..scheduling.slot_groups import LOCAL, LocalMachine
 from ..store.database import Store
 from ..workers.service import WorkerService
 from . import endings, recovery, system_sampling
-from . import state as rs
+from ..contract import lifecycle as rs
 from .estimates import MemoryEstimates
 from .event_log import EventLog
 from .executors import ExecutionOutcome, InProcessExecutor, RunHandle, RunSpec

@@ -10,7 +10,7 @@ import asyncio
 from typing import Any, Callable
 
 from ...wire.protocol import Assign
-from ..runs import state as rs
+from ..contract import lifecycle as rs
 from ..runs.executors import ExecutionOutcome
 from ..storage.plan import S3, TRANSFER, StoragePlan
 from ..storage.s3 import S3Error, S3Storage

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...wire import run_events as ev
 from ...wire.protocol import AGENT_RESTARTED, AGENT_STOPPED, Artifact, Event, Metrics, RunFinished, RunFrame, RunWarning
-from ..runs import state as rs
+from ..contract import lifecycle as rs
 from ..runs.executors import ExecutionOutcome
 from .frame_bounds import bounded_error
 from .frame_events import event_of, events_of_report

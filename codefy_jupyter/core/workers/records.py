@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...wire.protocol import RunInbox
-from ..runs import state as rs
+from ..contract import lifecycle as rs
 from ..runs.executors import ExecutionOutcome, RunSpec
 
 RESUME = "worker_resume"
