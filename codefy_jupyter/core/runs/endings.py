@@ -15,7 +15,7 @@ from typing import Any
 from ...engine import RunResult
 from ...wire import run_events as ev
 from ..contract import lifecycle as rs
-from .executors import ExecutionOutcome
+from ..contract.execution import ExecutionOutcome
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from ...engine.recorded import OUTPUT_STORE_RUNS, Captures, RunOutputStore, inde
 from ...wire.output_reads import LIST, PORT, Answer, answer, not_recorded
 from ..store import output_drops
 from ..contract import lifecycle as rs
-from .executors import ExecutionOutcome
+from ..contract.execution import ExecutionOutcome
 
 if TYPE_CHECKING:  # the workers' side is built after this one (core/workers/service.py)
     from ..workers.outputs import WorkerOutputReads

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 from ..scheduling.queue import Placement
 from ..contract import lifecycle as rs
-from .executors import RunHandle
+from ..contract.execution import RunHandle
 
 FINISHED_KEPT = 10000
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from ...wire.protocol import Assign
 from ..contract import lifecycle as rs
-from ..runs.executors import ExecutionOutcome
+from ..contract.execution import ExecutionOutcome
 from ..storage.plan import S3, TRANSFER, StoragePlan
 from ..storage.s3 import S3Error, S3Storage
 from ..storage.transfer import InputHashes

@@ -45,7 +45,7 @@ from ...wire.protocol import (
     should_pause_reading,
 )
 from ..contract import lifecycle as rs
-from ..runs.executors import ExecutionOutcome, RunSpec
+from ..contract.execution import ExecutionOutcome, RunSpec
 from ..storage.plan import S3, TRANSFER, StoragePlan
 from ..storage.s3 import storage_from_settings
 from ..storage.transfer import InputHashes

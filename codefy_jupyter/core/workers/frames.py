@@ -11,7 +11,7 @@ from __future__ import annotations
 from ...wire import run_events as ev
 from ...wire.protocol import AGENT_RESTARTED, AGENT_STOPPED, Artifact, Event, Metrics, RunFinished, RunFrame, RunWarning
 from ..contract import lifecycle as rs
-from ..runs.executors import ExecutionOutcome
+from ..contract.execution import ExecutionOutcome
 from .frame_bounds import bounded_error
 from .frame_events import event_of, events_of_report
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...wire.protocol import RunInbox
 from ..contract import lifecycle as rs
-from ..runs.executors import ExecutionOutcome, RunSpec
+from ..contract.execution import ExecutionOutcome, RunSpec
 
 RESUME = "worker_resume"
 

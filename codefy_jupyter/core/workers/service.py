@@ -28,7 +28,7 @@ from ..scheduling.slot_groups import OfferedDevice, WorkerOffer
 from ..storage.plan import StoragePlan, plan_for, with_s3
 from .access import check_issue, check_manage
 from .enrollment import Enrollment, Issued
-from ..runs.executors import RunSpec
+from ..contract.execution import RunSpec
 from .executor import RESUME, WorkerExecutor, WorkerRunHandle
 from .handshake import Credential, Refused, ServerSide, check_hello, registered_name
 from ...wire.frames import Frame, Heartbeat, Hello, OutputAnswer, Reject, RunAlive, RunFrame, Welcome
