@@ -26,7 +26,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
-from ..core.runs import state as rs
+from ..core.contract import lifecycle as rs
 from ..core.runs.service import RunService
 from ..core.scheduling.device_sets import device_kind
 from ..core.scheduling.slot_groups import LOCAL

@@ -7,7 +7,7 @@ A page asks for a generated section with a marker line of its own,
 which the `source-read` hook replaces with Markdown rendered from the code: `cli` from the `codefy`
 command's argparse parser, `rest` from `codefy_jupyter/server/openapi.yaml`, `settings` from
 `codefy_jupyter/core/config.py`, `nodes` from the engine's node registry, `lifecycle` from the run
-service's transition table (`core/runs/state.py`). The renderers are plain
+service's transition table (`core/contract/lifecycle.py`). The renderers are plain
 functions returning Markdown, so tests read the same text the site shows. An unknown marker is an
 error, not an empty section.
 """
@@ -280,7 +280,7 @@ def render_nodes() -> str:
 # --- the run lifecycle ----------------------------------------------------------------------------
 
 def render_lifecycle() -> str:
-    from codefy_jupyter.core.runs import state
+    from codefy_jupyter.core.contract import lifecycle as state
 
     rows = [[code(before), code(event), code(after)] for (before, event), after in state.TRANSITIONS.items()]
     return table(["status", "event", "becomes"], rows)

@@ -14,8 +14,8 @@ from typing import Any
 
 from ...engine import RunResult
 from ...wire import run_events as ev
-from . import state as rs
-from .executors import ExecutionOutcome
+from ..contract import lifecycle as rs
+from ..contract.execution import ExecutionOutcome
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any, Callable
 from ...wire import run_events as ev
 from ..errors import StorageFull
 from ..store.database import Store
-from . import state as rs
+from ..contract import lifecycle as rs
 from .event_log import EventLog
 from .reads import RunReads
 from .records import RunBook

@@ -13,7 +13,7 @@ from ..errors import BadRequest, NotFound
 from ..scheduling.queue import RunQueue
 from ..storage import plan as storage_plan
 from ..store.database import Store
-from . import state as rs
+from ..contract import lifecycle as rs
 from .event_log import EventLog
 from .records import RunBook
 from .summary import add_final_loss

@@ -20,8 +20,8 @@ from ...engine import RunResult
 from ...engine.recorded import OUTPUT_STORE_RUNS, Captures, RunOutputStore, index_of, summarize
 from ...wire.output_reads import LIST, PORT, Answer, answer, not_recorded
 from ..store import output_drops
-from . import state as rs
-from .executors import ExecutionOutcome
+from ..contract import lifecycle as rs
+from ..contract.execution import ExecutionOutcome
 
 if TYPE_CHECKING:  # the workers' side is built after this one (core/workers/service.py)
     from ..workers.outputs import WorkerOutputReads

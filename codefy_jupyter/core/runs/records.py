@@ -1,7 +1,7 @@
 """One record per run the run service holds, from submit to its final write, and a bounded memory of
 the runs that finished here (followers ask for a run's status right after it ended).
 
-A record's `status` changes only through core/runs/state.py; the run service does that, this module
+A record's `status` changes only through core/contract/lifecycle.py; the run service does that, this module
 just keeps what it decided. The record answers the questions that used to take nine dicts: is the
 run's row written yet, does a placement wait for it, which graph starts it (its SECRET values included), is it
 executing here (and with which handle, since when, on which worker), is its final write under way.
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..scheduling.queue import Placement
-from . import state as rs
-from .executors import RunHandle
+from ..contract import lifecycle as rs
+from ..contract.execution import RunHandle
 
 FINISHED_KEPT = 10000
 

@@ -16,7 +16,7 @@ from typing import Any
 from ...wire import run_events as ev
 from ..scheduling.memory_ledger import budget_mib
 from ..scheduling.queue import Run
-from . import state as rs
+from ..contract import lifecycle as rs
 
 
 @dataclass(frozen=True)

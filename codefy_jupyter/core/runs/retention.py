@@ -13,7 +13,7 @@ from ..config import Settings
 from ..errors import ServiceError
 from ..storage import plan as storage_plan
 from ..store.database import Store
-from . import state as rs
+from ..contract import lifecycle as rs
 from .event_log import EventLog
 from .recorded import RecordedOutputs
 

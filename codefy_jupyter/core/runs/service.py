@@ -37,6 +37,8 @@ from ...wire import cpu_threads
 from ...wire import run_events as ev
 from ...wire.fingerprint import digest, environment_document
 from ..config import Settings
+from ..contract import lifecycle as rs
+from ..contract.execution import ExecutionOutcome, RunHandle, RunSpec
 from ..errors import Conflict, Forbidden, ServiceError, StorageFull, Unavailable
 from ..scheduling.device_sets import SubmitError
 from ..scheduling.limits import build_limits
@@ -48,10 +50,9 @@ from ..scheduling.slot_groups import LOCAL, LocalMachine
 from ..store.database import Store
 from ..workers.service import WorkerService
 from . import endings, recovery, system_sampling
-from . import state as rs
 from .estimates import MemoryEstimates
 from .event_log import EventLog
-from .executors import ExecutionOutcome, InProcessExecutor, RunHandle, RunSpec
+from .executors import InProcessExecutor
 from .final_writes import FinalWrites
 from .listeners import Listeners, RunObserver
 from .peak import in_process_peak

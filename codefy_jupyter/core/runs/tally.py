@@ -8,7 +8,7 @@ from typing import Any
 
 from ...wire import run_events as ev
 from ..telemetry import LONG_S, Counter, Histogram, code_label, queue_label
-from . import state as rs
+from ..contract import lifecycle as rs
 
 COMPLETED = "completed"  # the reason of a run that succeeded
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 from .migrations import rollback_quietly
-from ..runs.state import FINISHED
+from ..contract.lifecycle import FINISHED
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from ...wire.protocol import INBOX_MAX_FRAMES, should_pause_reading
-from ..runs import state as rs
+from ..contract import lifecycle as rs
 from .host import RunHost
 from .records import WorkerRun, facts_doc
 from .registry import WorkerRegistry

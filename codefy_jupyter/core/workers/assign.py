@@ -10,8 +10,8 @@ import asyncio
 from typing import Any, Callable
 
 from ...wire.protocol import Assign
-from ..runs import state as rs
-from ..runs.executors import ExecutionOutcome
+from ..contract import lifecycle as rs
+from ..contract.execution import ExecutionOutcome
 from ..storage.plan import S3, TRANSFER, StoragePlan
 from ..storage.s3 import S3Error, S3Storage
 from ..storage.transfer import InputHashes

@@ -45,8 +45,8 @@ from ...wire.protocol import (
     INBOX_MAX_FRAMES, Cancel, Drain, RunAlive, RunFacts, RunFinished, RunFrame, RunInbox, RunReleased, RunStarted,
     should_pause_reading,
 )
-from ..runs import state as rs
-from ..runs.executors import ExecutionOutcome, RunSpec
+from ..contract import lifecycle as rs
+from ..contract.execution import ExecutionOutcome, RunSpec
 from ..storage.plan import S3, TRANSFER, StoragePlan
 from ..storage.s3 import storage_from_settings
 from ..storage.transfer import InputHashes

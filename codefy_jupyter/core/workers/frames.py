@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from ...wire import run_events as ev
 from ...wire.protocol import AGENT_RESTARTED, AGENT_STOPPED, Artifact, Event, Metrics, RunFinished, RunFrame, RunWarning
-from ..runs import state as rs
-from ..runs.executors import ExecutionOutcome
+from ..contract import lifecycle as rs
+from ..contract.execution import ExecutionOutcome
 from .frame_bounds import bounded_error
 from .frame_events import event_of, events_of_report
 

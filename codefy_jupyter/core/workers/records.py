@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...wire.protocol import RunInbox
-from ..runs import state as rs
-from ..runs.executors import ExecutionOutcome, RunSpec
+from ..contract import lifecycle as rs
+from ..contract.execution import ExecutionOutcome, RunSpec
 
 RESUME = "worker_resume"
 

@@ -29,7 +29,7 @@ from ..storage.plan import StoragePlan, plan_for, with_s3
 from .access import check_issue, check_manage
 from .catalog_watch import CatalogWatch
 from .enrollment import Enrollment, Issued
-from ..runs.executors import RunSpec
+from ..contract.execution import RunSpec
 from .executor import RESUME, WorkerExecutor, WorkerRunHandle
 from .handshake import Credential, Refused, ServerSide, check_hello, compare_catalogs, registered_name
 from ...wire.frames import Frame, Heartbeat, Hello, OutputAnswer, Reject, RunAlive, RunFrame, Welcome

@@ -11,7 +11,7 @@ from functools import partial
 from typing import Any, Awaitable, Callable
 
 from ...wire.protocol import Ack, Cancel, RunFinished, RunFrame
-from ..runs import state as rs
+from ..contract import lifecycle as rs
 from .host import RunHost
 from .registry import Worker
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
-from ...runs import state as rs
+from ...contract import lifecycle as rs
 from ..children import child_placement
 from ..objective import RUN_LEVEL, final_metrics, read_objective, series_names
 from ..statistics import competition_ranks

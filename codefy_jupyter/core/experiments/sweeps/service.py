@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any, Mapping, Sequence
 
 from ...errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError
-from ...runs import state as rs
+from ...contract import lifecycle as rs
 from ...runs.service import RunService
 from ...runs.submit import VALIDATE_INLINE_ITEMS
 from ...scheduling.quotas import Reservation
