@@ -1,0 +1,148 @@
+"""The first hour as the README tells it, in a real `jupyter lab` at 1280×800 with Lab's default
+sidebar width, in Debian's Chromium, with a real worker agent (`codefy agent start` over loopback,
+enrolled with the command the Workers panel shows): open the Runs panel, queue the example on the
+agent from the graph viewer, watch it run in the viewer, copy its id from Lab and use the id Lab
+shows in `codefy runs show`, and a refused graph with the server's suggestion. What is asserted is
+what a user sees: elements in the viewport, not only in the DOM. Screenshots in the light theme
+and again in JupyterLab Dark go to tmp/artifacts/first-hour/."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from lab_server import ARTIFACTS_ROOT, CHROMIUM, CHROMIUM_ARGS, NEEDS_CHROMIUM, TOKEN, running_lab
+from test_lab_panels import tiny_training
+from test_lab_workers import start_agent, stop, until, worker
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(840), NEEDS_CHROMIUM]
+ARTIFACTS = ARTIFACTS_ROOT / "first-hour"
+TYPO = {"nodes": [{"id": "k", "type": "Float", "params": {"value": 2.0}},
+                  {"id": "s", "type": "Scael", "params": {"factor": 3}}],
+        "edges": [{"source": "k", "source_port": "value", "target": "s", "target_port": "x"}]}
+
+
+def dark_theme(url: str) -> None:
+    """Settings → Theme → JupyterLab Dark, as the Settings Editor saves it."""
+    body = json.dumps({"raw": json.dumps({"theme": "JupyterLab Dark"})}).encode()
+    request = urllib.request.Request(f"{url}lab/api/settings/@jupyterlab/apputils-extension:themes", data=body,
+                                     method="PUT", headers={"Authorization": f"token {TOKEN}",
+                                                            "Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=30).close()
+
+
+def test_the_first_hour(tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    agent = None
+    with running_lab(tmp_path) as lab, sync_playwright() as p:
+        (lab.root / "example.codefy.json").write_text(json.dumps(tiny_training(), indent=1))
+        (lab.root / "typo.codefy.json").write_text(json.dumps(TYPO, indent=1))
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+            errors: list[str] = []
+            page.on("pageerror", lambda err: errors.append(str(err)))
+            page.goto(f"{lab.url}lab?reset&token={TOKEN}")
+
+            # A worker: Add worker shows the command, which enrolls a real agent.
+            page.locator('.jp-SideBar li[data-id="codefy-workers"]').click(timeout=90_000)
+            workers = page.locator("#codefy-workers")
+            workers.locator("button.cdf-add-worker").click()
+            command = workers.locator(".cdf-command")
+            expect(command).to_be_in_viewport(timeout=60_000)
+            agent, _ = start_agent(tmp_path, command.inner_text())
+            until(lambda: worker(lab), lambda w: w is not None and w["state"] == "connected", "the agent never connected")
+            workers.locator("button.cdf-refresh").click()
+            expect(workers.locator('.cdf-worker[data-worker="box"]')).to_be_in_viewport(timeout=60_000)
+            expect(workers.locator(".cdf-count")).to_have_text("1 worker")
+            page.screenshot(path=str(ARTIFACTS / "1-worker-added.png"))
+
+            # The Runs panel, then the example in the viewer, queued on the agent's cpu.
+            page.locator('.jp-SideBar li[data-id="codefy-runs"]').click()
+            runs = page.locator("#codefy-runs")
+            expect(runs.locator(".cdf-title")).to_be_in_viewport()
+            page.goto(f"{lab.url}lab/tree/example.codefy.json?token={TOKEN}")
+            viewer = page.locator(".cdf-graph-viewer")
+            expect(viewer.locator("g.cdf-node")).to_have_count(len(tiny_training()["nodes"]), timeout=60_000)
+            for node in ("data", "train", "save"):
+                expect(viewer.locator(f'g.cdf-node[data-node-id="{node}"]')).to_be_in_viewport()
+            page.locator(".cdf-graph-document .cdf-tb-queue").first.click()
+            dialog = page.locator(".jp-Dialog")
+            dialog.locator("select[name=target]").select_option("box")
+            dialog.locator('input[name=device][value="cpu"]').check()
+            dialog.locator("input[name=name]").fill("first hour")
+            dialog.get_by_role("button", name="Queue").click()
+            expect(dialog).to_have_count(0, timeout=60_000)
+            run = until(lambda: lab.api("GET", "runs?limit=5")["runs"],
+                        lambda rs: any(r["name"] == "first hour" for r in rs), "the queued run")
+            run_id = next(r["id"] for r in run if r["name"] == "first hour")
+            expect(page.get_by_text(f"Queued run {run_id[:12]}")).to_be_in_viewport(timeout=30_000)
+
+            # Watch it in the viewer: it reaches succeeded there, its nodes done and in view.
+            expect(viewer.locator('[data-role="run-status"]')).to_have_text("succeeded", timeout=180_000)
+            expect(viewer.locator('g.cdf-node[data-node-id="train"]')).to_have_attribute("data-state", "done")
+            expect(viewer.locator('g.cdf-node[data-node-id="train"]')).to_be_in_viewport()
+            assert lab.api("GET", f"runs/{run_id}")["worker_id"] in ("box", worker(lab)["id"])
+            page.screenshot(path=str(ARTIFACTS / "2-viewer-watched.png"))
+
+            # Its row in the Runs panel, its detail, Copy id; the id Lab shows works in the CLI.
+            if not runs.is_visible():  # a click on the open tab would close the sidebar
+                page.locator('.jp-SideBar li[data-id="codefy-runs"]').click()
+            row = runs.locator(f'tr.cdf-row[data-run-id="{run_id}"]')
+            expect(row).to_be_in_viewport(timeout=60_000)
+            expect(row).to_have_attribute("data-status", "succeeded")
+            row.locator(".cdf-run-link").click()
+            detail = page.locator(f".cdf-run-detail#codefy-run-{run_id}")
+            shown = detail.locator(".cdf-run-id")
+            expect(shown).to_be_in_viewport(timeout=60_000)
+            detail.locator("button.cdf-copy-id").click()
+            expect(detail.locator("button.cdf-copy-id")).to_have_text("Copied")
+            assert page.evaluate("navigator.clipboard.readText()") == run_id
+            expect(detail.locator('.cdf-run-metrics g.cdf-series[data-label="train_loss"] polyline').first
+                   ).to_be_visible(timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "3-run-detail.png"))
+            cli = subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", "runs", "show", shown.inner_text(),
+                                  "--url", lab.url, "--token", TOKEN],
+                                 capture_output=True, text=True, timeout=120)
+            assert cli.returncode == 0, cli.stderr
+            assert run_id in cli.stdout and "succeeded" in cli.stdout, cli.stdout
+
+            # A typo in a node type: refused, the node marked, the close match suggested.
+            page.goto(f"{lab.url}lab/tree/typo.codefy.json?reset&token={TOKEN}")
+            viewer = page.locator(".cdf-graph-viewer:visible")
+            expect(viewer.locator("g.cdf-node")).to_have_count(2, timeout=60_000)
+            page.locator(".cdf-graph-document:visible .cdf-tb-run").first.click()
+            typo = viewer.locator('g.cdf-node[data-node-id="s"]')
+            expect(viewer.locator('g.cdf-node[data-node-id="s"][data-refused]')).to_have_count(1, timeout=60_000)
+            expect(typo).to_be_in_viewport()
+            typo.click()
+            side = viewer.locator(".cdf-graph-side")
+            expect(side).to_contain_text("unknown node type 'Scael'")
+            expect(side).to_contain_text("Scale")
+            page.screenshot(path=str(ARTIFACTS / "4-refused-with-suggestion.png"))
+
+            # The same steps' screens in JupyterLab Dark.
+            dark_theme(lab.url)
+            page.goto(f"{lab.url}lab/tree/example.codefy.json?token={TOKEN}")
+            expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false", timeout=90_000)
+            if not runs.is_visible():
+                page.locator('.jp-SideBar li[data-id="codefy-runs"]').click()
+            expect(runs.locator(f'tr.cdf-row[data-run-id="{run_id}"]')).to_be_in_viewport(timeout=60_000)
+            expect(page.locator(".cdf-graph-viewer:visible g.cdf-node").first).to_be_in_viewport(timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "5-dark-runs-and-viewer.png"))
+            if not workers.is_visible():
+                page.locator('.jp-SideBar li[data-id="codefy-workers"]').click()
+            expect(workers.locator('.cdf-worker[data-worker="box"]')).to_be_in_viewport(timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "6-dark-workers.png"))
+            assert not errors, errors
+        finally:
+            browser.close()
+            if agent is not None:
+                stop(agent)
