@@ -10,7 +10,8 @@ a listing), then a real `codefy start` serves it (retention off) and one keep-al
   first_page        GET runs?limit=50                      the Runs panel's "All" chip, and the API's default page
   chip_succeeded    GET runs?limit=50&status=succeeded     a chip of the panel (a common status)
   chip_running      GET runs?limit=50&status=running,disconnected   a chip whose runs are few
-  deep_page         GET runs?limit=50&offset=500000        paging far back
+  deep_page         GET runs?limit=50&offset=500000        paging far back by offset (reads every run it skips)
+  deep_keyset       GET runs?limit=50&after=<id>           the same page by keyset (`after`: an earlier page's `next`)
   one_run_prefix    GET runs/<12-char prefix>              a run by the id people copy
 
 Reported per request: p50, p90 and max milliseconds (request written -> answer read, on loopback),
@@ -109,11 +110,14 @@ async def measure(state: dict[str, Any], n: int, requests: int) -> dict[str, Any
     code, page = await http.request("GET", "runs?limit=1")
     assert code == 200 and page["total"] == n, (code, page.get("total") if isinstance(page, dict) else page)
     newest = page["runs"][0]["id"]
+    code, middle = await http.request("GET", f"runs?limit=1&offset={n // 2 - 1}")
+    assert code == 200, middle
     paths = {
         "first_page": "runs?limit=50",
         "chip_succeeded": "runs?limit=50&status=succeeded",
         "chip_running": "runs?limit=50&status=running,disconnected",
         "deep_page": f"runs?limit=50&offset={n // 2}",
+        "deep_keyset": f"runs?limit=50&after={middle['runs'][0]['id']}",
         "one_run_prefix": f"runs/{newest[:12]}",
     }
     out: dict[str, Any] = {}

@@ -244,10 +244,12 @@ class AsyncClient:
     async def get(self, run_id: str) -> dict[str, Any]:
         return await self._call("GET", f"runs/{run_id}")
 
-    async def list(self, *, status: str | list[str] | None = None, offset: int = 0, limit: int = 50) -> dict[str, Any]:
+    async def list(self, *, status: str | list[str] | None = None, offset: int = 0, limit: int = 50,
+                   after: str | None = None) -> dict[str, Any]:
+        """A page of runs, newest first; `after`: an earlier page's `next` (keyset paging)."""
         if isinstance(status, list):
             status = ",".join(status)
-        return await self._call("GET", "runs", status=status, offset=offset, limit=limit)
+        return await self._call("GET", "runs", status=status, offset=offset, limit=limit, after=after)
 
     async def cancel(self, run_id: str) -> dict[str, Any]:
         return await self._call("POST", f"runs/{run_id}/cancel")

@@ -236,7 +236,8 @@ class RunsHandler(CodefyAPIHandler):
     async def get(self) -> None:
         statuses = [s for s in self.get_arguments("status") for s in s.split(",") if s] or None
         self.send(200, await self.service.list(status=statuses, offset=self.int_arg("offset", 0),
-                                               limit=self.int_arg("limit", 50)))
+                                               limit=self.int_arg("limit", 50),
+                                               after=self.get_argument("after", None)))
 
     @web.authenticated
     @authorized

@@ -30,5 +30,5 @@ def test_the_run_pages_benchmark_runs_on_either_backend(tmp_path, store):
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
     assert report["parameters"]["runs"] == 500 and report["parameters"]["store"] == store
-    assert set(report["results"]) == {"first_page", "chip_succeeded", "chip_running", "deep_page", "one_run_prefix"}
+    assert set(report["results"]) == {"first_page", "chip_succeeded", "chip_running", "deep_page", "deep_keyset", "one_run_prefix"}
     assert all(r["p50_ms"] > 0 for r in report["results"].values())

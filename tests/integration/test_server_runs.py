@@ -303,3 +303,21 @@ async def test_follow_all_replays_named_runs_from_their_cursors(jp_fetch, jp_ws_
     assert frame["type"] == "events" and frame["run_id"] == run["id"]
     assert [e["seq"] for e in frame["events"]] == list(range(3, done["last_seq"] + 1))
     ws.close()
+
+
+async def test_pages_go_on_after_a_run_as_the_previous_page_says(jp_fetch):
+    ids = []
+    for i in range(7):
+        code, run = await call(jp_fetch, "api", "runs", method="POST",
+                               body={"graph": SMALL, "name": f"page {i}", "options": {"device": "cpu"}})
+        assert code == 201, run
+        ids.append(run["id"])
+    newest_first = ids[::-1]
+    code, first = await call(jp_fetch, "api", "runs", limit=3)
+    assert code == 200 and [r["id"] for r in first["runs"]] == newest_first[:3] and first["next"] == newest_first[2]
+    code, second = await call(jp_fetch, "api", "runs", limit=3, after=first["next"])
+    assert code == 200 and [r["id"] for r in second["runs"]] == newest_first[3:6] and second["total"] == 7
+    code, last = await call(jp_fetch, "api", "runs", limit=3, after=second["next"])
+    assert [r["id"] for r in last["runs"]] == newest_first[6:] and "next" not in last
+    code, body = await call(jp_fetch, "api", "runs", after="not-a-run")
+    assert code == 400 and body["error"]["code"] == "invalid_after" and body["error"]["params"]["field"] == "after"

@@ -465,6 +465,13 @@ def test_list_runs_newest_first_with_status_filter_offset_limit_and_total(store_
             waiting = [i for i in newest_first if statuses[ids.index(i)] in ("queued", "running")]
             assert total == 24 and [r["id"] for r in rows] == waiting[2:5]
             assert rows[0]["graph"] == {"nodes": [ids.index(rows[0]["id"])]}
+            # Keyset paging: behind a run's place, alone or with statuses, the same rows as by offset.
+            for status_filter, expected in ((None, newest_first), (["running", "failed", "queued"], None)):
+                expected = expected or [i for i in newest_first if statuses[ids.index(i)] in status_filter]
+                before = await store.submit_order_of(expected[9])
+                rows, total = await store.list_runs(status_filter, limit=6, before=before)
+                assert [r["id"] for r in rows] == expected[10:16] and total == len(expected)
+            assert await store.submit_order_of("nope") is None
             # Several statuses are merged newest first across them, pages crossing from one to another.
             three = [i for i in newest_first if statuses[ids.index(i)] in ("failed", "queued", "running")]
             for offset in (0, 7, 30, 35):

@@ -48,7 +48,9 @@ class RunReads:
         return (await add_final_loss(self.store, [self.view(await self.row(run_id))]))[0]
 
     async def list(self, *, status: str | list[str] | None = None, offset: int = 0,
-                   limit: int = LIST_LIMIT) -> dict[str, Any]:
+                   limit: int = LIST_LIMIT, after: str | None = None) -> dict[str, Any]:
+        """A page newest first. `after`: a run id from an earlier page (its `next`): the page goes
+        on behind that run, as fast a million runs back as at the front."""
         statuses = [status] if isinstance(status, str) else status
         for s in statuses or ():
             if s not in rs.STATES:
@@ -59,9 +61,20 @@ class RunReads:
         if not 0 <= offset <= OFFSET_MAX:
             raise BadRequest(f"offset must be from 0 to {OFFSET_MAX}", code="invalid_offset",
                              params={"field": "offset"})
-        rows, total = await self.store.list_runs(statuses, offset=offset, limit=limit)
+        before = None
+        if after is not None:
+            before = await self.store.submit_order_of(after)
+            if before is None:
+                raise BadRequest(f"after: no run {after!r} to page on from (it may have been deleted); "
+                                 "start again from the first page", code="invalid_after",
+                                 params={"field": "after", "run_id": after})
+        rows, total = await self.store.list_runs(statuses, offset=offset, limit=limit, before=before)
         runs = await add_final_loss(self.store, [self.view(r) for r in rows])
-        return {"runs": runs, "total": total, "offset": offset, "limit": limit}
+        page: dict[str, Any] = {"runs": runs, "total": total, "offset": offset, "limit": limit}
+        # The run to pass as `after` for the next page; absent on a page that is not full.
+        if len(runs) == limit:
+            page["next"] = runs[-1]["id"]
+        return page
 
     def view(self, row: dict[str, Any]) -> dict[str, Any]:
         view = self.storage.overlay({k: v for k, v in row.items() if k not in ("graph", "last_seq")})

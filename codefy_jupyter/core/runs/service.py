@@ -559,9 +559,9 @@ class RunService:
     async def get(self, run_id: str) -> dict[str, Any]:
         return await self.reads.get(run_id)
 
-    async def list(self, *, status: str | list[str] | None = None, offset: int = 0,
-                   limit: int = LIST_LIMIT) -> dict[str, Any]:
-        return await self.reads.list(status=status, offset=offset, limit=limit)
+    async def list(self, *, status: str | list[str] | None = None, offset: int = 0, limit: int = LIST_LIMIT,
+                   after: str | None = None) -> dict[str, Any]:
+        return await self.reads.list(status=status, offset=offset, limit=limit, after=after)
 
     async def check_cursor(self, run_id: str, cursor: int) -> tuple[str, int]:
         return await self.reads.check_cursor(run_id, cursor)

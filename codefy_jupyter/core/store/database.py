@@ -70,6 +70,7 @@ from .queries import (
     select_run,
     select_run_status,
     select_runs_page,
+    select_submit_order,
     update_run_row,
 )
 
@@ -333,14 +334,20 @@ class Store:
         return await self._reader.run(select_run_status, run_id)
 
     async def list_runs(self, status: str | Iterable[str] | None = None, *, offset: int = 0,
-                        limit: int = MAX_LIST_LIMIT, with_graph: bool = False) -> tuple[list[dict], int]:
+                        limit: int = MAX_LIST_LIMIT, with_graph: bool = False,
+                        before: int | None = None) -> tuple[list[dict], int]:
         """A page of runs newest first and the total matching `status`. Rows leave out the graph
-        unless asked: a list view does not need it and graphs can be large."""
+        unless asked: a list view does not need it and graphs can be large. `before`: a
+        submit_order (`submit_order_of`); the page starts behind that run."""
         if not 0 <= limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit must be between 0 and {MAX_LIST_LIMIT}, got {limit}")
         if offset < 0:
             raise ValueError(f"offset must not be negative, got {offset}")
-        return await self._reader.run(select_runs_page, status, offset, limit, with_graph)
+        return await self._reader.run(select_runs_page, status, offset, limit, with_graph, before)
+
+    async def submit_order_of(self, run_id: str) -> int | None:
+        """Where a run stands in the newest-first order (for keyset paging), None if there is none."""
+        return await self._reader.run(select_submit_order, run_id)
 
     async def active_runs(self) -> list[dict]:
         """Runs not in a finished status (queued, running, ...), oldest first: what recovery retires."""
