@@ -100,9 +100,16 @@ export interface Worker {
   disconnect_reason?: Notice | null;
 }
 
+/** An agent's last refusal, kept by its name until it connects (GET workers' `refused`). */
+export interface WorkerRefusal extends Notice {
+  name: string;
+  at: number;
+}
+
 export interface WorkerList {
   workers: Worker[];
   local?: WorkerDevice[];
+  refused?: WorkerRefusal[];
 }
 
 export interface Enrollment {

@@ -2,8 +2,10 @@
 // tone), a degraded pill naming the node types it lacks, devices with slots (taken/limit) and
 // same-card marks, heartbeat age, the runs it executes; Drain / Undrain / Remove; and "Add
 // worker", which issues a one-time enrollment token and shows the exact `codefy agent start`
-// command with a Copy button. Worker state is not on /ws/execution: the panel re-reads the list
-// every 10 s (the Settings Editor's refreshSeconds) while it is visible (and on Refresh); the heartbeat age ticks locally each second.
+// command with a Copy button; under the cards, the agents the server refused (version mismatch,
+// name taken), by name, with the reason. Worker state is not on /ws/execution: the panel re-reads
+// the list every 10 s (the Settings Editor's refreshSeconds) while it is visible (and on
+// Refresh); the heartbeat age ticks locally each second.
 
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
@@ -11,7 +13,7 @@ import { Widget } from '@lumino/widgets';
 import { ApiError, CodefyApi } from './api';
 import { copyText, h } from './dom';
 import { deviceCells, heartbeatAge, Trans, workerCount, WorkerRow, workerRows } from './format';
-import { renderError } from './messages';
+import { renderError, renderNotice } from './messages';
 import { DEFAULT_PREFERENCES } from './settings';
 import type { Enrollment, Worker, WorkerList } from './types';
 
@@ -199,8 +201,22 @@ export class WorkersPanel extends Widget {
         h('div', { class: 'cdf-worker-head' }, h('b', {}, t.__('This server'))), this.devices(local)) : null,
       rows.length
         ? h('div', { class: 'cdf-workers' }, rows.map(row => this.card(row, this.worker(row.id)!, now)))
-        : h('div', { class: 'cdf-empty' }, this.listing ? t.__('no workers connected') : t.__('loading…'))
+        : h('div', { class: 'cdf-empty' }, this.listing ? t.__('no workers connected') : t.__('loading…')),
+      this.refusals(now)
     ].filter((n): n is HTMLElement => n !== null));
+  }
+
+  /** Agents the server turned away, by name, with the reason (until that name connects). */
+  private refusals(now: number): HTMLElement | null {
+    const t = this.trans;
+    const refused = this.listing?.refused ?? [];
+    if (!refused.length) {
+      return null;
+    }
+    return h('div', { class: 'cdf-refusals' }, h('div', { class: 'cdf-subtitle' }, t.__('Refused agents')),
+      refused.map(r => h('div', { class: 'cdf-refusal-row', dataset: { worker: r.name, code: r.code } },
+        h('b', {}, r.name), ' ', h('span', { class: 'cdf-sub-inline' }, heartbeatAge(r.at, now, t)),
+        h('div', { class: 'cdf-error' }, renderNotice(r, t)))));
   }
 
   dispose(): void {

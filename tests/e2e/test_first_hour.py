@@ -1,7 +1,8 @@
 """The first hour as the README tells it, in a real `jupyter lab` at 1280×800 with Lab's default
 sidebar width, in Debian's Chromium, with a real worker agent (`codefy agent start` over loopback,
 enrolled with the command the Workers panel shows): open the Runs panel, queue the example on the
-agent from the graph viewer, watch it run in the viewer, copy its id from Lab and use the id Lab
+agent from the graph viewer (a second agent under the same name is refused, and the Workers panel
+says why), watch it run in the viewer, copy its id from Lab and use the id Lab
 shows in `codefy runs show`, and a refused graph with the server's suggestion. What is asserted is
 what a user sees: elements in the viewport, not only in the DOM. Screenshots in the light theme
 and again in JupyterLab Dark go to tmp/artifacts/first-hour/."""
@@ -9,6 +10,7 @@ and again in JupyterLab Dark go to tmp/artifacts/first-hour/."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -63,6 +65,25 @@ def test_the_first_hour(tmp_path: Path) -> None:
             expect(workers.locator('.cdf-worker[data-worker="box"]')).to_be_in_viewport(timeout=60_000)
             expect(workers.locator(".cdf-count")).to_have_text("1 worker")
             page.screenshot(path=str(ARTIFACTS / "1-worker-added.png"))
+
+            # A second agent under the taken name is refused; the panel says why, by its name.
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER_"))}
+            env.update(JUPYTER_PLATFORM_DIRS="0", JUPYTER_DATA_DIR=str(tmp_path / "twin-jupyter"))
+            with open(tmp_path / "twin.log", "wb") as log:
+                twin = subprocess.Popen([sys.executable, "-m", "codefy_jupyter.cli", "agent", "start", "--control",
+                                         lab.url, "--token", TOKEN, "--name", "box", "--data-dir", str(tmp_path / "twin")],
+                                        env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            try:
+                until(lambda: lab.api("GET", "workers").get("refused", []), lambda r: any(x["name"] == "box" for x in r),
+                      "the twin was never refused")
+            finally:
+                stop(twin)
+            workers.locator("button.cdf-refresh").click()
+            refusal = workers.locator('.cdf-refusal-row[data-worker="box"]')
+            expect(refusal).to_be_in_viewport(timeout=60_000)
+            expect(refusal).to_have_attribute("data-code", "name_taken")
+            expect(refusal.locator(".cdf-error")).to_contain_text("taken")
+            page.screenshot(path=str(ARTIFACTS / "1b-agent-refused.png"))
 
             # The Runs panel, then the example in the viewer, queued on the agent's cpu.
             page.locator('.jp-SideBar li[data-id="codefy-runs"]').click()

@@ -214,6 +214,10 @@ async def test_hello_refusals_name_their_reason(agent_factory, jp_fetch):
     assert frame.code == "version_mismatch"
     assert frame.message == f"version mismatch: worker 0.0.1, control plane {__version__}"
     assert await agent.closed() == 4400
+    # The refusal is kept by the agent's name for the Workers panel, not only in the server log.
+    code, listing = await call(jp_fetch, "api", "workers")
+    kept = [r for r in listing["refused"] if r["name"] == "box"]
+    assert [(r["code"], r["message"]) for r in kept] == [("version_mismatch", frame.message)]
 
     agent = await agent_factory("box", welcome=False, protocol_version=wp.PROTOCOL_VERSION + 1)
     frame = await agent.expect(wp.Reject)
@@ -236,10 +240,15 @@ async def test_hello_refusals_name_their_reason(agent_factory, jp_fetch):
     other = await agent_factory("gpu-box", token=token, welcome=False)
     frame = await other.expect(wp.Reject)
     assert frame.code == "name_taken"
+    code, listing = await call(jp_fetch, "api", "workers")
+    assert [r["code"] for r in listing["refused"] if r["name"] == "gpu-box"] == ["name_taken"]
     second = await agent_factory("gpu-box")
     assert await first.closed() == 4409
     code, listing = await call(jp_fetch, "api", "workers")
     assert [w["state"] for w in listing["workers"] if w["name"] == "gpu-box"] == ["connected"]
+    # Once the name connects, its old refusal is gone; the other name's stays.
+    assert [r["name"] for r in listing["refused"] if r["name"] == "gpu-box"] == []
+    assert "box" in [r["name"] for r in listing["refused"]]
     second.close()
     # A worker token is bound to its name.
     agent = await agent_factory("other-name", token=token, welcome=False)

@@ -53,6 +53,10 @@ class StartedRun:
     fingerprint: str | None
 
 
+# How many agent names' last refusal GET workers lists.
+REFUSALS_KEPT = 20
+
+
 class WorkerService:
     """`host`: what the worker side may use of the run service (core/workers/host.py); `queue`: the
     run queue's worker-facing part. The run service, in turn, calls only the public methods here."""
@@ -73,6 +77,10 @@ class WorkerService:
         self._link_numbers: dict[int, int] = {}
         self._noted: set[tuple[str, ...]] = set()  # what was logged once (connect_notes)
         self.catalog_watch = CatalogWatch(host.registry, float(settings.node_catalog_check_s), self.recheck_catalogs)
+        # The last refusal of each agent name, newest last, until that name connects: the Workers
+        # panel shows why an agent did not come up (a version mismatch, a taken name) rather than
+        # leaving it to the server log. Bounded: a misconfigured fleet cannot grow it without end.
+        self.refusals: dict[str, dict[str, Any]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def load(self) -> None:
@@ -233,7 +241,9 @@ class WorkerService:
                              connected=self.registry.connected_identities(), instances_held=held)
         if isinstance(judged, Refused):
             log.warning("codefy: worker %r refused: %s", hello.name, judged.message)
+            self._keep_refusal(hello.name, judged)
             return judged.frame(), None
+        self.refusals.pop(hello.name, None)
         now = asyncio.get_running_loop().time()
         worker, old = self.registry.register(judged, hello, credential, link, now)
         worker.loopback = loopback
@@ -363,8 +373,22 @@ class WorkerService:
                 device.update({k: v for k, v in row.items() if k in ("slots", "same_card", "shared_with", "memory")})
         return view
 
+    def _keep_refusal(self, name: str, refused: Refused) -> None:
+        if not isinstance(name, str) or not name:
+            return
+        self.refusals.pop(name, None)
+        self.refusals[name] = {"name": name, "code": refused.code, "message": refused.message,
+                               "params": dict(refused.params), "at": self.host.clock()}
+        while len(self.refusals) > REFUSALS_KEPT:
+            self.refusals.pop(next(iter(self.refusals)))
+
+    def refused(self) -> list[dict[str, Any]]:
+        """The kept refusals, newest first (copies)."""
+        return [dict(r, params=dict(r["params"])) for r in reversed(self.refusals.values())]
+
     def list(self) -> dict[str, Any]:
-        return {"workers": [self.entry(w) for w in self.registry.workers()], "local": self._slot_rows("local")}
+        return {"workers": [self.entry(w) for w in self.registry.workers()], "local": self._slot_rows("local"),
+                "refused": self.refused()}
 
     def one(self, name: str) -> dict[str, Any]:
         return self.entry(self._get(name))
@@ -380,7 +404,8 @@ class WorkerService:
                 await asyncio.sleep(0)  # the entry is a copy: encoding it may wait a turn
                 parts.append(dumps(entry))
             await asyncio.sleep(0)
-        return '{"workers": [' + ", ".join(parts) + '], "local": ' + dumps(self._slot_rows("local")) + "}"
+        return ('{"workers": [' + ", ".join(parts) + '], "local": ' + dumps(self._slot_rows("local"))
+                + ', "refused": ' + dumps(self.refused()) + "}")
 
     def _get(self, name: str) -> Worker:
         worker = self.registry.get(name)
