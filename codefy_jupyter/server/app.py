@@ -25,6 +25,7 @@ from ..core.errors import Unavailable
 from ..core.store.database import Store
 from ..core.store.lock import DATABASE_FILE, DatabaseLock, DatabaseLocked
 from ..core.store.queries import StoreError
+from ..core.workers.service import WorkerService
 from . import metrics
 from .forward import forward_routes
 from .routes import route_table
@@ -119,7 +120,9 @@ class CodefyApp(ExtensionApp):
             # This machine's id and cards (with NVML UUIDs): a worker on this machine shares them.
             local = LocalMachine(machine_id_digest(), tuple(OfferedDevice(d["key"], d.get("uuid") or None)
                                                             for d in inventory))
-            service = RunService(store, settings, devices=devices, data_dir=data_dir, local_machine=local)
+            # The run service is handed the worker side here: runs/ never imports workers/.
+            service = RunService(store, settings, devices=devices, data_dir=data_dir, local_machine=local,
+                                 workers=WorkerService)
             experiments = Experiments(service)  # before start: it follows recovery and retention too
             await service.start()
             await experiments.start()

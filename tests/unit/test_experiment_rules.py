@@ -15,6 +15,7 @@ from codefy_jupyter.core.config import Settings
 from codefy_jupyter.core.errors import BadRequest, SchemaError, ServiceError
 from codefy_jupyter.core.experiments import children, objective, params
 from codefy_jupyter.core.runs.service import RunService
+from codefy_jupyter.core.workers.service import WorkerService
 from codefy_jupyter.core.store.database import Store
 from codefy_jupyter.engine import default_registry
 
@@ -179,7 +180,7 @@ def test_submit_with_a_chosen_id_and_links_preflight_observers_and_the_harvest_h
     async def main():
         store = await Store.open(store_at("db.sqlite"))
         settings = Settings.load({"data_dir": str(tmp_path), "run_retention_keep_last": 1}, env={})
-        service = RunService(store, settings, data_dir=tmp_path)
+        service = RunService(store, settings, data_dir=tmp_path, workers=WorkerService)
         recorder, harvest = _Recorder(), _Harvest()
         service.add_observer(recorder)
         store.add_prune_hook(harvest)
@@ -240,7 +241,7 @@ def test_a_failing_harvest_rolls_back_its_writes_and_never_holds_the_delete_back
     async def main():
         store = await Store.open(store_at("db.sqlite"))
         settings = Settings.load({"data_dir": str(tmp_path), "run_retention_keep_last": 0}, env={})
-        service = RunService(store, settings, data_dir=tmp_path)
+        service = RunService(store, settings, data_dir=tmp_path, workers=WorkerService)
         harvest = _Harvest(fail=True)
         store.add_prune_hook(harvest)
         await service.start()

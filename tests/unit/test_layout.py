@@ -252,3 +252,59 @@ def test_no_module_is_over_600_lines():
     over = sorted((n, p) for p, n in sizes.items() if n > MODULE_LINES_MAX)
     assert over == [], f"modules over {MODULE_LINES_MAX} lines (split each along its jobs):\n" + "\n".join(
         f"  {path}: {lines} lines" for lines, path in reversed(over))
+
+
+# The rooms of core/, bottom up (DESIGN.md): the run contract (core/contract/, with config, errors,
+# telemetry and devices beside it) that every room stands on, then the store, the pure scheduling,
+# then runs, workers and storage, then the experiments. A room imports only its own floor or lower.
+CORE_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("contract", "config", "errors", "telemetry", "devices"),
+    ("store",),
+    ("scheduling",),
+    ("runs", "workers", "storage"),
+    ("experiments",),
+)
+# On one floor only these: runs and workers meet through the contract (workers implements the
+# worker side runs is handed where the server wires them), and both read the storage plan.
+CORE_SIDEWAYS = frozenset({("runs", "storage"), ("workers", "storage")})
+
+
+def _core_room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "core" else None
+
+
+def core_order_violations(graph: dict[str, set[str]]) -> list[str]:
+    floor = {room: level for level, rooms in enumerate(CORE_FLOORS) for room in rooms}
+    found = []
+    for module, targets in sorted(graph.items()):
+        here = _core_room(module)
+        if here is None:
+            continue
+        for target in sorted(targets):
+            there = _core_room(target)
+            if there is None or there == here:
+                continue
+            if here not in floor or there not in floor:
+                found.append(f"{module} imports {target}: core room {here if here not in floor else there} "
+                             "has no floor in CORE_FLOORS")
+            elif floor[there] > floor[here]:
+                found.append(f"{module} imports {target}: {here} stands below {there}")
+            elif floor[there] == floor[here] and (here, there) not in CORE_SIDEWAYS:
+                found.append(f"{module} imports {target}: {here} and {there} share a floor and meet "
+                             "through the contract")
+    return found
+
+
+def test_core_rooms_stand_in_one_order():
+    found = core_order_violations(import_graph())
+    assert found == [], "\n".join(found)
+
+
+def test_the_core_order_check_sees_an_import_upward_and_sideways():
+    made_up = {f"{PKG}.core.store.queries": {f"{PKG}.core.runs.state"},
+               f"{PKG}.core.runs.service": {f"{PKG}.core.workers.service", f"{PKG}.core.storage.plan"}}
+    assert core_order_violations(made_up) == [
+        f"{PKG}.core.runs.service imports {PKG}.core.workers.service: runs and workers share a floor and meet "
+        "through the contract",
+        f"{PKG}.core.store.queries imports {PKG}.core.runs.state: store stands below runs"]

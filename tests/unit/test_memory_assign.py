@@ -9,6 +9,7 @@ import asyncio
 from codefy_jupyter._version import __version__
 from codefy_jupyter.core.config import Settings
 from codefy_jupyter.core.runs.service import RunService
+from codefy_jupyter.core.workers.service import WorkerService
 from codefy_jupyter.core.store.database import Store
 from codefy_jupyter.core.workers.handshake import Credential
 from codefy_jupyter.wire.frames import PROTOCOL_VERSION, Assign, Heartbeat, Hello
@@ -20,7 +21,7 @@ CARD = {"device": "cuda:0", "uuid": "GPU-x", "total_memory": 8192 * MIB, "free_m
 
 async def connected(tmp_path, capabilities):
     store = await Store.open(tmp_path / "db.sqlite")
-    service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)
+    service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path, workers=WorkerService)
     await service.start()
     catalog = service.registry.catalog()
     link = Link()

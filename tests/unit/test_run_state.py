@@ -62,12 +62,13 @@ def test_the_run_service_writes_no_ending_the_lifecycle_does_not_allow(tmp_path)
 
     from codefy_jupyter.core.config import Settings
     from codefy_jupyter.core.runs.service import RunService
+    from codefy_jupyter.core.workers.service import WorkerService
     from codefy_jupyter.core.store.database import Store
     from codefy_jupyter.wire import run_events as ev
 
     async def main() -> None:
         store = await Store.open(tmp_path / "db.sqlite")
-        service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)
+        service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path, workers=WorkerService)
         await service.start()
         run = await service.submit({"graph": {"nodes": [{"id": "k", "type": "Float", "params": {"value": 1}}]}})
         for _ in range(200):

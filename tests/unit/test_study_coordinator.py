@@ -19,6 +19,7 @@ from codefy_jupyter.core.config import Settings
 from codefy_jupyter.core.errors import BadRequest
 from codefy_jupyter.core.experiments.studies.service import StudyService
 from codefy_jupyter.core.runs.service import RunService
+from codefy_jupyter.core.workers.service import WorkerService
 from codefy_jupyter.core.store.database import Store
 
 
@@ -61,7 +62,8 @@ def place(store_at, tmp_path):
 
 async def open_services(place, cls=RunService):
     store = await Store.open(place.target)
-    runs = cls(store, Settings.load({"data_dir": str(place.data_dir)}, env={}), data_dir=place.data_dir)
+    runs = cls(store, Settings.load({"data_dir": str(place.data_dir)}, env={}), data_dir=place.data_dir,
+               workers=WorkerService)
     studies = StudyService(runs)  # before start: it follows recovery and retention
     await runs.start()
     await studies.start()

@@ -8,6 +8,7 @@ import asyncio
 from codefy_jupyter._version import __version__
 from codefy_jupyter.core.config import Settings
 from codefy_jupyter.core.runs.service import RunService
+from codefy_jupyter.core.workers.service import WorkerService
 from codefy_jupyter.core.store.database import Store
 from codefy_jupyter.core.workers.handshake import Credential
 from codefy_jupyter.wire.protocol import (
@@ -47,7 +48,7 @@ def event(i: int) -> dict:
 async def box_connected(tmp_path, **hello_fields):
     """A RunService on a real store, with the worker "box" (cpu) connected through a Link."""
     store = await Store.open(tmp_path / "db.sqlite")
-    service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path)
+    service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path, workers=WorkerService)
     await service.start()
     catalog = service.registry.catalog()
     link = Link()

@@ -20,7 +20,7 @@ from .summary import add_final_loss
 from .unwritten import StorageWatch
 
 if TYPE_CHECKING:
-    from ..workers.service import WorkerService
+    from ..contract.worker_side import WorkerSide
 
 LIST_LIMIT = 50
 OFFSET_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset cannot even be bound
@@ -28,7 +28,7 @@ OFFSET_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset cannot even 
 
 class RunReads:
     def __init__(self, store: Store, settings: Settings, queue: RunQueue, runs: RunBook, events: EventLog,
-                 storage: StorageWatch, workers: WorkerService, data_dir: Path) -> None:
+                 storage: StorageWatch, workers: WorkerSide, data_dir: Path) -> None:
         self.store = store
         self.settings = settings
         self.queue = queue

@@ -23,7 +23,7 @@ from ..store import output_drops
 from ..contract import lifecycle as rs
 from ..contract.execution import ExecutionOutcome
 
-if TYPE_CHECKING:  # the workers' side is built after this one (core/workers/service.py)
+if TYPE_CHECKING:  # a type only: tests/unit/route_codes.py follows it to the codes a read answers
     from ..workers.outputs import WorkerOutputReads
 
 log = logging.getLogger("codefy.runs")

@@ -18,13 +18,13 @@ from .event_log import EventLog
 from .recorded import RecordedOutputs
 
 if TYPE_CHECKING:
-    from ..workers.service import WorkerService
+    from ..contract.worker_side import WorkerSide
 
 log = logging.getLogger("codefy.runs")
 
 
 class RunRemoval:
-    def __init__(self, store: Store, events: EventLog, outputs: RecordedOutputs, workers: WorkerService,
+    def __init__(self, store: Store, events: EventLog, outputs: RecordedOutputs, workers: WorkerSide,
                  data_dir: Path, settings: Settings) -> None:
         self.store = store
         self.events = events

@@ -7,18 +7,16 @@ ends, the slot is released first (the next run may start at once), then the fina
 closing event are written in one transaction (core/runs/final_writes.py). Reads of runs are in
 core/runs/reads.py, what goes with a pruned or deleted run in core/runs/retention.py.
 
-Everything here runs on the server's event loop; the executor hops engine events over from run
-threads (in batches) and calls `_on_engine_event` on it.
+Everything here runs on the server's loop; the executor hops engine events over (in batches).
 
 Worker runs (`options.target`: a worker's name, `any`, or the one-shot pool) are checked and placed
-by the same scheduler; a placement on a worker starts through WorkerService's public methods
-(`self.workers`, core/workers/service.py), which sees this service only as the `RunHost` of
-core/workers/host.py and ends each run with an `ExecutionOutcome` filed here like an in-process
-result. A run without a target, or with worker `local`, never reaches that code.
+by the same scheduler; a placement on a worker starts through the worker side the server hands in
+(`workers`: core/contract/worker_side.py, WorkerService implements it), which sees this service only
+as the `RunHost` of core/workers/host.py and ends each run with an `ExecutionOutcome` filed here like
+an in-process result. A run without a target, or with worker `local`, never reaches that code.
 
-Each run held here has one `RunRecord` (core/runs/records.py); how a run ends is decided in
-core/runs/endings.py, what becomes of a previous process's runs at start in core/runs/recovery.py
-(a worker run with a resume point is adopted instead of retired).
+One `RunRecord` a run held here (records.py); how a run ends: endings.py; a previous process's
+runs at start: recovery.py (a worker run with a resume point is adopted instead of retired).
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ import uuid
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ...engine import NodeRegistry, RunResult, SessionCache, default_registry
 from ...wire import cpu_threads
@@ -39,6 +37,7 @@ from ...wire.fingerprint import digest, environment_document
 from ..config import Settings
 from ..contract import lifecycle as rs
 from ..contract.execution import ExecutionOutcome, RunHandle, RunSpec
+from ..contract.worker_side import WorkerSideFactory
 from ..errors import Conflict, Forbidden, ServiceError, StorageFull, Unavailable
 from ..scheduling.device_sets import SubmitError
 from ..scheduling.limits import build_limits
@@ -48,7 +47,6 @@ from ..scheduling.quotas import Reservation, build_quotas
 from ..scheduling.records import Placement
 from ..scheduling.slot_groups import LOCAL, LocalMachine
 from ..store.database import Store
-from ..workers.service import WorkerService
 from . import endings, recovery, system_sampling
 from .estimates import MemoryEstimates
 from .event_log import EventLog
@@ -64,6 +62,8 @@ from .retention import RunRemoval
 from .submit import Prepared, SubmitChecks
 from .unwritten import StorageWatch
 
+if TYPE_CHECKING:  # a type only (the server hands the class in); route_codes.py follows it
+    from ..workers.service import WorkerService
 log = logging.getLogger("codefy.runs")
 
 SHUTDOWN_GRACE_S = 5.0
@@ -78,7 +78,8 @@ class RunService:
     def __init__(self, store: Store, settings: Settings, *, devices: list[str] | None = None,
                  executor: InProcessExecutor | None = None, registry: NodeRegistry | None = None,
                  clock: Callable[[], float] = time.time, data_dir: Path | None = None,
-                 local_machine: LocalMachine | None = None, cpu_cores: int | None = None) -> None:
+                 local_machine: LocalMachine | None = None, cpu_cores: int | None = None,
+                 workers: WorkerSideFactory) -> None:
         self.store = store
         # This machine's usable cores, for the automatic CPU thread budget of runs executed here.
         self.cpu_cores = cpu_cores if cpu_cores is not None else cpu_threads.available_cores()
@@ -111,7 +112,7 @@ class RunService:
         self.listeners = Listeners()
         self.fingerprint_digest: str | None = None
         # Worker agents, their connections and runs (runs without a target never touch it).
-        self.workers = WorkerService(self, self.queue)
+        self.workers: WorkerService = workers(self, self.queue)  # type: ignore[assignment]
         # Recorded outputs (options.record_outputs), here or on workers, and the runs recording now.
         max_mb = settings.run_output_store_max_mb
         self.outputs = RecordedOutputs(store, self.workers.output_reads, clock=clock,

@@ -19,13 +19,12 @@ from ..scheduling.queue import RunQueue
 from ..scheduling.records import Run
 from ..scheduling.slot_groups import LOCAL
 from ..storage import run_needs
-from ..workers.handshake import graph_node_types
 from . import record_rules
 from .estimates import MemoryEstimates
 from .requests import SubmitRequest, parse_submit
 
 if TYPE_CHECKING:
-    from ..workers.service import WorkerService
+    from ..contract.worker_side import WorkerSide
 
 # Graphs with more nodes and edges than this are validated in a thread (a few ms of work inline).
 VALIDATE_INLINE_ITEMS = 2000
@@ -45,7 +44,7 @@ class Prepared:
 
 class SubmitChecks:
     def __init__(self, settings: Settings, registry: NodeRegistry, estimates: MemoryEstimates, queue: RunQueue,
-                 workers: WorkerService, devices: list[str], data_dir: Path) -> None:
+                 workers: WorkerSide, devices: list[str], data_dir: Path) -> None:
         self.settings = settings
         self.registry = registry
         self.estimates = estimates
@@ -86,7 +85,7 @@ class SubmitChecks:
                              params={"field": "options.session"})
         node_types = None
         if worker not in (None, "any") and self.workers.is_degraded(worker):
-            node_types = await asyncio.to_thread(graph_node_types, graph)
+            node_types = await asyncio.to_thread(self.workers.node_types, graph)
         device_field = "options.device" if req.options.device is not None else (
             "graph.settings.device" if settings.get("device") is not None else "options.device")
         files = None

@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 from ...engine import NodeRegistry
 from ..config import Settings
-from ..runs.event_log import EventLog
+from ..contract.event_log import RunEvents
 from ..scheduling.queue import Run, SlotInfo, WorkerOffer
 from ..store.database import Store
 
@@ -21,7 +21,7 @@ class RunHost(Protocol):
     """The run service, as the worker side sees it."""
 
     store: Store
-    events: EventLog
+    events: RunEvents
     settings: Settings
     registry: NodeRegistry  # the node catalog the server offers workers (not the worker registry)
     clock: Callable[[], float]

@@ -31,7 +31,9 @@ from .catalog_watch import CatalogWatch
 from .enrollment import Enrollment, Issued
 from ..contract.execution import RunSpec
 from .executor import RESUME, WorkerExecutor, WorkerRunHandle
-from .handshake import Credential, Refused, ServerSide, check_hello, compare_catalogs, registered_name
+from .handshake import (
+    Credential, Refused, ServerSide, check_hello, compare_catalogs, graph_node_types, registered_name,
+)
 from ...wire.frames import Frame, Heartbeat, Hello, OutputAnswer, Reject, RunAlive, RunFrame, Welcome
 from .outputs import WorkerOutputReads
 from .host import RunHost, WorkerQueue
@@ -180,6 +182,11 @@ class WorkerService:
         """Connected with a node catalog that differs from the server's."""
         worker = self.registry.get(name)
         return worker is not None and worker.catalog is not None and not worker.catalog.matches
+
+    @staticmethod
+    def node_types(graph: dict[str, Any]) -> frozenset[str]:
+        """Every node type a run of `graph` needs its worker to offer (handshake.graph_node_types)."""
+        return graph_node_types(graph)
 
     def cpu_count(self, name: str) -> int | None:
         """The worker's cores as its hello reported them (None: unknown)."""
