@@ -139,6 +139,9 @@ class LeaseKeeper:
         try:
             if self._conn is None:
                 self._conn = self._connect()
+                # A round that waits longer than this (a lock, a stalled server) has failed: the
+                # lease's own deadline must be judged again well within its TTL.
+                self._conn.execute(f"SET statement_timeout = {max(1, int(self.lease.renew_every_s * 1000))}")
             conn = self._conn
             row = _row(conn.execute(_READ).fetchone())
             with self._lock:
