@@ -38,6 +38,15 @@ SETTINGS: tuple[Setting, ...] = (
             "Where the run database lives. Empty: the SQLite file codefy.db in data_dir. "
             "`postgresql://user:password@host:port/dbname` (libpq's URL; `postgres://` too): a PostgreSQL database, "
             "through psycopg 3 (pip install 'codefy-jupyter[postgresql]'). A preview: see Outgrowing one machine."),
+    Setting("lease_ttl_s", float, 5.0,
+            "PostgreSQL store only: seconds after its last renewal that the leader's lease is lost, and a "
+            "standby on the same database takes over (see Leader and standbys)."),
+    Setting("lease_renew_s", float, 1.0,
+            "PostgreSQL store only: seconds between the leader's lease renewals (and a standby's looks at "
+            "the lease); at most half of lease_ttl_s."),
+    Setting("leader_url", str, "",
+            "PostgreSQL store only: the URL this server gives in the lease while it leads, which standbys "
+            "name in their 503 `standby` answers. Empty: the server's own connection URL."),
     Setting("ready_wait_s", int, 10,
             "Seconds a request (REST, either socket) waits while the run queue starts, which after a restart "
             "includes recovering the previous server's runs, before it is answered 503 `recovering` with a "
@@ -219,6 +228,9 @@ def redact_url(url: str) -> str:
 class Settings:
     data_dir: str = ""
     store_url: str = ""
+    lease_ttl_s: float = 5.0
+    lease_renew_s: float = 1.0
+    leader_url: str = ""
     ready_wait_s: int = 10
     run_queue_max_concurrent_gpu: int = 1
     run_queue_max_concurrent_cpu: int = 2
@@ -278,10 +290,20 @@ class Settings:
             if s.name == "store_url":
                 check_store_url(s, values[s.name])
             sources[s.name] = source
+        _check_lease(values["lease_ttl_s"], values["lease_renew_s"])
         return cls(**values, sources=sources)
 
     def resolved_data_dir(self) -> Path:
         return local_server.data_dir(self.data_dir, env={})
+
+
+def _check_lease(ttl_s: float, renew_s: float) -> None:
+    """At least two renewals fit in a lease (as store/lease.py's check_timing holds it)."""
+    by_name = {s.name: s for s in SETTINGS}
+    if not ttl_s > 0:
+        raise ConfigError(by_name["lease_ttl_s"], ttl_s, "must be positive")
+    if not 0 < renew_s <= ttl_s / 2:
+        raise ConfigError(by_name["lease_renew_s"], renew_s, f"must be positive and at most half of lease_ttl_s ({ttl_s})")
 
 
 def _check_table_matches_dataclass() -> None:

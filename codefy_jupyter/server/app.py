@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from ..core.experiments.service import Experiments
 from ..core.runs.service import RunService
 from ..core.errors import Unavailable
 from ..core.store.database import Store
+from ..core.store.lease import LEADER, LOST, Lease
 from ..core.store.lock import DATABASE_FILE, DatabaseLock, DatabaseLocked
 from ..core.store.queries import StoreError
 from ..core.workers.service import WorkerService
@@ -70,6 +72,9 @@ class CodefyApp(ExtensionApp):
     experiments: Experiments | None = None
     store: Store | None = None
     _starting: asyncio.Future[RunService] | None = None
+    # PostgreSQL: the store while this server is a standby (it leads once `store` is set).
+    _standby_store: Store | None = None
+    _standby_known: asyncio.Event | None = None
 
     def initialize_settings(self) -> None:
         configured = {s.name: getattr(self, s.name) for s in SETTINGS}
@@ -107,14 +112,25 @@ class CodefyApp(ExtensionApp):
         data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         database = data_dir / DATABASE_FILE
         # The lock stays on the data dir's file with either backend: one server per data dir. Several
-        # servers on one PostgreSQL database are not guarded yet (the leader lease is to come).
+        # servers on one PostgreSQL database take turns by the leader lease (core/store/lease.py).
         lock = await self._lock_database(database)
         try:
-            store = await Store.open(settings.store_url or database)
+            store = await Store.open(settings.store_url or database, lease=self._lease())
         except BaseException:
             lock.release()  # the next request tries again, and must not meet our own lock
             raise
+        store.on_lease_change = self._lease_changed
         try:
+            if store.role != LEADER:
+                # A standby recovers nothing and writes nothing until it wins the lease; then it
+                # recovers as a restart after kill -9 would (the leader's process is gone, or fenced).
+                self._standby_store = store
+                self._standby_event().set()
+                self.log.info("codefy: a standby; the leader is %s", store.leader_url or "(unknown)")
+                await store.leadership()
+                self.log.warning("codefy: this server won the leader lease: recovering, then serving")
+            self._standby_store = None
+            self._standby_event().clear()
             inventory = probe_inventory(settings.device_inventory)
             devices = [d["key"] for d in inventory]
             # This machine's id and cards (with NVML UUIDs): a worker on this machine shares them.
@@ -127,6 +143,8 @@ class CodefyApp(ExtensionApp):
             await service.start()
             await experiments.start()
         except BaseException:
+            self._standby_store = None
+            self._standby_event().clear()
             await store.close()
             lock.release()
             raise
@@ -139,6 +157,56 @@ class CodefyApp(ExtensionApp):
         self.log.info("codefy: run queue ready (database %s, devices: %s)", database,
                       ", ".join(["cpu", *devices]))
         return service
+
+    def _lease(self) -> Lease:
+        settings = self.codefy_settings
+        return Lease(uuid.uuid4().hex, settings.leader_url or self.serverapp.connection_url,
+                     ttl_s=settings.lease_ttl_s, renew_every_s=settings.lease_renew_s)
+
+    def _standby_event(self) -> asyncio.Event:
+        if self._standby_known is None:
+            self._standby_known = asyncio.Event()
+        return self._standby_known
+
+    def _lease_changed(self, change: str) -> None:
+        if change == LOST:
+            self.log.error("codefy: this server lost the leader lease: stepping down to a standby")
+            asyncio.ensure_future(self._step_down())
+
+    async def _step_down(self) -> None:
+        """Drop the run service (its writes are fenced now) and start again as a standby: a later
+        win of the lease recovers from the database, as any new leader does."""
+        if self._starting is not None and not self._starting.done():
+            await asyncio.gather(self._starting, return_exceptions=True)
+        service, store, lock = self.service, self.store or self._standby_store, getattr(self, "_database_lock", None)
+        self.service = self.experiments = self.store = self._standby_store = None
+        self._database_lock = None
+        if getattr(self, "_activity", None) is not None:
+            self._activity.stop()
+        metrics.unwatch(self)
+        for close in ((service.shutdown,) if service else ()) + ((store.close,) if store else ()):
+            try:
+                await close()
+            except Exception as exc:  # fenced writes of the shutdown: the new leader recovers them
+                self.log.warning("codefy: while stepping down: %s", exc)
+        if lock is not None:
+            lock.release()
+        self._starting = asyncio.ensure_future(self._start_service())
+
+    def health(self) -> tuple[str, str | None]:
+        """(`leader`, `standby` or `recovering`; the leader's URL when known), for load balancers."""
+        if self.service is not None:
+            return LEADER, (self.store.leader_url if self.store is not None else None) or self.serverapp.connection_url
+        standby = self._standby_store
+        if standby is not None and standby.role != LEADER:
+            return "standby", standby.leader_url
+        return "recovering", None
+
+    def _standby_error(self, standby: Store) -> Unavailable:
+        leader = standby.leader_url
+        where = f"; the leader is {leader}" if leader else ""
+        return Unavailable(f"this codefy server is a standby: it serves no requests{where}", code="standby",
+                           params={"leader": leader})
 
     async def _lock_database(self, database: Path) -> DatabaseLock:
         """This process's hold on the database, before migrations or recovery touch it: a second
@@ -163,13 +231,16 @@ class CodefyApp(ExtensionApp):
         the file; the file is never touched."""
         if self.service is not None:
             return self.service
+        standby = self._standby_store
+        if standby is not None and standby.role != LEADER:
+            raise self._standby_error(standby)
         if self._starting is None or self._starting.done():
             self._starting = asyncio.ensure_future(self._start_service())
         starting = self._starting
         if wait_s is _DEFAULT_WAIT:
             wait_s = max(0, self.codefy_settings.ready_wait_s)
         try:
-            return await asyncio.wait_for(asyncio.shield(starting), wait_s)
+            return await asyncio.wait_for(self._started_or_standby(starting), wait_s)
         except asyncio.TimeoutError:
             raise Unavailable("the run queue is recovering the previous server's runs; try again shortly",
                               code="recovering", params={"retry_after_s": RETRY_AFTER_S},
@@ -179,11 +250,31 @@ class CodefyApp(ExtensionApp):
             raise Unavailable(f"the run queue is unavailable: {err}", code="store_unavailable",
                               params={"path": str(err.path) if err.path else None}) from None
 
+    async def _started_or_standby(self, starting: asyncio.Future[RunService]) -> RunService:
+        """The service once started; the standby refusal once the store turns out a standby's
+        (whose start waits for the lease, maybe for ever)."""
+        while True:
+            standby = asyncio.ensure_future(self._standby_event().wait())
+            try:
+                await asyncio.wait({starting, standby}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                standby.cancel()
+            if starting.done():
+                return starting.result()
+            store = self._standby_store
+            if store is not None and store.role != LEADER:
+                raise self._standby_error(store)
+            await asyncio.sleep(0)  # it won the lease meanwhile: the event is being cleared
+
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         # A real server starts the queue with the server, so a restart's recovery does not wait
         # for the first request.
         if not self.forwarding:
-            await self.ready(wait_s=None)
+            try:
+                await self.ready(wait_s=None)
+            except Unavailable as err:
+                if err.code != "standby":  # a standby serves its 503s and waits for the lease
+                    raise
 
     def _report_activity(self) -> None:
         """While runs are queued or executing, the server is busy: tell idle culling so (JupyterHub's
@@ -198,6 +289,8 @@ class CodefyApp(ExtensionApp):
 
     async def stop_extension(self) -> None:
         if self._starting is not None and not self._starting.done():
+            if self._standby_store is not None and self._standby_store.role != LEADER:
+                self._starting.cancel()  # a standby waiting for the lease: nothing of it to finish
             # Stopped while recovering: let recovery finish (its writes are what make the next
             # start consistent) before closing what it opened.
             await asyncio.gather(self._starting, return_exceptions=True)

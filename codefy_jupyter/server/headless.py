@@ -427,8 +427,8 @@ def _probe(state: dict[str, Any], timeout: float = 2.0) -> bool:
             message = error["message"]
         except (ValueError, KeyError, TypeError):
             error, message = {}, f"{err.code} {err.reason}"
-        if err.code == 503 and error.get("code") == "recovering":
-            return False  # still recovering the previous server's runs: it will be ready
+        if err.code == 503 and error.get("code") in ("recovering", "standby"):
+            return error["code"] == "standby"  # recovering: it will be; a standby is ready as one
         raise _Refused(f"the codefy server answered {err.code}: {message}") from None
     except (urllib.error.URLError, OSError, ValueError):
         return False

@@ -11,6 +11,7 @@ from .handlers import (
     ArtifactsHandler, CancelHandler, EventsHandler, MemoryEstimateHandler, MetricsHandler, NodesHandler,
     OpenAPIHandler, RunHandler, RunsHandler,
 )
+from .health import health_routes
 from .output_handlers import output_routes
 from .storage_handlers import storage_routes
 from .study_handlers import study_routes
@@ -32,6 +33,7 @@ def route_table(base: str) -> list[tuple[str, type, dict[str, Any]]]:
         (f"{base}codefy/api/nodes", NodesHandler, {}),
         (f"{base}codefy/api/memory-estimate", MemoryEstimateHandler, {}),
         (f"{base}codefy/api/openapi.yaml", OpenAPIHandler, {}),
+        *health_routes(base),
         (f"{base}codefy/ws/execution", ExecutionSocket, {}),
         *worker_routes(base),
         *sweep_routes(base),

@@ -96,8 +96,12 @@ def test_two_stores_opening_one_empty_database_at_once_migrate_it_once(pg_url):
     async def main():
         stores = await asyncio.gather(Store.open(pg_url), Store.open(pg_url))
         try:
-            await stores[0].create_run({"id": "a", "status": "queued"})
-            assert (await stores[1].get_run("a"))["status"] == "queued"
+            # Exactly one leads (the leader lease, test_lease_postgres.py) and takes the writes;
+            # the other reads them.
+            assert sorted(s.role for s in stores) == ["leader", "standby"]
+            leader, standby = sorted(stores, key=lambda s: s.role)
+            await leader.create_run({"id": "a", "status": "queued"})
+            assert (await standby.get_run("a"))["status"] == "queued"
         finally:
             for store in stores:
                 await store.close()

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import sqlite3
 import time
+import uuid
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -33,6 +34,8 @@ from ..telemetry import Histogram
 from . import workers as store_workers
 from .checkpoints import CheckpointPolicy
 from .ids import select_ids_with_prefix
+from .lease import LEADER, RENEW_EVERY_S, TTL_S, WON, Lease
+from .pg_lease import LeaseKeeper
 from .migrations import SchemaVersionError
 from .postgres import is_postgres_url
 from .sqlite_file import ConnectionThread, check_is_sqlite, connect_reader, connect_writer, make_private, probe_room
@@ -117,6 +120,12 @@ class Store:
         self._commits = self._writes = self._failed = self._largest = 0
         self._closed = False
         self._shutdown: asyncio.Future | None = None
+        # PostgreSQL only: the leader lease (pg_lease.py). Without it this store always leads.
+        self.lease_keeper: LeaseKeeper | None = None
+        self._leading: asyncio.Event = asyncio.Event()
+        self._leading.set()
+        # Told WON or LOST (lease.py) on the loop each time this store starts or stops leading.
+        self.on_lease_change: Callable[[str], None] | None = None
         # The disk was full at the last write that needed room (cleared by the next commit, or by
         # `probe_room`); `on_full` is told each time it becomes so.
         self.full = False
@@ -126,7 +135,8 @@ class Store:
     @classmethod
     async def open(cls, path: str | Path, *, clock: Clock = time.time, synchronous: str = "FULL",
                    batch_window_s: float = 0.0, max_batch: int = 512,
-                   checkpoints: CheckpointPolicy | None = None) -> "Store":
+                   checkpoints: CheckpointPolicy | None = None, lease: Lease | None = None,
+                   lease_clock: Clock = time.time) -> "Store":
         """Open (creating and migrating as needed) the store at `path`: an SQLite file, or a
         `postgresql://` URL (postgres.py; `synchronous` and `checkpoints` are SQLite's only).
 
@@ -134,11 +144,13 @@ class Store:
         newer than this code. `synchronous` is SQLite's: FULL makes a commit survive power loss;
         NORMAL survives a process crash only. `batch_window_s` > 0 makes the writer wait that long
         after the first queued write to gather more (larger batches, added latency). `checkpoints`:
-        when the writer checkpoints the WAL (default: checkpoints.py's figures).
+        when the writer checkpoints the WAL (default: checkpoints.py's figures). `lease` (PostgreSQL
+        only): this control plane's side of the leader lease (default: a fresh holder id, no URL),
+        on `lease_clock` (not `clock`: a test that moves the records' clock must not expire the lease).
         """
         if is_postgres_url(path):
             return await cls._open_postgres(str(path), clock=clock, batch_window_s=batch_window_s,
-                                            max_batch=max_batch)
+                                            max_batch=max_batch, lease=lease, lease_clock=lease_clock)
         synchronous = synchronous.upper()
         if synchronous not in ("NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, got {synchronous!r}")
@@ -167,7 +179,8 @@ class Store:
         return cls(path, writer, reader, clock=clock)
 
     @classmethod
-    async def _open_postgres(cls, url: str, *, clock: Clock, batch_window_s: float, max_batch: int) -> "Store":
+    async def _open_postgres(cls, url: str, *, clock: Clock, batch_window_s: float, max_batch: int,
+                             lease: Lease | None, lease_clock: Clock) -> "Store":
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         shown = redact_url(url)
@@ -182,7 +195,45 @@ class Store:
             if type(exc).__module__.startswith("psycopg"):
                 raise StoreError(f"cannot connect to the codefy database at {shown}: {exc}", path=shown) from exc
             raise
-        return cls(shown, writer, reader, clock=clock)  # type: ignore[arg-type]
+        store = cls(shown, writer, reader, clock=clock)  # type: ignore[arg-type]
+        try:
+            await store._keep_lease(url, lease or Lease(uuid.uuid4().hex, ttl_s=TTL_S, renew_every_s=RENEW_EVERY_S),
+                                    lease_clock)
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    async def _keep_lease(self, url: str, lease: Lease, clock: Clock) -> None:
+        self._leading.clear()
+        keeper = await LeaseKeeper.start(partial(postgres.connect_plain, url), lease, clock,
+                                         self._lease_changed)
+        self.lease_keeper = keeper
+        self._writer.fence = keeper.fence
+        if lease.role == LEADER:
+            self._leading.set()
+
+    def _lease_changed(self, change: str) -> None:
+        if change == WON:
+            self._leading.set()
+        else:
+            self._leading.clear()
+        if self.on_lease_change is not None:
+            self.on_lease_change(change)
+
+    @property
+    def role(self) -> str:
+        """`leader` or `standby` (an SQLite store always leads)."""
+        return self.lease_keeper.lease.role if self.lease_keeper is not None else LEADER
+
+    @property
+    def leader_url(self) -> str | None:
+        """The URL the leader serves on, as its lease row says (None when unknown)."""
+        return self.lease_keeper.lease.leader_url if self.lease_keeper is not None else None
+
+    async def leadership(self) -> None:
+        """Return once this store leads (at once on SQLite)."""
+        await self._leading.wait()
 
     @property
     def path(self) -> Path:
@@ -283,6 +334,8 @@ class Store:
     async def _close_all(self) -> None:
         try:
             await self._writer.drain()
+            if self.lease_keeper is not None:
+                await self.lease_keeper.close()
         finally:
             # Reader first: the last connection to close checkpoints the WAL into the main file.
             try:

@@ -322,6 +322,23 @@ SCHEMA_STEPS: list[Step] = [
         Only("postgresql", "CREATE TRIGGER runs_recounted AFTER UPDATE OF status ON runs FOR EACH ROW "
                            "WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION codefy_runs_moved()"),
     ),
+    # 10: the leader lease, the one lease row several control planes on one PostgreSQL database contend
+    # for (core/store/lease.py): who leads, the URL it serves on, the fencing epoch every write
+    # transaction checks, and when the lease runs out. Created on SQLite too (one schema), where
+    # nobody contends: that server always leads.
+    (
+        """
+        CREATE TABLE leader_lease (
+            id          INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
+            holder      TEXT,
+            url         TEXT,
+            epoch       INTEGER NOT NULL,
+            expires_at  REAL NOT NULL,
+            taken_at    REAL
+        ) WITHOUT ROWID
+        """,
+        "INSERT INTO leader_lease (id, epoch, expires_at) VALUES (1, 0, 0)",
+    ),
 ]
 
 SCHEMA_VERSION = len(SCHEMA_STEPS)

@@ -217,6 +217,11 @@ def connect_writer(url: str) -> PgConnection:
     return conn
 
 
+def connect_plain(url: str) -> PgConnection:
+    """A writable connection without migrations (the leader lease's keeper, pg_lease.py)."""
+    return PgConnection(_connect(url))
+
+
 def connect_reader(url: str) -> PgConnection:
     return PgConnection(_connect(url), reader=True)
 

@@ -468,16 +468,24 @@ def _snapshot(conn: sqlite3.Connection) -> Iterator[None]:
 # The writer's batch
 
 
-def apply_batch(conn: sqlite3.Connection, ops: Sequence[Callable[[sqlite3.Connection], Any]]
+def apply_batch(conn: sqlite3.Connection, ops: Sequence[Callable[[sqlite3.Connection], Any]],
+                fence: Callable[[sqlite3.Connection], None] | None = None
                 ) -> tuple[list[tuple[bool, Any]], list[int]]:
     """Run `ops` in one BEGIN IMMEDIATE transaction: ([(ok, result or error)], [writes per commit]).
 
     If anything fails, the transaction rolls back and each op is retried alone, so one bad write
-    fails by itself and the others still commit.
+    fails by itself and the others still commit. `fence(conn)` runs first in the transaction (the
+    leader lease's epoch check, pg_lease.py); what it raises fails the whole batch, untried alone.
     """
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if fence is not None:
+                try:
+                    fence(conn)
+                except Exception as refused:
+                    rollback_quietly(conn)
+                    return [(False, refused)] * len(ops), []
             results = [op(conn) for op in ops]
             conn.execute("COMMIT")
         except BaseException:
@@ -489,7 +497,7 @@ def apply_batch(conn: sqlite3.Connection, ops: Sequence[Callable[[sqlite3.Connec
         outcomes: list[tuple[bool, Any]] = []
         commits: list[int] = []
         for op in ops:
-            outcome, committed = apply_batch(conn, [op])
+            outcome, committed = apply_batch(conn, [op], fence)
             outcomes += outcome
             commits += committed
         return outcomes, commits

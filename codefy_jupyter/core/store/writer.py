@@ -70,6 +70,8 @@ class WriterThread:
         self._drained = self._loop.create_future()
         self._closed = self._loop.create_future()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        # Run first in every write transaction (the leader lease's epoch check); None on SQLite.
+        self.fence: Callable[[sqlite3.Connection], None] | None = None
 
     @classmethod
     async def start(cls, name: str, connect: Callable[[], sqlite3.Connection], *, batch_window_s: float = 0.0,
@@ -171,10 +173,9 @@ class WriterThread:
             self.checkpoint_short += 1
         policy.checkpointed(wal_frames, -1 if busy else copied)
 
-    @staticmethod
-    def _apply(conn: sqlite3.Connection, batch: Sequence[Write]) -> Outcomes:
+    def _apply(self, conn: sqlite3.Connection, batch: Sequence[Write]) -> Outcomes:
         try:
-            return apply_batch(conn, [w.op for w in batch])
+            return apply_batch(conn, [w.op for w in batch], self.fence)
         except Exception as exc:  # apply_batch reports op errors itself; this is worse
             log.exception("store: the writer failed a whole batch")
             return [(False, exc)] * len(batch), []
