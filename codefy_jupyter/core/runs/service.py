@@ -47,7 +47,7 @@ from ..scheduling.records import Placement
 from ..scheduling.slot_groups import LOCAL, LocalMachine
 from ..store.database import Store
 from ..workers.service import WorkerService
-from . import endings, recovery, system_sampling
+from . import endings, provenance, recovery, system_sampling
 from . import state as rs
 from .estimates import MemoryEstimates
 from .event_log import EventLog
@@ -490,6 +490,7 @@ class RunService:
                 ending = replace(ending, facts={**(active.facts or {}), **(ending.facts or {}), **measured})
         if run_id in self.outputs.recording:  # kept before the final status shows: a read right after finds them
             await self.outputs.keep_ending(run_id, result, active.worker)
+        await provenance.keep_inputs(self.store, run_id, result)
         await self._write_final(run_id, ending.status, ending.closing, error=ending.error, facts=ending.facts)
         if isinstance(result, ExecutionOutcome):
             self.workers.run_closed(run_id)

@@ -322,6 +322,26 @@ SCHEMA_STEPS: list[Step] = [
         Only("postgresql", "CREATE TRIGGER runs_recounted AFTER UPDATE OF status ON runs FOR EACH ROW "
                            "WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION codefy_runs_moved()"),
     ),
+    # 10 (h25-prov): input provenance (options.provenance): the content identity of each dataset or
+    # checkpoint file a run's nodes read (core/store/provenance.py). Self-contained: it touches no
+    # other table, so a merge may renumber it.
+    (
+        """
+        CREATE TABLE run_inputs (
+            id         INTEGER PRIMARY KEY,
+            run_id     TEXT NOT NULL,
+            node_id    TEXT,
+            kind       TEXT NOT NULL,     -- dataset | model
+            path       TEXT NOT NULL,
+            sha256     TEXT NOT NULL,
+            size       INTEGER NOT NULL,
+            revision   TEXT,
+            n_rows     INTEGER,
+            created_at REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX run_inputs_run ON run_inputs (run_id)",
+    ),
 ]
 
 SCHEMA_VERSION = len(SCHEMA_STEPS)
