@@ -395,7 +395,7 @@ class RunService:
                        deterministic=bool(row.get("deterministic")),
                        max_parallel_nodes=self.settings.max_parallel_nodes,
                        data_dir=self.data_dir / "runs" / run_id, cache=cache, cpu=budget,
-                       options=self.outputs.options(run_id, row))
+                       options=provenance.with_option(self.outputs.options(run_id, row), row))
         handle = record.handle = self.executor.start(spec, partial(self._on_engine_event, run_id))
         record.sampler = system_sampling.start(self.settings.system_metrics_interval_s, run_id, placement.device,
                                                partial(self._on_engine_event, run_id))
@@ -417,7 +417,7 @@ class RunService:
                        queue_key=queue_key, slots=placement.slots, name=row.get("name"),
                        cpu=self._cpu_budget(row, name), files=record.files,
                        memory_budgets=self._memory_budgets(row, name, devices),
-                       options=self.outputs.options(run_id, row))
+                       options=provenance.with_option(self.outputs.options(run_id, row), row))
         record.files = None
         started = self.workers.start_run(spec)
         self.store.update_run(run_id, status=record.status, started_at=now, worker_id=name,
