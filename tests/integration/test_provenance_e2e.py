@@ -5,7 +5,10 @@ options.provenance the run has none; a bad option is refused naming the field.""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import json
+import sys
 from pathlib import Path
 
 from test_server_runs import call, wait_status
@@ -59,6 +62,26 @@ async def test_local_and_worker_runs_record_the_same_inputs(jp_fetch, agents, tm
     assert remote["inputs"] == local["inputs"]
     plain = await finished(jp_fetch, graph, {})
     assert "inputs" not in plain
+
+
+async def cli(control: str, token: str, *args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "codefy_jupyter.cli", *args, "--url", control, "--token", token,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 180)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_codefy_run_provenance_and_runs_show(jp_fetch, control, server_token, tmp_path):
+    graph_file = tmp_path / "g.json"
+    graph_file.write_text(json.dumps(inputs_graph(tmp_path)))
+    run = json.loads(await cli(control, server_token, "run", str(graph_file), "--provenance", "--json"))
+    assert run["status"] == "succeeded" and run["options"]["provenance"] is True, run
+    text = await cli(control, server_token, "runs", "show", run["id"])
+    dataset, model = expected(tmp_path)
+    assert f"{dataset['path']} sha256:{dataset['sha256'][:12]} ({dataset['size']} bytes, 12 rows)" in text, text
+    assert f"{model['path']} sha256:{model['sha256'][:12]} ({model['size']} bytes)" in text, text
 
 
 async def test_provenance_must_be_a_boolean(jp_fetch):
