@@ -56,6 +56,7 @@ export interface Run {
   sweep_id?: string | null;
   sweep_variant?: number | null;
   study_id?: string | null;
+  inputs?: import('./runRecords').InputRecord[];
 }
 
 export interface RunPage {
