@@ -186,6 +186,7 @@ export interface SubmitOptions {
   seed?: number;
   deterministic?: boolean;
   record_outputs?: boolean;
+  provenance?: boolean;
   lane?: 'queued' | 'interactive';
   session?: string;
   target?: { worker?: string; devices?: string[]; memory_gib?: number; memory_source?: 'estimate' };
