@@ -212,7 +212,7 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
             deterministic=bool(spec.get("deterministic")), max_parallel_nodes=int(spec.get("max_parallel_nodes") or 4),
             cancel=token, callbacks=EngineCallbacks.all_to(sink), data_dir=spec.get("data_dir"), run_id=run_id,
             inline=True, cpu_threads=threads if type(threads) is int and threads >= 1 else None,
-            keep_outputs="all" if spec.get("outputs_dir") else "outputs"))
+            keep_outputs="all" if spec.get("outputs_dir") else "outputs", provenance=spec.get("provenance") is True))
     except GraphError as err:
         info = err.to_dict()
         info["type"] = "GraphError"
@@ -223,6 +223,8 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
             facts.join(timeout=30)
     if spec.get("outputs_dir"):
         _keep_recorded(spec, result.outputs)
+    for record in result.inputs if spec.get("facts") else ():  # before the report: the ending files them all
+        link.send("facts", {"kind": "provenance", "facts": record})
     return {
         "status": result.status,
         "error": result.error.to_dict() if result.error is not None else None,

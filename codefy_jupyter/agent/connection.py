@@ -487,7 +487,7 @@ class Agent:
         request = RunRequest(
             run_id=run_id, graph=frame.graph, device=frame.device, devices=list(frame.devices),
             seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
-            deterministic=options.get("deterministic") is True,
+            deterministic=options.get("deterministic") is True, provenance=options.get("provenance") is True,
             max_parallel_nodes=parallel if isinstance(parallel, int) and parallel >= 1 else 4,
             payload_cap_bytes=cap if isinstance(cap, int) else 131072,
             facts="run_facts" in (self.welcome.capabilities if self.welcome else ()), grace_s=frame.grace_s,

@@ -73,6 +73,7 @@ class RunRequest:
     devices: list[str] = field(default_factory=list)
     seed: int | None = None
     deterministic: bool = False
+    provenance: bool = False  # hash and report the files nodes declare reading (run_facts "provenance")
     max_parallel_nodes: int = 4
     payload_cap_bytes: int = 131072
     facts: bool = False
@@ -268,6 +269,7 @@ class RunProcess:
             "run_id": r.run_id, "graph": graph, "device": view.engine_device, "seed": r.seed,
             "deterministic": r.deterministic, "max_parallel_nodes": r.max_parallel_nodes,
             "data_dir": str(self.data_dir), "payload_cap_bytes": r.payload_cap_bytes, "facts": r.facts,
+            "provenance": r.provenance,
             "aliases": view.aliases,
             "env": {"CUDA_DEVICE_ORDER": env["CUDA_DEVICE_ORDER"], "CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"],
                     **(threads or {})},

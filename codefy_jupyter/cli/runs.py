@@ -207,6 +207,8 @@ async def _show(client: Any, args: argparse.Namespace) -> int:
     out(row("Duration", duration(run)))
     if run.get("final_loss"):
         out(row("Final loss", loss_text(run["final_loss"])))
+    for record in run.get("inputs") or ():  # options.provenance: what the run read, by content
+        out(row("Dataset" if record["kind"] == "dataset" else "Model", _input_text(record)))
     error = run.get("error")
     if error:
         where = f"node {error['node_id']} ({error.get('node_type')}): " if error.get("node_id") else ""
@@ -367,3 +369,9 @@ async def _metrics(client: Any, args: argparse.Namespace) -> int:
     for r in (header, *rows):
         out("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     return EXIT_OK
+
+
+def _input_text(record: dict[str, Any]) -> str:
+    rows = f", {record['rows']} rows" if record.get("rows") is not None else ""
+    revision = f", revision {record['revision']}" if record.get("revision") else ""
+    return f"{record['path']} sha256:{record['sha256'][:12]} ({record['size']} bytes{rows}{revision})"

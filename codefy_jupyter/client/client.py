@@ -217,8 +217,9 @@ class AsyncClient:
     async def submit(self, graph: dict[str, Any] | str | Path | Any, *, name: str | None = None,
                      device: str | None = None, seed: int | None = _UNSET, deterministic: bool = False,
                      record_outputs: bool = False, worker: str | None = None, devices: list[str] | None = None,
-                     lane: str | None = None, session: str | None = None) -> dict[str, Any]:
-        """Queue a run. `seed` omitted: the graph's settings.seed; `seed=None`: unseeded."""
+                     lane: str | None = None, session: str | None = None, provenance: bool = False) -> dict[str, Any]:
+        """Queue a run. `seed` omitted: the graph's settings.seed; `seed=None`: unseeded.
+        `provenance`: keep the content identity of each dataset and checkpoint file the run reads."""
         options: dict[str, Any] = {}
         if device is not None:
             options["device"] = device
@@ -228,6 +229,8 @@ class AsyncClient:
             options["deterministic"] = True
         if record_outputs:
             options["record_outputs"] = True
+        if provenance:
+            options["provenance"] = True
         if worker is not None or devices:
             options["target"] = {k: v for k, v in (("worker", worker), ("devices", devices)) if v}
         if lane is not None:

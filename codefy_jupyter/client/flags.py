@@ -90,6 +90,8 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     seed.add_argument("--no-seed", action="store_true", help="run unseeded even when the graph sets a seed")
     run.add_argument("--deterministic", action="store_true", help="ask PyTorch for deterministic kernels (warn_only)")
     run.add_argument("--record-outputs", action="store_true", help="capture node outputs for later inspection")
+    run.add_argument("--provenance", action="store_true",
+                     help="record the sha256 of every dataset and checkpoint file the run reads")
     mode = run.add_mutually_exclusive_group()
     mode.add_argument("--wait", action="store_true", help="stream progress until the run ends (the default)")
     mode.add_argument("--detach", action="store_true", help="print the submitted run and exit 0 at once")
@@ -104,6 +106,8 @@ def submit_options(args: argparse.Namespace) -> dict[str, Any]:
     """`codefy run`'s flags as keywords of `Client.submit` (shared with `%codefy run`)."""
     options: dict[str, Any] = {"name": args.name, "device": args.device, "deterministic": args.deterministic,
                                "record_outputs": args.record_outputs, "devices": args.devices}
+    if args.provenance:
+        options["provenance"] = True
     if args.no_seed:
         options["seed"] = None
     elif args.seed is not None:

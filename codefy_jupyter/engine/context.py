@@ -133,8 +133,11 @@ class RunState:
         cancel: CancelToken | threading.Event | None,
         clock: Callable[[], float] = time.monotonic,
         cpu_threads: int | None = None,
+        provenance: bool = False,
     ) -> None:
         self.run_id = run_id
+        self.provenance = provenance
+        self.inputs: list[dict[str, Any]] = []
         self.cpu_threads = cpu_threads
         self.seed = seed
         self.device = device
@@ -250,6 +253,19 @@ class ExecutionContext:
         self._run.emit_signal(
             {"event": "artifact", "node_id": self.node_id, "kind": kind, "path": str(path), "meta": meta or {}}
         )
+
+    def record_input(self, path: str | os.PathLike[str], kind: str, revision: str | None = None,
+                     rows: int | None = None) -> dict[str, Any] | None:
+        """Note that this node read `path` (kind "dataset" or "model"). Only a run queued with
+        provenance on hashes the file and keeps the record; otherwise this costs nothing."""
+        if not self._run.provenance:
+            return None
+        from .provenance import input_record
+
+        record = input_record(self.node_id, path, kind=kind, revision=revision, rows=rows)
+        with self._run._lock:
+            self._run.inputs.append(record)
+        return record
 
     def warn(self, message: str, code: str = "node_warning", **params: Any) -> None:
         self._run.emit_signal(

@@ -44,6 +44,7 @@ async def execute_graph(
     freeze_gc: bool = False,
     clock: Callable[[], float] = time.monotonic,
     cpu_threads: int | None = None,
+    provenance: bool = False,
 ) -> RunResult:
     """Run a graph on the current event loop. Raises GraphError before running an invalid graph.
 
@@ -54,6 +55,8 @@ async def execute_graph(
     serves nothing else (run_graph's own loop), since a node then blocks the loop while it runs.
     `freeze_gc=True` keeps the garbage collector off the run's own structures (see collector.py);
     it changes process-wide collector state, so only a caller that owns the process passes it.
+    `provenance=True` keeps a record (with a sha256) of every file a node declares through
+    `ctx.record_input`; they end up in `RunResult.inputs`.
     """
     if keep_outputs not in ("outputs", "all"):
         raise ValueError("keep_outputs must be 'outputs' or 'all'")
@@ -91,7 +94,7 @@ async def execute_graph(
             run_id=run_id, seed=seed, device=device, deterministic=deterministic,
             data_dir=Path(data_dir) if data_dir else Path.cwd() / ".codefy-data" / "runs" / run_id,
             callbacks=EngineCallbacks(base.status, base.inner_status, signal), cancel=cancel, clock=clock,
-            cpu_threads=cpu_threads)
+            cpu_threads=cpu_threads, provenance=provenance)
         run.presets = presets
         cache = cache if cache is not None else NoCache()
         started = clock()
@@ -117,7 +120,8 @@ async def execute_graph(
         status = "succeeded"
     return RunResult(status=status, run_id=run_id, outputs=execution.kept, error=execution.failure,
                      executed=execution.executed, cached=execution.cached, metrics=metrics, warnings=warnings,
-                     seed=seed, device=device, duration_s=clock() - started)
+                     seed=seed, device=device, duration_s=clock() - started,
+                     inputs=run.inputs)
 
 
 def run_graph(graph: dict[str, Any] | Graph, **kwargs: Any) -> RunResult:

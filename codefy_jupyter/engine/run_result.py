@@ -21,6 +21,7 @@ class RunResult:
     seed: int | None = None
     device: str = "cpu"
     duration_s: float = 0.0
+    inputs: list[dict[str, Any]] = field(default_factory=list)  # provenance records (provenance.py)
 
     @property
     def ok(self) -> bool:
@@ -31,6 +32,6 @@ class RunResult:
         return {
             "status": self.status, "run_id": self.run_id, "seed": self.seed, "device": self.device,
             "duration_s": round(self.duration_s, 4), "executed": self.executed, "cached": self.cached,
-            "metrics": self.metrics, "warnings": self.warnings,
+            "metrics": self.metrics, "warnings": self.warnings, "inputs": self.inputs,
             "error": self.error.to_dict() if self.error else None,
         }

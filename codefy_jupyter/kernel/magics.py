@@ -45,7 +45,7 @@ _CELL = "<cell>"  # stands for the graph of a %%codefy run cell in the parsed ar
 USAGE = """\
 %codefy run GRAPH [flags]   submit a graph (a JSON file, or $var / {var}: a dict or a Graph) and show
                             its live view; flags as `codefy run` (--name --device --target --devices
-                            --seed --no-seed --deterministic --record-outputs --url --token ...);
+                            --seed --no-seed --deterministic --record-outputs --provenance --url --token ...);
                             --detach prints the id only; --wait (or --timeout S) also blocks the
                             cell until the run ends; --json also returns the run as a dict
                             (`run = %codefy run g.json --json`; the final run with --wait)

@@ -15,18 +15,21 @@ from ..core.errors import ServiceError
 from .handlers import CodefyAPIHandler, api
 
 
-def sweep_csv(doc: dict[str, Any]) -> str:
-    """The ranked table: one row per variant, one column per swept parameter."""
+def sweep_csv(doc: dict[str, Any], inputs: dict[str, list[dict[str, Any]]] | None = None) -> str:
+    """The ranked table: one row per variant, one column per swept parameter; and, when any child
+    ran with options.provenance, a data_identity column: `kind:path@sha256` of each file it read."""
     out = io.StringIO()
     writer = csv.writer(out)
     swept = [f"{p['node_id']}.{p['param']}" for p in doc["params"]]
+    identity = ["data_identity"] if inputs else []
     writer.writerow(["rank", "index", "run_id", "status", "objective", "objective_metric", "objective_node_id",
-                     "ambiguous_producers", "seed", *swept])
+                     "ambiguous_producers", "seed", *swept, *identity])
     for v in doc["variants"]:
+        read = [";".join(f"{r['kind']}:{r['path']}@{r['sha256']}" for r in (inputs or {}).get(v["run_id"], ()))]
         writer.writerow([v["rank"], v["index"], v["run_id"], v["status"], v["objective"], doc["objective"]["metric"],
                          v["objective_node_id"], ";".join(v["ambiguous_producers"] or ()), v["seed"],
                          *[json.dumps(p["value"]) if not isinstance(p["value"], str) else p["value"]
-                           for p in v["params"]]])
+                           for p in v["params"]], *(read if inputs else [])])
     return out.getvalue()
 
 
@@ -60,7 +63,8 @@ class SweepHandler(CodefyAPIHandler):
         if fmt == "json":
             return self.send(200, doc)
         self.set_header("Content-Disposition", f'attachment; filename="sweep-{sweep_id}.csv"')
-        self.finish(sweep_csv(doc), set_content_type="text/csv; charset=utf-8")
+        inputs = await self.service.store.inputs_of([v["run_id"] for v in doc["variants"] if v.get("run_id")])
+        self.finish(sweep_csv(doc, inputs), set_content_type="text/csv; charset=utf-8")
 
 
 class SweepCancelHandler(CodefyAPIHandler):

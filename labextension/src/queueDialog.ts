@@ -97,6 +97,8 @@ class QueueBody extends Widget implements Dialog.IBodyWidget<QueueForm> {
         t.__('Deterministic')),
       h('label', { class: 'cdf-check' }, input('recordOutputs', { type: 'checkbox', checked: form.recordOutputs }),
         t.__('Record outputs')),
+      h('label', { class: 'cdf-check', title: t.__('Keep the sha256 of every dataset and checkpoint file the run reads') },
+        input('provenance', { type: 'checkbox', checked: form.provenance ?? false }), t.__('Record data and model identities')),
       h('div', { class: 'cdf-field' }, h('span', {}, t.__('Memory budget (GiB)')),
         input('memoryGib', { type: 'text', value: form.memoryGib ?? '', placeholder: t.__('none') }),
         estimate ? h('button', {
@@ -117,6 +119,7 @@ class QueueBody extends Widget implements Dialog.IBodyWidget<QueueForm> {
       seed: this.inputs.seed.value,
       deterministic: this.inputs.deterministic.checked,
       recordOutputs: this.inputs.recordOutputs.checked,
+      provenance: this.inputs.provenance.checked,
       memoryGib: this.inputs.memoryGib.value,
       estimateGib: this.estimateGib
     };

@@ -27,6 +27,8 @@ export interface QueueForm {
   seed: string;
   deterministic: boolean;
   recordOutputs: boolean;
+  /** keep the sha256 of every dataset and checkpoint file the run reads (options.provenance) */
+  provenance?: boolean;
   /** the memory budget per card in GiB, for a worker's card shared by memory; blank: none */
   memoryGib?: string;
   /** the estimate the dialog offered (GiB), when the budget field holds it unchanged */
@@ -42,7 +44,8 @@ export interface FormError {
 
 export function emptyForm(name = ''): QueueForm {
   return {
-    target: LOCAL, devices: [], name, seed: '', deterministic: false, recordOutputs: false, memoryGib: '',
+    target: LOCAL, devices: [], name, seed: '', deterministic: false, recordOutputs: false, provenance: false,
+    memoryGib: '',
     estimateGib: null
   };
 }
@@ -179,6 +182,9 @@ export function submitBody(graph: Graph, form: QueueForm, t: Trans): SubmitReque
   if (form.recordOutputs) {
     options.record_outputs = true;
   }
+  if (form.provenance) {
+    options.provenance = true;
+  }
   const gib = parseMemoryGib(form.memoryGib ?? '');
   if (gib === undefined) {
     return { field: 'options.target.memory_gib', message: t.__('a memory budget is a number of GiB above 0 and at most %1', MEMORY_GIB_MAX) };
@@ -225,6 +231,9 @@ export function fieldOfRefusal(field: unknown): string | null {
   }
   if (field.startsWith('options.record_outputs')) {
     return 'recordOutputs';
+  }
+  if (field.startsWith('options.provenance')) {
+    return 'provenance';
   }
   if (field.startsWith('options.target.memory_gib') || field.startsWith('options.target.memory_source')
     || field.startsWith('options.target.wait')) {

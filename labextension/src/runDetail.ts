@@ -21,7 +21,7 @@ import { renderError, renderNotice } from './messages';
 import {
   eventKinds, eventLine, EVENTS_KEPT, EVENTS_REPLAYED, eventsOfKind, foldProgress, mergeEvents, ProgressBar, progressText, withoutProgress
 } from './events';
-import { Artifact, artifactName, artifactPath, chartGroups, metricSeries, RECORD_EVENTS } from './runRecords';
+import { Artifact, artifactName, artifactPath, chartGroups, inputRows, metricSeries, RECORD_EVENTS } from './runRecords';
 import { scaleGroups, Series } from './experiments';
 import type { EventsFrame, Run, RunEvent } from './types';
 
@@ -146,6 +146,16 @@ export class RunDetail extends Widget {
       parts.push(h('div', { class: 'cdf-subtitle' }, t.__('System (sampled while it ran)')),
         ...this.systemSeries.map(series =>
           h('div', { class: 'cdf-curves cdf-run-system' }, lineChart(series, t.__('sample'), { log: this.log }))));
+    }
+    const inputs = inputRows(this.run?.inputs);
+    if (inputs.length) {  // options.provenance: what the run read, identified by content
+      parts.push(h('div', { class: 'cdf-subtitle' }, t.__('Data and models')),
+        h('table', { class: 'cdf-table cdf-inputs' }, h('tbody', {}, inputs.map(r =>
+          h('tr', { class: 'cdf-input', dataset: { kind: r.kind, path: r.path } },
+            h('td', {}, r.kind),
+            h('td', { class: 'cdf-mono', title: r.path }, r.path),
+            h('td', { class: 'cdf-mono', title: r.digest }, `sha256:${r.digest}`),
+            h('td', {}, r.detail))))));
     }
     if (this.artifacts.length) {
       parts.push(h('div', { class: 'cdf-subtitle' }, t.__('Artifacts')),

@@ -80,3 +80,36 @@ export function artifactName(a: Artifact): string {
 
 /** Event types after which the detail reads metrics and artifacts again. */
 export const RECORD_EVENTS = new Set(['metric', 'artifact', 'execution_complete', 'execution_error', 'execution_stopped']);
+
+/** One file a run read (options.provenance), as GET runs/{id} carries it under `inputs`. */
+export interface InputRecord {
+  node_id: string | null;
+  kind: string;
+  path: string;
+  sha256: string;
+  size: number;
+  revision: string | null;
+  rows: number | null;
+}
+
+export interface InputRow {
+  kind: string;
+  path: string;
+  digest: string;
+  detail: string;
+}
+
+/** The "Data and models" rows of a run's detail: the first 12 hex digits of each file's sha256 (the
+ * whole digest goes in the title), its size, and a dataset's rows and revision when known. */
+export function inputRows(inputs: InputRecord[] | undefined): InputRow[] {
+  return (inputs ?? []).map(r => {
+    const parts = [`${r.size} bytes`];
+    if (r.rows !== null && r.rows !== undefined) {
+      parts.push(`${r.rows} rows`);
+    }
+    if (r.revision) {
+      parts.push(`revision ${r.revision}`);
+    }
+    return { kind: r.kind, path: r.path, digest: r.sha256.slice(0, 12), detail: parts.join(', ') };
+  });
+}

@@ -56,6 +56,7 @@ export interface Run {
   sweep_id?: string | null;
   sweep_variant?: number | null;
   study_id?: string | null;
+  inputs?: import('./runRecords').InputRecord[];
 }
 
 export interface RunPage {
@@ -192,6 +193,7 @@ export interface SubmitOptions {
   seed?: number;
   deterministic?: boolean;
   record_outputs?: boolean;
+  provenance?: boolean;
   lane?: 'queued' | 'interactive';
   session?: string;
   target?: { worker?: string; devices?: string[]; memory_gib?: number; memory_source?: 'estimate' };

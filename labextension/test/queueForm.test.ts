@@ -40,6 +40,12 @@ describe('targets', () => {
 });
 
 describe('the request body', () => {
+  it('the provenance checkbox sends options.provenance, and a refusal of it goes back to the checkbox', () => {
+    expect(submitBody(graph, { ...emptyForm(), provenance: true }, t)).toEqual({ graph, options: { provenance: true } });
+    expect(submitBody(graph, { ...emptyForm(), provenance: false }, t)).toEqual({ graph, options: {} });
+    expect(fieldOfRefusal('options.provenance')).toBe('provenance');
+  });
+
   it('This server with nothing picked sends the graph and empty options', () => {
     expect(submitBody(graph, emptyForm(), t)).toEqual({ graph, options: {} });
   });

@@ -150,7 +150,8 @@ class InProcessExecutor:
                     max_parallel_nodes=spec.max_parallel_nodes, cache=spec.cache, cancel=token,
                     callbacks=EngineCallbacks.all_to(partial(inbox.put, on_event)), data_dir=spec.data_dir,
                     run_id=spec.run_id, inline=True, cpu_threads=spec.cpu.threads if spec.cpu else None,
-                    keep_outputs="all" if spec.options.get("record_outputs") else "outputs"))
+                    keep_outputs="all" if spec.options.get("record_outputs") else "outputs",
+                    provenance=spec.options.get("provenance") is True))
             except BaseException as err:  # a graph error or an engine bug: the run fails, the server lives
                 inbox.put(settle, None, err)
             else:

@@ -45,7 +45,11 @@ class RunReads:
         return row
 
     async def get(self, run_id: str) -> dict[str, Any]:
-        return (await add_final_loss(self.store, [self.view(await self.row(run_id))]))[0]
+        row = await self.row(run_id)
+        view = (await add_final_loss(self.store, [self.view(row)]))[0]
+        if (row.get("options") or {}).get("provenance"):  # one read more, only for runs that asked
+            view["inputs"] = await self.store.list_inputs(run_id)
+        return view
 
     async def list(self, *, status: str | list[str] | None = None, offset: int = 0,
                    limit: int = LIST_LIMIT, after: str | None = None) -> dict[str, Any]:

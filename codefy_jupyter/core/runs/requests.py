@@ -38,6 +38,7 @@ class SubmitOptions:
     seed_given: bool = False  # "seed": null (run unseeded) differs from no seed key (use the graph's)
     deterministic: bool = False
     record_outputs: bool = False
+    provenance: bool = False  # hash and keep the files nodes declare reading (engine/provenance.py)
     lane: str = "queued"
     session: str | None = None
     target: Target | None = None
@@ -89,8 +90,8 @@ def parse_submit(body: Any) -> SubmitRequest:
     if raw is None:
         raw = {}
     _type(raw, (dict,), "options", "an object")
-    _keys(raw, {"device", "seed", "deterministic", "record_outputs", "lane", "session", "target", "cpu_threads"},
-          "options")
+    _keys(raw, {"device", "seed", "deterministic", "record_outputs", "provenance", "lane", "session", "target",
+                "cpu_threads"}, "options")
     opts: dict[str, Any] = {}
     if "device" in raw and raw["device"] is not None:
         _type(raw["device"], (str,), "options.device", "a device name")
@@ -102,7 +103,7 @@ def parse_submit(body: Any) -> SubmitRequest:
             if not 0 <= seed <= SEED_MAX:
                 raise SchemaError("options.seed", f"must be from 0 to {SEED_MAX}")
             opts["seed"] = seed
-    for flag in ("deterministic", "record_outputs"):
+    for flag in ("deterministic", "record_outputs", "provenance"):
         if flag in raw:
             _type(raw[flag], (bool,), f"options.{flag}", "true or false")
             opts[flag] = raw[flag]
@@ -161,6 +162,8 @@ def _parse_target(raw: Any) -> Target:
 def options_doc(req: SubmitRequest, resolved: Any) -> dict[str, Any]:
     o = req.options
     doc: dict[str, Any] = {"lane": o.lane, "record_outputs": o.record_outputs, "requested_device": resolved.requested}
+    if o.provenance:  # only when on: rows of runs without it keep their options as before
+        doc["provenance"] = True
     if o.cpu_threads is not None:
         doc["cpu_threads"] = o.cpu_threads
     if o.target is not None:

@@ -3,9 +3,9 @@
 A submit is checked first (core/runs/submit.py: schema 422, semantics 400; lane refusals 503 come
 from the queue), its SECRET values move to an in-memory vault, the row is written, and the run
 joins the pure scheduler's queue. `_reschedule` starts whatever the scheduler places. When a graph
-ends, the slot is released first (the next run may start at once), then the final status and the
-closing event are written in one transaction (core/runs/final_writes.py). Reads of runs are in
-core/runs/reads.py, what goes with a pruned or deleted run in core/runs/retention.py.
+ends, the slot is released first (the next run may start at once), then the final status and the closing
+event are written in one transaction (final_writes.py). Reads of runs: reads.py; what goes with a pruned
+or deleted run: retention.py; a run's recorded inputs (options.provenance): provenance.py.
 
 Everything here runs on the server's loop; the executor hops engine events over (in batches).
 
@@ -15,8 +15,8 @@ by the same scheduler; a placement on a worker starts through the worker side th
 as the `RunHost` of core/workers/host.py and ends each run with an `ExecutionOutcome` filed here like
 an in-process result. A run without a target, or with worker `local`, never reaches that code.
 
-One `RunRecord` a run held here (records.py); how a run ends: endings.py; a previous process's
-runs at start: recovery.py (a worker run with a resume point is adopted instead of retired).
+One `RunRecord` a run held here (records.py); how a run ends: endings.py; a previous process's runs at
+start: recovery.py (adopted instead of retired when a worker run has a resume point).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from ..scheduling.quotas import Reservation, build_quotas
 from ..scheduling.records import Placement
 from ..scheduling.slot_groups import LOCAL, LocalMachine
 from ..store.database import Store
-from . import endings, recovery, system_sampling
+from . import endings, provenance, recovery, system_sampling
 from .estimates import MemoryEstimates
 from .event_log import EventLog
 from .executors import InProcessExecutor
@@ -292,9 +292,8 @@ class RunService:
         stored_graph = strip_secrets(graph, self.registry)
         self._order += 1
         run = self.checks.queue_run(prepared, run_id, self._order, owner)
-        # The lane's refusals (503), a worker target's (400) and the owner's queued cap (429) happen
-        # before anything is written, checked and queued in one step (no await between them). A
-        # sweep's or study's child takes the place reserved for it.
+        # Refusals of the lane (503), a worker target (400) and the owner's queued cap (429) come before
+        # anything is written, checked and queued in one step (no await between); a child takes its place.
         if run.is_local:
             self.queue.submit(run, reservation=reservation)
         else:
@@ -397,7 +396,7 @@ class RunService:
                        deterministic=bool(row.get("deterministic")),
                        max_parallel_nodes=self.settings.max_parallel_nodes,
                        data_dir=self.data_dir / "runs" / run_id, cache=cache, cpu=budget,
-                       options=self.outputs.options(run_id, row))
+                       options=provenance.with_option(self.outputs.options(run_id, row), row))
         handle = record.handle = self.executor.start(spec, partial(self._on_engine_event, run_id))
         record.sampler = system_sampling.start(self.settings.system_metrics_interval_s, run_id, placement.device,
                                                partial(self._on_engine_event, run_id))
@@ -419,7 +418,7 @@ class RunService:
                        queue_key=queue_key, slots=placement.slots, name=row.get("name"),
                        cpu=self._cpu_budget(row, name), files=record.files,
                        memory_budgets=self._memory_budgets(row, name, devices),
-                       options=self.outputs.options(run_id, row))
+                       options=provenance.with_option(self.outputs.options(run_id, row), row))
         record.files = None
         started = self.workers.start_run(spec)
         self.store.update_run(run_id, status=record.status, started_at=now, worker_id=name,
@@ -492,6 +491,7 @@ class RunService:
                 ending = replace(ending, facts={**(active.facts or {}), **(ending.facts or {}), **measured})
         if run_id in self.outputs.recording:  # kept before the final status shows: a read right after finds them
             await self.outputs.keep_ending(run_id, result, active.worker)
+        await provenance.keep_inputs(self.store, run_id, result)
         await self._write_final(run_id, ending.status, ending.closing, error=ending.error, facts=ending.facts)
         if isinstance(result, ExecutionOutcome):
             self.workers.run_closed(run_id)

@@ -31,6 +31,7 @@ from ..config import redact_url
 from ..errors import StorageFull, is_storage_full
 from . import postgres
 from ..telemetry import Histogram
+from . import provenance as store_provenance
 from . import workers as store_workers
 from .checkpoints import CheckpointPolicy
 from .ids import select_ids_with_prefix
@@ -528,6 +529,17 @@ class Store:
 
     async def list_artifacts(self, run_id: str) -> list[dict]:
         return await self._reader.run(select_artifacts, run_id)
+
+    async def record_inputs(self, run_id: str, records: Sequence[Mapping[str, Any]]) -> int:
+        """Keep a run's input provenance records (engine/provenance.py) in one write."""
+        rows = store_provenance.input_rows(run_id, records, self._clock())
+        return await self._submit(partial(store_provenance.insert_inputs, rows=rows)) if rows else 0
+
+    async def list_inputs(self, run_id: str) -> list[dict]:
+        return await self._reader.run(store_provenance.select_inputs, run_id)
+
+    async def inputs_of(self, run_ids: Sequence[str]) -> dict[str, list[dict]]:
+        return await self._reader.run(store_provenance.select_inputs_of, list(run_ids)) if run_ids else {}
 
     async def put_fingerprint(self, digest: str, document: Mapping[str, Any]) -> bool:
         """Store an environment document under its digest once; True if this call stored it."""

@@ -339,6 +339,26 @@ SCHEMA_STEPS: list[Step] = [
         """,
         "INSERT INTO leader_lease (id, epoch, expires_at) VALUES (1, 0, 0)",
     ),
+    # 11: input provenance (options.provenance): the content identity of each dataset or
+    # checkpoint file a run's nodes read (core/store/provenance.py). Self-contained: it touches no
+    # other table, so a merge may renumber it.
+    (
+        """
+        CREATE TABLE run_inputs (
+            id         INTEGER PRIMARY KEY,
+            run_id     TEXT NOT NULL,
+            node_id    TEXT,
+            kind       TEXT NOT NULL,     -- dataset | model
+            path       TEXT NOT NULL,
+            sha256     TEXT NOT NULL,
+            size       INTEGER NOT NULL,
+            revision   TEXT,
+            n_rows     INTEGER,
+            created_at REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX run_inputs_run ON run_inputs (run_id)",
+    ),
 ]
 
 SCHEMA_VERSION = len(SCHEMA_STEPS)

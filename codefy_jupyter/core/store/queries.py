@@ -234,6 +234,7 @@ def delete_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> list[Delete
         ).fetchall()
         conn.execute(f"DELETE FROM run_events WHERE run_id IN ({marks})", chunk)
         conn.execute(f"DELETE FROM run_metrics WHERE run_id IN ({marks})", chunk)
+        conn.execute(f"DELETE FROM run_inputs WHERE run_id IN ({marks})", chunk)
         by_run: dict[str, list[dict]] = {}
         for values in sorted(artifacts, key=lambda a: a[0]):  # RETURNING order is unspecified
             artifact = _decode_artifact(values)

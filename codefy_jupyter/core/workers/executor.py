@@ -56,6 +56,7 @@ from .frame_bounds import fact_kept
 from .frame_tally import FrameTally
 from .frames import events_of, outcome_of
 from .host import RunHost
+from .provenance import kept_input
 from .records import RESUME, WorkerRun, facts_doc
 from .registry import Worker, WorkerRegistry
 from .s3_credentials import CredentialRefresh
@@ -471,6 +472,9 @@ class WorkerExecutor:
             self._spawn(self.host.store.update_run(run.run_id, fingerprint_digest=fingerprint))
         elif frame.kind == "system_metrics":  # what the agent sampled (agent/system_sampling.py)
             run.facts["system_metrics"] = frame.facts
+        elif frame.kind == "provenance":  # each record is checked and stored (core/workers/provenance.py)
+            if (write := kept_input(run, self.host.store, frame.facts)) is not None:
+                self._spawn(write)
         else:
             run.facts.setdefault("run_facts", []).append({"kind": frame.kind, "facts": frame.facts})
 

@@ -122,7 +122,9 @@ def synthetic_regression(ctx: Any, n_samples: int, n_features: int, noise: float
               "task": param.select("classification", TASKS)},
       description="Reads a CSV with a header row; every column but the target must be numeric.")
 def csv_dataset(ctx: Any, path: str, target_column: str, task: str) -> dict[str, Any]:
-    return {"dataset": read_csv_dataset(path, target_column, task)}
+    dataset = read_csv_dataset(path, target_column, task)
+    ctx.record_input(path, kind="dataset", rows=int(dataset.features.shape[0]))
+    return {"dataset": dataset}
 
 
 @csv_dataset.fingerprint

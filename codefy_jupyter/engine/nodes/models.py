@@ -206,4 +206,5 @@ def load_model(ctx: Any, model: Any, filename: str, path: str | None = None) -> 
             loaded.load_state_dict(state)
         except RuntimeError as exc:
             raise ValueError(f"{field}: {str(file)!r} does not fit input 'model': {exc}") from None
+    ctx.record_input(file, kind="model")
     return {"model": loaded.eval()}

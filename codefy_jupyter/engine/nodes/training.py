@@ -203,5 +203,6 @@ def _load_checkpoint(ctx: Any, resume_from: str, model: Any, opt: Any, device: A
         opt.load_state_dict(state["optimizer"])
     except (RuntimeError, ValueError, KeyError) as exc:
         raise ValueError(f"param 'resume_from': {resume_from!r} does not fit this model/optimizer: {exc}") from None
+    ctx.record_input(path, kind="model")
     series = {k: [float(x) for x in v] for k, v in state.get("history", {}).items()}
     return int(state["epoch"]), series
