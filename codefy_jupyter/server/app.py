@@ -115,7 +115,7 @@ class CodefyApp(ExtensionApp):
         # servers on one PostgreSQL database take turns by the leader lease (core/store/lease.py).
         lock = await self._lock_database(database)
         try:
-            store = await Store.open(settings.store_url or database, lease=self._lease())
+            store = await Store.open(settings.store_url or database, lease=self._lease(replica_id(data_dir)))
         except BaseException:
             lock.release()  # the next request tries again, and must not meet our own lock
             raise
@@ -158,9 +158,9 @@ class CodefyApp(ExtensionApp):
                       ", ".join(["cpu", *devices]))
         return service
 
-    def _lease(self) -> Lease:
+    def _lease(self, holder: str) -> Lease:
         settings = self.codefy_settings
-        return Lease(uuid.uuid4().hex, settings.leader_url or self.serverapp.connection_url,
+        return Lease(holder, settings.leader_url or self.serverapp.connection_url,
                      ttl_s=settings.lease_ttl_s, renew_every_s=settings.lease_renew_s)
 
     def _standby_event(self) -> asyncio.Event:
@@ -303,3 +303,22 @@ class CodefyApp(ExtensionApp):
             await self.store.close()
         if getattr(self, "_database_lock", None) is not None:
             self._database_lock.release()
+
+
+def replica_id(data_dir: Path) -> str:
+    """This replica's name in the leader lease: kept in its data dir, so the same server started
+    again after a kill -9 knows the lease its dead predecessor held and takes it at once (with the
+    next epoch) instead of waiting out the TTL. The data dir's lock proves that predecessor gone:
+    no two live processes ever share the name."""
+    path = data_dir / "replica.id"
+    try:
+        found = path.read_text(encoding="ascii").strip()
+        if found:
+            return found
+    except OSError:
+        pass
+    name = uuid.uuid4().hex
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(name + "\n")
+    return name

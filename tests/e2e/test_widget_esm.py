@@ -200,7 +200,7 @@ def test_the_widgets_render_their_rows_and_send_their_actions(site, tmp_path):
     assert re.findall(r'<tr class="cdf-row[^"]*" data-run-id="([0-9a-f]{32})"', dom) == ids
     assert report["count"] == "4 of 312"
     assert report["queue_cells"] == ["Queue #2"] and report["reasons"] == ["waiting for worker gpu-box to reconnect"]
-    assert "4.20e-04" in dom and ">Stop<" in dom and ">Watch<" in dom and ">CSV<" in dom and ">Delete<" in dom
+    assert "4.20e-4" in dom and ">Stop<" in dom and ">Watch<" in dom and ">CSV<" in dom and ">Delete<" in dom
     # Clicks become messages for Python; a chip sets the synced filter.
     assert report["runs_sent"] == [{"action": "stop", "run_id": ids[0]}, {"action": "delete", "run_id": ids[2]},
                                    {"action": "refresh"}]

@@ -162,3 +162,18 @@ def test_a_standby_that_never_led_reports_no_change_while_following():
         change, row = tick(b, row, float(now))
         assert change is None and b.role == STANDBY and b.last_epoch == 1
     assert b.failed(99.0) is None and b.expire(99.0) is None
+
+
+def test_a_replica_keeps_its_name_in_its_data_dir(tmp_path):
+    """The same server started again (after a kill -9) is the same lease holder: it takes the
+    lease its dead predecessor held at once (decide's `row.holder == me`), with the next epoch."""
+    import stat
+
+    from codefy_jupyter.server.app import replica_id
+
+    first = replica_id(tmp_path)
+    assert first == replica_id(tmp_path) and len(first) == 32
+    assert stat.S_IMODE((tmp_path / "replica.id").stat().st_mode) == 0o600
+    other = tmp_path / "other"
+    other.mkdir()
+    assert replica_id(other) != first  # another data dir, another replica

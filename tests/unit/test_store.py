@@ -472,6 +472,9 @@ def test_list_runs_newest_first_with_status_filter_offset_limit_and_total(store_
                 rows, total = await store.list_runs(status_filter, limit=6, before=before)
                 assert [r["id"] for r in rows] == expected[10:16] and total == len(expected)
             assert await store.submit_order_of("nope") is None
+            # An offset as large as the API allows, over several statuses, is an empty page (the
+            # per-status reach is capped, not overflowed).
+            assert await store.list_runs(["running", "failed"], offset=2**63 - 1, limit=5) == ([], 24)
             # Several statuses are merged newest first across them, pages crossing from one to another.
             three = [i for i in newest_first if statuses[ids.index(i)] in ("failed", "queued", "running")]
             for offset in (0, 7, 30, 35):

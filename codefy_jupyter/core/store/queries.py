@@ -42,6 +42,7 @@ _JSON_COLUMNS = frozenset({"devices", "options", "graph", "error", "execution_fa
 UPDATABLE_RUN_FIELDS = frozenset(RUN_COLUMNS) - {"id", "last_seq"}
 _LIST_COLUMNS = tuple(c for c in RUN_COLUMNS if c != "graph")
 _ARTIFACT_COLUMNS = ("id", "run_id", "node_id", "kind", "path", "meta", "created_at", "backend", "mount_label")
+INT64_MAX = 2**63 - 1
 _DELETE_CHUNK = 500  # run ids per DELETE ... IN (...), well under SQLite's variable limit
 
 
@@ -351,7 +352,8 @@ def select_runs_page(conn: sqlite3.Connection, statuses: str | Iterable[str] | N
             f"SELECT * FROM (SELECT {listed}, submit_order FROM runs WHERE status = ?{older} "
             f"ORDER BY submit_order DESC LIMIT ?) AS b{i}" for i in range(len(params)))
         sql = f"SELECT {listed} FROM ({branches}) AS u ORDER BY submit_order DESC LIMIT ? OFFSET ?"
-        args: tuple = (*(v for status in params for v in (status, *older_args, offset + limit)), limit, offset)
+        reach = min(offset + limit, INT64_MAX)  # an offset near the largest integer must not overflow it
+        args: tuple = (*(v for status in params for v in (status, *older_args, reach)), limit, offset)
     else:
         keyed = (f"{where}{older}" if where else f"WHERE 1 = 1{older}") if older else where
         sql = f"SELECT {listed} FROM runs {keyed} ORDER BY submit_order DESC LIMIT ? OFFSET ?"
