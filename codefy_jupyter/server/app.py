@@ -115,7 +115,9 @@ class CodefyApp(ExtensionApp):
         # servers on one PostgreSQL database take turns by the leader lease (core/store/lease.py).
         lock = await self._lock_database(database)
         try:
-            store = await Store.open(settings.store_url or database, lease=self._lease(replica_id(data_dir)))
+            # A lease name kept in the data dir only where there is a lease to hold (PostgreSQL).
+            holder = replica_id(data_dir) if settings.store_url else uuid.uuid4().hex
+            store = await Store.open(settings.store_url or database, lease=self._lease(holder))
         except BaseException:
             lock.release()  # the next request tries again, and must not meet our own lock
             raise

@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from codefy_jupyter._version import __version__
 from codefy_jupyter.core.workers.session import CLOSE_HELLO_TOO_LARGE
 from codefy_jupyter.wire import hello_limits as hl
@@ -24,8 +26,20 @@ import request_cost  # noqa: E402  (the largest hello, shared with the benchmark
 from test_server_runs import call
 from test_worker_placement_e2e import until_state
 from test_worker_handlers import (  # noqa: F401 (fixtures)
-    RawAgent, _close_agents, catalog, enroll, jp_server_config, server_token,
+    RawAgent, _close_agents, catalog, enroll, server_token,
 )
+from codefy_jupyter.server.worker_handlers import HELLO_TIMEOUT_SETTING
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, request):
+    """As test_worker_handlers', with a generous hello deadline: sending the largest hello (2 MiB)
+    beside busy cores can take longer than the 1 s that file tests the deadline with."""
+    codefy = {"data_dir": str(tmp_path / "codefy")}
+    codefy.update(getattr(request, "param", {}))
+    return {"ServerApp": {"jpserver_extensions": {"codefy_jupyter": True},
+                          "tornado_settings": {HELLO_TIMEOUT_SETTING: 60.0}},
+            "CodefyApp": codefy}
 
 
 async def largest_hello(jp_fetch, name: str, box: int) -> wp.Hello:
