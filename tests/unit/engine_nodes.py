@@ -9,7 +9,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from codefy_jupyter.engine import Expand, NodeRegistry, lazy, param
+from codefy_jupyter.engine import Expand, NodeRegistry, lazy, param, run_graph
+from codefy_jupyter.engine.presets import PresetLibrary
 
 
 class Probe:
@@ -138,3 +139,9 @@ def chain(n: int, factor: float = 1.0) -> dict[str, Any]:
     nodes += [{"id": f"n{i}", "type": "Scale", "params": {"factor": factor}} for i in range(1, n)]
     edges = [edge(f"n{i - 1}", "value" if i == 1 else "y", f"n{i}", "x") for i in range(1, n)]
     return {"nodes": nodes, "edges": edges}
+
+
+def run(graph: dict[str, Any], reg: NodeRegistry, **kw: Any) -> Any:
+    """`run_graph` on these nodes, with no presets from the environment (the tests' machine may set some)."""
+    kw.setdefault("presets", PresetLibrary(include_env=False))
+    return run_graph(graph, registry=reg, **kw)

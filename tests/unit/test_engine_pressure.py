@@ -6,26 +6,10 @@ execution-local link writing an evicted value back into the main cache when it r
 from __future__ import annotations
 
 import pytest
-from engine_nodes import Probe, chain, edge, make_registry
+from engine_nodes import chain, edge, run
 
-from codefy_jupyter.engine import LRUCache, RAMPressureCache, SessionCache, run_graph
+from codefy_jupyter.engine import LRUCache, RAMPressureCache, SessionCache
 from codefy_jupyter.engine.cache import release_pinned_memory
-from codefy_jupyter.engine.presets import PresetLibrary
-
-
-@pytest.fixture
-def probe() -> Probe:
-    return Probe()
-
-
-@pytest.fixture
-def reg(probe):
-    return make_registry(probe)
-
-
-def run(graph, reg, **kw):
-    kw.setdefault("presets", PresetLibrary(include_env=False))
-    return run_graph(graph, registry=reg, **kw)
 
 
 class Machine:

@@ -6,27 +6,12 @@ import threading
 import time
 
 import pytest
-from engine_nodes import Probe, chain, edge, make_registry
+from engine_nodes import chain, edge, run
 
 from codefy_jupyter.engine import (
-    CancelToken, Graph, GraphError, LRUCache, NoCache, RAMPressureCache, SessionCache, parse_graph, run_graph,
+    CancelToken, Graph, GraphError, LRUCache, NoCache, RAMPressureCache, SessionCache, parse_graph,
 )
 from codefy_jupyter.engine.presets import PresetLibrary
-
-
-@pytest.fixture
-def probe() -> Probe:
-    return Probe()
-
-
-@pytest.fixture
-def reg(probe):
-    return make_registry(probe)
-
-
-def run(graph, reg, **kw):
-    kw.setdefault("presets", PresetLibrary(include_env=False))
-    return run_graph(graph, registry=reg, **kw)
 
 
 def test_chain_outputs_and_executed_order(reg):

@@ -9,7 +9,6 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = "codefy_jupyter"

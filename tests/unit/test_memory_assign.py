@@ -4,7 +4,6 @@ list the memory_budget capability; and heartbeats move the card's ledger."""
 
 from __future__ import annotations
 
-import asyncio
 
 from codefy_jupyter._version import __version__
 from codefy_jupyter.core.config import Settings
