@@ -438,6 +438,36 @@ def test_event_seqs_must_continue_the_log(store_at):
 # -- lists, delete, retention ---------------------------------------------------------------------
 
 
+def test_a_page_far_back_by_offset_has_the_rows_limit_offset_would_give(store_at, monkeypatch):
+    """Past DEEP_OFFSET a page is found by its first submit_order, then by keyset: the same rows,
+    with and without a status, behind a keyset, at the end and past it."""
+    from codefy_jupyter.core.store import queries
+
+    monkeypatch.setattr(queries, "DEEP_OFFSET", 4)
+
+    async def main():
+        async with await Store.open(store_at("deep.db"), clock=FakeClock()) as store:
+            statuses = ["succeeded", "failed", "succeeded"] * 10  # 30 runs
+            ids = [f"d{i * 7 % 30:02d}" for i in range(30)]
+            for run_id, status in zip(ids, statuses):
+                await store.create_run(run_row(run_id, status))
+            newest_first = ids[::-1]
+            succeeded = [i for i in newest_first if statuses[ids.index(i)] == "succeeded"]
+            for offset in (4, 5, 17, 25, 29, 30, 45, 2**63 - 1):
+                rows, total = await store.list_runs(offset=offset, limit=6)
+                assert total == 30 and [r["id"] for r in rows] == newest_first[offset:offset + 6], offset
+                rows, total = await store.list_runs("succeeded", offset=offset, limit=3)
+                assert total == 20 and [r["id"] for r in rows] == succeeded[offset:offset + 3], offset
+            before = await store.submit_order_of(newest_first[2])
+            rows, _ = await store.list_runs(offset=5, limit=4, before=before)
+            assert [r["id"] for r in rows] == newest_first[8:12]
+            rows, _ = await store.list_runs("succeeded", offset=4, limit=2, before=before)
+            behind = [i for i in newest_first[3:] if statuses[ids.index(i)] == "succeeded"]
+            assert [r["id"] for r in rows] == behind[4:6]
+
+    run(main())
+
+
 def test_list_runs_newest_first_with_status_filter_offset_limit_and_total(store_at):
     clock = FakeClock()  # every run gets the same submitted_at: order must not depend on it
 

@@ -361,8 +361,28 @@ def select_runs_page(conn: sqlite3.Connection, statuses: str | Iterable[str] | N
     with _snapshot(conn):  # the page and the total from the same state
         # run_counts: kept by triggers with every change of a run's status (migrations.py, step 9).
         total = conn.execute(f"SELECT COALESCE(SUM(n), 0) FROM run_counts {where}", params).fetchone()[0]
-        rows = conn.execute(sql, args).fetchall()
+        if len(params) <= 1 and offset >= DEEP_OFFSET:
+            rows = _deep_page(conn, listed, keyed, (*params, *older_args), offset, limit)
+        else:
+            rows = conn.execute(sql, args).fetchall()
     return [_decode_run(columns, r, listing=not with_graph) for r in rows], int(total)
+
+
+# From this offset on a page is found by its first submit_order first (see _deep_page).
+DEEP_OFFSET = 1000
+
+
+def _deep_page(conn: sqlite3.Connection, listed: str, keyed: str, args: tuple, offset: int, limit: int) -> list:
+    """A page far back by offset, in two steps: the submit_order it starts at, by the index alone
+    (the skipped runs' rows are never read: on PostgreSQL reading them made offset=500000 take
+    330 ms), then the page itself by keyset from there. Same rows as LIMIT/OFFSET."""
+    edge = conn.execute(f"SELECT submit_order FROM runs {keyed} ORDER BY submit_order DESC LIMIT 1 OFFSET ?",
+                        (*args, min(offset, INT64_MAX))).fetchone()
+    if edge is None:
+        return []
+    at = f"{keyed} AND submit_order <= ?" if keyed else "WHERE submit_order <= ?"
+    return conn.execute(f"SELECT {listed} FROM runs {at} ORDER BY submit_order DESC LIMIT ?",
+                        (*args, edge[0], limit)).fetchall()
 
 
 def select_submit_order(conn: sqlite3.Connection, run_id: str) -> int | None:
