@@ -58,3 +58,30 @@ def test_run_cards_asks_the_worker_side_for_a_worker_run_and_its_own_inventory_o
     assert local_view["cards"] == [{"device": "cuda:0", "name": "here", "in_run": "cuda:0"}]
     assert "cards" not in cpu_view
     assert asked == ["box"]
+
+
+def test_the_worker_side_names_a_workers_cards_from_its_row_while_it_is_away(tmp_path):
+    import asyncio
+
+    from codefy_jupyter.core.config import Settings
+    from codefy_jupyter.core.runs.service import RunService
+    from codefy_jupyter.core.store.database import Store
+    from codefy_jupyter.core.workers.service import WorkerService
+
+    async def main() -> None:
+        store = await Store.open(tmp_path / "db.sqlite")
+        try:
+            service = RunService(store, Settings.load({"data_dir": str(tmp_path)}, env={}), data_dir=tmp_path,
+                                 workers=WorkerService, card_names={"cuda:0": "Declared A"})
+            # An enrolled worker as the workers row keeps it: the devices of its last hello.
+            service.workers.registry.load_enrolled([{"name": "box", "info": {"devices": HELLO}}])
+            assert service.workers.card_names("box") == {"cuda:0": "A100", "cuda:2": "H100"}
+            assert service.workers.card_names("nobody") == {}
+            row = {"id": "r", "status": "succeeded", "worker_id": "box", "devices": ["cuda:2"], "graph": {}}
+            assert service.reads.view(row)["cards"] == [{"device": "cuda:2", "name": "H100", "in_run": "cuda:0"}]
+            here = {"id": "h", "status": "running", "worker_id": None, "devices": ["cuda:0"], "graph": {}}
+            assert service.reads.view(here)["cards"] == [{"device": "cuda:0", "name": "Declared A", "in_run": "cuda:0"}]
+        finally:
+            await store.close()
+
+    asyncio.run(main())
