@@ -18,6 +18,7 @@ from traitlets import Bool, Float, Int, List, Unicode
 from .._version import __version__
 from ..core.config import SETTINGS, Settings
 from ..core.devices import probe_inventory
+from ..core.runs.cards import inventory_names
 from ..wire.machine_identity import machine_id_digest
 from ..core.scheduling.slot_groups import LocalMachine, OfferedDevice
 from ..core.experiments.service import Experiments
@@ -140,7 +141,7 @@ class CodefyApp(ExtensionApp):
                                                             for d in inventory))
             # The run service is handed the worker side here: runs/ never imports workers/.
             service = RunService(store, settings, devices=devices, data_dir=data_dir, local_machine=local,
-                                 workers=WorkerService)
+                                 workers=WorkerService, card_names=inventory_names(inventory))
             experiments = Experiments(service)  # before start: it follows recovery and retention too
             await service.start()
             await experiments.start()

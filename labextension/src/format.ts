@@ -205,6 +205,15 @@ export function devicesLabel(run: Run): string {
   return devices.join(', ') || '-';
 }
 
+/** The Devices hover: one line per card the run holds (its `cards`), with its name and, on a worker
+ * that renumbered it, the name the run used for it; '' for a run without cards. */
+export function cardsTitle(run: Run, t: Trans): string {
+  return (run.cards ?? []).map(card => {
+    const line = card.name ? `${card.device}: ${card.name}` : card.device;
+    return card.in_run && card.in_run !== card.device ? `${line} (${t.__('%1 in the run', card.in_run)})` : line;
+  }).join('\n');
+}
+
 /** [place in line, the queue's name for the hover] of a waiting run; ['', ''] otherwise. */
 export function queueLabel(run: Run, t: Trans): [string, string] {
   if (run.status !== 'queued') {

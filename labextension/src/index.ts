@@ -128,7 +128,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       if (!viewer.graph) {
         return;
       }
-      const id = await newSweep(api, trans, viewer.graph, viewer.name);
+      // The Runs panel's listed runs: the objective suggestions come from what they recorded.
+      const id = await newSweep(api, trans, viewer.graph, viewer.name, runs.runs);
       if (id) {
         openSweep(id);
       }

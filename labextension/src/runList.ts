@@ -9,7 +9,7 @@
 // coalesced refresh.
 
 import {
-  allowedActions, budgetLabel, devicesLabel, displayName, durationOf, FILTERS, formatDuration, formatLoss, LIST_LIMIT,
+  allowedActions, budgetLabel, cardsTitle, devicesLabel, displayName, durationOf, FILTERS, formatDuration, formatLoss, LIST_LIMIT,
   queueLabel, workerLabel
 } from './format';
 import type { Action, Chip, Trans } from './format';
@@ -216,6 +216,7 @@ export interface RunRowText {
   status: string;
   worker: string;
   devices: string;
+  devices_title: string;
   queue: string;
   queue_title: string;
   reason: string;
@@ -234,6 +235,7 @@ export function runRow(run: Run, now: number, t: Trans): RunRowText {
     status: run.status,
     worker: workerLabel(run, t),
     devices: devicesLabel(run),
+    devices_title: cardsTitle(run, t),
     queue,
     queue_title: queueTitle,
     reason: run.status === 'queued' ? renderNotice(run.queue_reason, t) : '',

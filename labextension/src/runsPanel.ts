@@ -264,7 +264,7 @@ export class RunsPanel extends Widget {
         } }, text.name),
         h('span', { class: 'cdf-sub cdf-mono' }, run.id.slice(0, 12)))],
       ['status', h('span', { class: `cdf-status cdf-${run.status}` }, run.status)],
-      ['devices', h('span', {}, text.devices,
+      ['devices', h('span', {}, h('span', { class: 'cdf-device-list', title: text.devices_title }, text.devices),
         queue ? h('span', { class: 'cdf-sub cdf-queue', title: text.queue_title }, queue) : null)],
       ['duration', duration],
       ['worker', worker],

@@ -1,8 +1,9 @@
 // New sweep: the open graph's sweepable parameters (sweepForm.ts), each with a list of values or,
 // for a number, a range; the variant count and the default-cap warnings as they are typed; method,
-// seed, Seed every variant, the objective (train_loss by default; Objective node: Any node or one
-// of the graph's nodes), Target and Devices as Queue on… has them. Start sweep submits POST sweeps;
-// a refusal re-opens the dialog as it was with the server's words.
+// seed, Seed every variant, the objective (train_loss by default, suggesting the names the listed
+// runs recorded; Objective node: Any node, the nodes those runs saw log the name, or one of the
+// graph's nodes: objectives.ts), Target and Devices as Queue on… has them. Start sweep submits POST
+// sweeps; a refusal re-opens the dialog as it was with the server's words.
 
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
@@ -11,13 +12,14 @@ import { ApiError, CodefyApi } from './api';
 import { h } from './dom';
 import { formatValue, Trans } from './format';
 import { renderError } from './messages';
+import { nodeChoices, producerWarning, Recorded, recordedObjectives, runsToRead } from './objectives';
 import { TargetPicker, workerList } from './queueDialog';
 import { LOCAL, targetChoices, TargetChoice, targetOptions } from './queueForm';
 import {
   capWarnings, emptyEntry, entryOf, paramKey, SweepableParam, SweepEntry, SweepEntryForm, SweepForm, sweepableParams,
   sweepBody, variantCount
 } from './sweepForm';
-import type { Graph } from './types';
+import type { Graph, Run } from './types';
 
 export const METRIC_SUGGESTIONS = ['train_loss', 'val_loss', 'val_accuracy', 'eval_accuracy', 'accuracy', 'mse', 'r2',
   'success_rate'];
@@ -30,16 +32,21 @@ interface DialogValue {
 class SweepBody extends Widget implements Dialog.IBodyWidget<DialogValue> {
   private readonly picker: TargetPicker;
   private readonly count: HTMLElement;
+  private readonly objectiveNode: HTMLElement;
+  private readonly objectiveWarning: HTMLElement;
   private form: SweepForm;
 
-  constructor(graph: Graph, private readonly params: SweepableParam[], form: SweepForm,
-    choices: TargetChoice[], target: DialogValue['target'], private readonly trans: Trans, refusal: string) {
+  constructor(private readonly graph: Graph, private readonly params: SweepableParam[], form: SweepForm,
+    choices: TargetChoice[], target: DialogValue['target'], private readonly trans: Trans, refusal: string,
+    private readonly recorded: Recorded) {
     super();
     this.form = { ...form, entries: form.entries.map(e => ({ ...e })) };
     this.addClass('cdf-dialog');
     this.addClass('cdf-sweep-dialog');
     this.picker = new TargetPicker(choices, target, trans, null);
     this.count = h('div', { class: 'cdf-variant-count' });
+    this.objectiveNode = h('span', { class: 'cdf-objective-node' });
+    this.objectiveWarning = h('div', { class: 'cdf-objective-warning' });
     const t = trans;
     const f = this.form;
     const text = (key: keyof SweepForm, props: Record<string, unknown> = {}): HTMLElement => h('input', {
@@ -69,10 +76,10 @@ class SweepBody extends Widget implements Dialog.IBodyWidget<DialogValue> {
           onchange: (e: Event) => { f.seedVariants = (e.target as HTMLInputElement).checked; } }), t.__('Seed every variant'))),
       h('label', { class: 'cdf-field' }, h('span', {}, t.__('Objective')),
         text('metric', { list: 'cdf-metric-suggestions' }),
-        h('datalist', { id: 'cdf-metric-suggestions' }, METRIC_SUGGESTIONS.map(m => h('option', { value: m }))),
+        h('datalist', { id: 'cdf-metric-suggestions' }, recorded.metrics.map(m => h('option', { value: m }))),
         select('direction', [['minimize', t.__('minimize')], ['maximize', t.__('maximize')]])),
-      h('label', { class: 'cdf-field' }, h('span', {}, t.__('Objective node')),
-        select('nodeId', [['', t.__('Any node')], ...graph.nodes.map(n => [n.id, `${n.label || n.type} (${n.id})`] as [string, string])])),
+      h('label', { class: 'cdf-field' }, h('span', {}, t.__('Objective node')), this.objectiveNode),
+      this.objectiveWarning,
       h('label', { class: 'cdf-field' }, h('span', {}, t.__('Name')), text('name', { placeholder: t.__('the tab\'s name') })),
       this.picker.node);
     this.recount();
@@ -121,8 +128,30 @@ class SweepBody extends Widget implements Dialog.IBodyWidget<DialogValue> {
     return row;
   }
 
+  /** The Objective node choices and warning follow the metric typed (objectives.ts). */
+  private drawObjectiveNode(): void {
+    const f = this.form;
+    const choices = nodeChoices(this.recorded, f.metric, this.graph.nodes, this.trans);
+    if (!choices.some(([value]) => value === f.nodeId)) {
+      f.nodeId = '';
+    }
+    const key = choices.map(([value]) => value).join('\u0000');
+    const current = this.objectiveNode.firstElementChild as HTMLSelectElement | null;
+    if (!current || current.dataset.choices !== key) {
+      this.objectiveNode.replaceChildren(h('select', {
+        name: 'nodeId', dataset: { choices: key }, onchange: (e: Event) => {
+          f.nodeId = (e.target as HTMLSelectElement).value;
+          this.recount();
+        }
+      }, choices.map(([value, label]) => h('option', { value, selected: f.nodeId === value }, label))));
+    }
+    const warning = producerWarning(this.recorded, f.metric, f.nodeId, this.trans);
+    this.objectiveWarning.replaceChildren(...(warning ? [h('div', { class: 'cdf-warn' }, warning)] : []));
+  }
+
   private recount(): void {
     const t = this.trans;
+    this.drawObjectiveNode();
     const entries: SweepEntry[] = [];
     const problems: string[] = [];
     for (const e of this.form.entries) {
@@ -147,9 +176,13 @@ class SweepBody extends Widget implements Dialog.IBodyWidget<DialogValue> {
 }
 
 /** Ask, start the sweep, and on a refusal ask again; the new sweep's id, or null if cancelled. */
-export async function newSweep(api: CodefyApi, trans: Trans, graph: Graph, tabName: string): Promise<string | null> {
+export async function newSweep(api: CodefyApi, trans: Trans, graph: Graph, tabName: string,
+  listed: Run[] = []): Promise<string | null> {
   const t = trans;
-  const [definitions, list] = await Promise.all([api.nodeDefinitions().catch(() => []), workerList(api)]);
+  // The listed runs' metrics only suggest: a run that cannot be read (deleted meanwhile) is left out.
+  const [definitions, list, perRun] = await Promise.all([api.nodeDefinitions().catch(() => []), workerList(api),
+    Promise.all(runsToRead(listed).map(id => api.metrics(id).then(r => r.metrics, () => [])))]);
+  const recorded = recordedObjectives(perRun, METRIC_SUGGESTIONS);
   const params = sweepableParams(graph, definitions);
   const choices = targetChoices(list, t);
   let value: DialogValue = {
@@ -161,7 +194,7 @@ export async function newSweep(api: CodefyApi, trans: Trans, graph: Graph, tabNa
   for (;;) {
     const answer = await showDialog({
       title: t.__('New sweep'),
-      body: new SweepBody(graph, params, value.form, choices, value.target, t, refusal),
+      body: new SweepBody(graph, params, value.form, choices, value.target, t, refusal, recorded),
       buttons: [Dialog.cancelButton({ label: t.__('Cancel') }), Dialog.okButton({ label: t.__('Start sweep') })]
     });
     if (!answer.button.accept || !answer.value) {

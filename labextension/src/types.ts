@@ -57,6 +57,15 @@ export interface Run {
   sweep_variant?: number | null;
   study_id?: string | null;
   inputs?: import('./runRecords').InputRecord[];
+  /** a placed run on cards: each card by name (Devices on hover) */
+  cards?: RunCard[];
+}
+
+/** One card of a run: its device on its machine, the card's name there, and the run's own name for it. */
+export interface RunCard {
+  device: string;
+  name: string | null;
+  in_run: string | null;
 }
 
 export interface RunPage {

@@ -3,8 +3,11 @@ sidebar width, in Debian's Chromium, with a real worker agent (`codefy agent sta
 enrolled with the command the Workers panel shows): open the Runs panel, queue the example on the
 agent from the graph viewer (a second agent under the same name is refused, and the Workers panel
 says why), watch it run in the viewer, copy its id from Lab and use the id Lab
-shows in `codefy runs show`, and a refused graph with the server's suggestion. What is asserted is
-what a user sees: elements in the viewport, not only in the DOM. Screenshots in the light theme
+shows in `codefy runs show`, a run on one of the agent's (declared) cards named on hover over
+Devices, a small sweep from New sweep (its objective suggested by the run listed) followed in its
+view, a small study from `codefy study` followed in the Studies view, and a refused graph with the
+server's suggestion. What is asserted is what a user sees: elements in the viewport, not only in
+the DOM. Screenshots in the light theme
 and again in JupyterLab Dark go to tmp/artifacts/first-hour/."""
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from lab_server import ARTIFACTS_ROOT, CHROMIUM, CHROMIUM_ARGS, NEEDS_CHROMIUM, TOKEN, running_lab
+from lab_server import ARTIFACTS_ROOT, CHROMIUM, CHROMIUM_ARGS, NEEDS_CHROMIUM, TOKEN, nap, running_lab
 from test_lab_panels import tiny_training
 from test_lab_workers import start_agent, stop, until, worker
 
@@ -26,6 +29,12 @@ ARTIFACTS = ARTIFACTS_ROOT / "first-hour"
 TYPO = {"nodes": [{"id": "k", "type": "Float", "params": {"value": 2.0}},
                   {"id": "s", "type": "Scael", "params": {"factor": 3}}],
         "edges": [{"source": "k", "source_port": "value", "target": "s", "target_port": "x"}]}
+# examples/study_lr.json made small: two learning rates, two seeded repetitions each, on this server.
+STUDY = {"name": "first study", "base_graph": "example.codefy.json",
+         "objective": {"node_id": "train", "metric": "train_loss", "direction": "minimize"},
+         "variants": [{"label": "adam 3e-3", "ops": []},
+                      {"label": "adam 1e-2", "ops": [{"node_id": "opt", "param": "lr", "value": 0.01}]}],
+         "repetitions": 2, "seed": 7, "options": {"device": "cpu"}}
 
 
 def dark_theme(url: str) -> None:
@@ -134,6 +143,74 @@ def test_the_first_hour(tmp_path: Path) -> None:
                                  capture_output=True, text=True, timeout=120)
             assert cli.returncode == 0, cli.stderr
             assert run_id in cli.stdout and "succeeded" in cli.stdout, cli.stdout
+
+            # A study from the terminal (README: `codefy study spec.json`), on this server meanwhile.
+            (lab.root / "study.json").write_text(json.dumps(STUDY, indent=1))
+            cli = subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", "study", str(lab.root / "study.json"),
+                                  "--detach", "--json", "--url", lab.url, "--token", TOKEN],
+                                 capture_output=True, text=True, timeout=120)
+            assert cli.returncode == 0, cli.stderr
+            study_id = json.loads(cli.stdout)["id"]
+
+            # A run on one of the agent's cards: Devices names the card on hover, as the agent
+            # declared it, and the name the run had for it (the worker renumbers from cuda:0).
+            card_run = lab.api("POST", "runs", {"graph": nap(0.2), "name": "on a card",
+                                                "options": {"target": {"worker": "box", "devices": ["cuda:1"]}}})["id"]
+            lab.wait_status(card_run, "succeeded")
+            devices = runs.locator(f'tr.cdf-row[data-run-id="{card_run}"] .cdf-device-list')
+            expect(devices).to_be_in_viewport(timeout=60_000)
+            expect(devices).to_have_text("cuda:1")
+            devices.hover()
+            expect(devices).to_have_attribute("title", "cuda:1: Declared B (cuda:0 in the run)")
+
+            # New sweep (the Runs panel's toolbar) on the open example: the objective field suggests
+            # what the listed runs recorded, Objective node the node that logged it; two learning rates.
+            recorded = {m["name"] for m in lab.api("GET", f"runs/{run_id}/metrics")["metrics"]
+                        if not m["name"].startswith("system/")}
+            assert "train_loss" in recorded, recorded
+            runs.locator("button.cdf-new-sweep").click()
+            dialog = page.locator(".jp-Dialog .cdf-sweep-dialog")
+            expect(dialog).to_be_in_viewport(timeout=60_000)
+            suggested = dialog.locator("#cdf-metric-suggestions option")
+            expect(suggested.first).to_be_attached(timeout=60_000)
+            assert recorded <= set(suggested.evaluate_all("os => os.map(o => o.value)"))
+            node = dialog.locator("select[name=nodeId]")
+            expect(node.locator('option[value="train"]')).to_have_text("TrainingLoop (train) · logs train_loss")
+            node.select_option("train")
+            lr = dialog.locator('.cdf-sweep-param[data-node="opt"][data-param="lr"]')
+            lr.locator("input[name=sweep]").check()
+            lr.locator("input[name=values]").fill("0.01, 0.003")
+            expect(dialog.locator(".cdf-variant-count [data-variants]")).to_have_text("2 variants")
+            dialog.locator("select[name=target]").select_option("box")
+            dialog.locator('input[name=device][value="cpu"]').check()
+            dialog.locator("input[name=name]").fill("first sweep")
+            page.screenshot(path=str(ARTIFACTS / "3b-new-sweep.png"))
+            page.locator(".jp-Dialog").get_by_role("button", name="Start sweep").click()
+            sweep = page.locator(".cdf-sweep-view").filter(has_text="first sweep")
+            expect(sweep.locator(".cdf-sweep-table tbody tr")).to_have_count(2, timeout=60_000)
+            expect(sweep.locator('[data-role="state"]')).to_have_text("finished", timeout=300_000)
+            expect(sweep.locator(".cdf-col-rank").filter(has_text="1")).to_have_count(1)
+            expect(sweep.locator(".cdf-sweep-table")).to_be_in_viewport()
+            page.screenshot(path=str(ARTIFACTS / "3c-sweep-view.png"))
+
+            # The study in the Studies view: ranked, and the smallest p-value two repetitions can reach.
+            until(lambda: lab.api("GET", f"studies/{study_id}")["status"], lambda s: s == "succeeded",
+                  "the study never succeeded", timeout=300)
+            if not runs.is_visible():
+                page.locator('.jp-SideBar li[data-id="codefy-runs"]').click()
+            runs.locator("button.cdf-studies").click()
+            listing = page.locator("#codefy-studies")
+            expect(listing.locator(f'tr[data-study-id="{study_id}"]')).to_be_in_viewport(timeout=60_000)
+            listing.locator(f'tr[data-study-id="{study_id}"] .cdf-study-link').click()
+            study = page.locator(f"#codefy-study-{study_id}")
+            expect(study.locator(".cdf-study-table tbody tr")).to_have_count(2, timeout=60_000)
+            expect(study.locator(".cdf-study-table")).to_be_in_viewport()
+            expect(study.locator(".cdf-col-comparison").filter(has_text="best")).to_have_count(1)
+            floor = study.locator(".cdf-p-floor")
+            floor.scroll_into_view_if_needed()
+            expect(floor).to_be_in_viewport()
+            expect(floor).to_contain_text("0.5")
+            page.screenshot(path=str(ARTIFACTS / "3d-study-view.png"))
 
             # A typo in a node type: refused, the node marked, the close match suggested.
             page.goto(f"{lab.url}lab/tree/typo.codefy.json?reset&token={TOKEN}")

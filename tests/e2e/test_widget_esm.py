@@ -76,7 +76,8 @@ def view_state(with_system: bool = False) -> dict:
 
 def fixtures() -> dict:
     state = view_state(with_system=True)
-    runs = [run_row(1, "running", name="mlp"),
+    runs = [run_row(1, "running", name="mlp", worker_id="gpu-box", device="cuda:2", devices=["cuda:2"],
+                    cards=[{"device": "cuda:2", "name": "NVIDIA A100", "in_run": "cuda:0"}]),
             run_row(2, "queued", started_at=None, queue_position=2,
                     queue_reason={"code": "worker_away", "message": "waiting for worker gpu-box to reconnect"}),
             run_row(3, "succeeded"), run_row(4, "failed")]
@@ -200,6 +201,8 @@ def test_the_widgets_render_their_rows_and_send_their_actions(site, tmp_path):
     assert re.findall(r'<tr class="cdf-row[^"]*" data-run-id="([0-9a-f]{32})"', dom) == ids
     assert report["count"] == "4 of 312"
     assert report["queue_cells"] == ["Queue #2"] and report["reasons"] == ["waiting for worker gpu-box to reconnect"]
+    # Devices names the card a run holds on hover (GET runs' cards), and nothing for one without.
+    assert report["device_titles"] == ["cuda:2: NVIDIA A100 (cuda:0 in the run)", "", "", ""]
     assert "4.20e-4" in dom and ">Stop<" in dom and ">Watch<" in dom and ">CSV<" in dom and ">Delete<" in dom
     # Clicks become messages for Python; a chip sets the synced filter.
     assert report["runs_sent"] == [{"action": "stop", "run_id": ids[0]}, {"action": "delete", "run_id": ids[2]},

@@ -13,7 +13,7 @@ from test_server_runs import call, sleepy, wait_status
 @pytest.fixture
 def jp_server_config(tmp_path):
     inventory = tmp_path / "devices.json"
-    inventory.write_text(json.dumps({"devices": [{"key": "cuda:0", "uuid": "GPU-0"}, {"key": "cuda:1", "uuid": "GPU-1"}]}))
+    inventory.write_text(json.dumps({"devices": [{"key": "cuda:0", "uuid": "GPU-0"}, {"key": "cuda:1", "uuid": "GPU-1", "name": "Declared B"}]}))
     return {"ServerApp": {"jpserver_extensions": {"codefy_jupyter": True}},
             "CodefyApp": {"data_dir": str(tmp_path / "codefy"), "device_inventory": str(inventory)}}
 
@@ -59,6 +59,23 @@ async def test_a_device_set_reserves_its_cards_and_reports_why_it_waits(jp_fetch
     done_later = await wait_status(jp_fetch, later["id"], {"succeeded"})
     assert done_pair["started_at"] >= done_first["finished_at"] - 0.05
     assert done_later["started_at"] >= done_pair["finished_at"] - 0.05
+
+
+async def test_a_run_on_a_declared_card_names_it_in_its_cards(jp_fetch):
+    run = await submit(jp_fetch, sleepy(3), device="cuda:1")
+    behind = await submit(jp_fetch, sleepy(0), device="cuda:1")
+    code, waiting = await call(jp_fetch, "api", "runs", behind["id"])
+    assert waiting["status"] == "queued" and "cards" not in waiting  # it holds no card yet
+    done = await wait_status(jp_fetch, run["id"], {"succeeded"})
+    assert done["cards"] == [{"device": "cuda:1", "name": "Declared B", "in_run": "cuda:1"}]
+    code, page = await call(jp_fetch, "api", "runs")
+    listed = next(r for r in page["runs"] if r["id"] == run["id"])
+    assert listed["cards"] == done["cards"]
+    unnamed = await submit(jp_fetch, sleepy(0), device="cuda:0")
+    done = await wait_status(jp_fetch, unnamed["id"], {"succeeded"})
+    assert done["cards"] == [{"device": "cuda:0", "name": None, "in_run": "cuda:0"}]
+    cpu = await submit(jp_fetch, sleepy(0), device="cpu")
+    assert "cards" not in await wait_status(jp_fetch, cpu["id"], {"succeeded"})
 
 
 async def test_auto_picks_the_first_card_and_an_absent_card_is_refused(jp_fetch):

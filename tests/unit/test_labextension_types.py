@@ -19,6 +19,7 @@ SCHEMAS = SPEC["components"]["schemas"]
 WHERE = {
     "Run": ("Run",),
     "RunPage": ("RunPage",),
+    "RunCard": ("Run", "cards", "[]"),
     "Worker": ("Worker",),
     "WorkerList": ("WorkerList",),
     "SlotCount": ("WorkerSlot", "slots"),

@@ -63,6 +63,9 @@ class WorkerSide(Protocol):
 
     def cpu_count(self, name: str) -> int | None: ...
 
+    def card_names(self, name: str) -> Mapping[str, str]:
+        """Worker `name`'s device -> card name, as its hello reported them (empty when unknown)."""
+
     def node_types(self, graph: Mapping[str, Any]) -> frozenset[str]:
         """Every node type a run of `graph` needs its worker to offer."""
 

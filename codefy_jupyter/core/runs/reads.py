@@ -14,6 +14,7 @@ from ..scheduling.queue import RunQueue
 from ..storage import plan as storage_plan
 from ..store.database import Store
 from ..contract import lifecycle as rs
+from .cards import RunCards
 from .event_log import EventLog
 from .records import RunBook
 from .summary import add_final_loss
@@ -28,7 +29,8 @@ OFFSET_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset cannot even 
 
 class RunReads:
     def __init__(self, store: Store, settings: Settings, queue: RunQueue, runs: RunBook, events: EventLog,
-                 storage: StorageWatch, workers: WorkerSide, data_dir: Path) -> None:
+                 storage: StorageWatch, workers: WorkerSide, data_dir: Path,
+                 card_names: dict[str, str] | None = None) -> None:
         self.store = store
         self.settings = settings
         self.queue = queue
@@ -37,6 +39,7 @@ class RunReads:
         self.storage = storage
         self.workers = workers
         self.data_dir = data_dir
+        self.cards = RunCards(card_names, workers.card_names)
 
     async def row(self, run_id: str) -> dict[str, Any]:
         row = await self.store.get_run(run_id)
@@ -83,6 +86,7 @@ class RunReads:
     def view(self, row: dict[str, Any]) -> dict[str, Any]:
         view = self.storage.overlay({k: v for k, v in row.items() if k not in ("graph", "last_seq")})
         view["last_seq"] = row.get("last_seq")
+        self.cards.add(view)
         if row["status"] == rs.QUEUED:
             view["queue_position"] = self.queue.position(row["id"])
             reason = self.queue.reason(row["id"])

@@ -79,7 +79,7 @@ class RunService:
                  executor: InProcessExecutor | None = None, registry: NodeRegistry | None = None,
                  clock: Callable[[], float] = time.time, data_dir: Path | None = None,
                  local_machine: LocalMachine | None = None, cpu_cores: int | None = None,
-                 workers: WorkerSideFactory) -> None:
+                 workers: WorkerSideFactory, card_names: dict[str, str] | None = None) -> None:
         self.store = store
         # This machine's usable cores, for the automatic CPU thread budget of runs executed here.
         self.cpu_cores = cpu_cores if cpu_cores is not None else cpu_threads.available_cores()
@@ -125,7 +125,7 @@ class RunService:
         self.checks = SubmitChecks(settings, self.registry, self.estimates, self.queue, self.workers, self.devices,
                                    self.data_dir)
         self.reads = RunReads(store, settings, self.queue, self._runs, self.events, self.storage, self.workers,
-                              self.data_dir)
+                              self.data_dir, card_names)  # card_names: this server's, for runs' `cards`
         self.final = FinalWrites(store, self.events, self._runs, self.storage, self.reads, clock,
                                  partial(self.listeners.notify, "run_finished"))
         self.removal = RunRemoval(store, self.events, self.outputs, self.workers, self.data_dir, settings)

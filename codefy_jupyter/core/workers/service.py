@@ -194,6 +194,13 @@ class WorkerService:
         hello = worker.hello if worker is not None else None
         return hello.cpu_count if hello else None
 
+    def card_names(self, name: str) -> dict[str, str]:
+        """The worker's device -> card name as its hello reported them (kept on its row while it is
+        away), for a run's `cards` (core/runs/cards.py)."""
+        worker = self.registry.get(name)
+        return {d["device"]: d["name"] for d in (worker.devices if worker is not None else ())
+                if isinstance(d, dict) and isinstance(d.get("device"), str) and isinstance(d.get("name"), str)}
+
     def server_side(self) -> ServerSide:
         catalog = self.host.registry.catalog()
         return ServerSide(version=__version__, catalog_hash=catalog["hash"], node_types=catalog["types"],

@@ -102,6 +102,17 @@ def devices_label(run: Mapping[str, Any]) -> str:
     return ", ".join(devices) or "-"
 
 
+def cards_title(run: Mapping[str, Any]) -> str:
+    """The Devices hover: one line per card the run holds (GET runs' `cards`), with its name and, on
+    a worker that renumbered it, the name the run used for it; "" for a run without cards."""
+    lines = []
+    for card in run.get("cards") or ():
+        device, name, in_run = card.get("device", ""), card.get("name"), card.get("in_run")
+        line = f"{device}: {name}" if name else device
+        lines.append(f"{line} ({in_run} in the run)" if in_run and in_run != device else line)
+    return "\n".join(lines)
+
+
 def queue_label(run: Mapping[str, Any]) -> tuple[str, str]:
     """(place in line, the queue's name for the hover) of a waiting run; ("", "") otherwise."""
     if run.get("status") != "queued":
@@ -170,6 +181,7 @@ def table_row(run: Mapping[str, Any], *, now: float | None = None) -> dict[str, 
         "status": run.get("status", ""),
         "worker": worker_label(run),
         "devices": devices_label(run),
+        "devices_title": cards_title(run),
         "queue": queue,
         "queue_title": queue_title,
         "reason": words.text_of(reason),  # the catalog's words (wire/messages.json), as the CLI and Lab say it

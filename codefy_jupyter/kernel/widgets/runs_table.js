@@ -37,7 +37,7 @@ function render({ model, el }) {
     if (key === "status") return h("span", { class: `cdf-status cdf-${row.status}` }, row.status);
     if (key === "name") return [h("span", { title: row.id }, row.name), h("span", { class: "cdf-sub cdf-mono" }, row.id.slice(0, 12))];
     if (key === "devices") {
-      return [h("span", {}, row.devices), row.queue ? h("span", { class: "cdf-sub cdf-queue", title: row.queue_title }, row.queue) : null];
+      return [h("span", { class: "cdf-device-list", title: row.devices_title || "" }, row.devices), row.queue ? h("span", { class: "cdf-sub cdf-queue", title: row.queue_title }, row.queue) : null];
     }
     if (key === "final_loss") return h("span", { title: row.final_loss_title }, row.final_loss);
     return row[key];
