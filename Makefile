@@ -68,6 +68,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/hub_forward.py
 	$(PY) benchmarks/request_cost.py
 	$(PY) benchmarks/chaos.py
+	$(PY) benchmarks/failover.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache docs/_build codefy_jupyter/labextension labextension/lib labextension/node_modules \

@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 fill_sqlite(data_dir / "codefy.sqlite", args.runs)
             fill_s = time.perf_counter() - t
-            env = {"CODEFY_STORE_URL": url} if url else {}
+            # One server on this machine: its run files are where any replica would reach them.
+            env = {"CODEFY_STORE_URL": url, "CODEFY_RUN_FILES_SHARED": "1"} if url else {}
             with codefy_server(data_dir, 2, env) as state:
                 results = asyncio.run(measure(state, args.runs, args.requests))
     finally:

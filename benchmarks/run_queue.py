@@ -441,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--runs, --concurrency, --cpu-limit, --warmup and --floor-requests must be >= 1, "
                  "--subscribers and --latency-runs >= 0")
     started = time.perf_counter()
-    store_env = {"CODEFY_STORE_URL": args.store_url} if args.store_url else {}
+    # One server on this machine: its run files are where any replica would reach them.
+    store_env = {"CODEFY_STORE_URL": args.store_url, "CODEFY_RUN_FILES_SHARED": "1"} if args.store_url else {}
     with tempfile.TemporaryDirectory(prefix="codefy-bench-") as tmp, \
             codefy_server(Path(tmp), args.cpu_limit, store_env) as state:
         results = asyncio.run(bench(args, state))

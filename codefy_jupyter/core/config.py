@@ -47,6 +47,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("leader_url", str, "",
             "PostgreSQL store only: the URL this server gives in the lease while it leads, which standbys "
             "name in their 503 `standby` answers. Empty: the server's own connection URL."),
+    Setting("run_files_shared", int, 0,
+            "1: this server's data dir (run files, uploads, checkpoints, recorded outputs) is on storage every "
+            "control plane on the same PostgreSQL store_url reaches (a shared mount). A PostgreSQL store_url is "
+            "refused at start-up unless this or s3_enabled is 1: after a takeover the new leader must reach "
+            "the run files the old one wrote. Ignored on SQLite."),
     Setting("ready_wait_s", int, 10,
             "Seconds a request (REST, either socket) waits while the run queue starts, which after a restart "
             "includes recovering the previous server's runs, before it is answered 503 `recovering` with a "
@@ -231,6 +236,7 @@ class Settings:
     lease_ttl_s: float = 5.0
     lease_renew_s: float = 1.0
     leader_url: str = ""
+    run_files_shared: int = 0
     ready_wait_s: int = 10
     run_queue_max_concurrent_gpu: int = 1
     run_queue_max_concurrent_cpu: int = 2
@@ -291,6 +297,7 @@ class Settings:
                 check_store_url(s, values[s.name])
             sources[s.name] = source
         _check_lease(values["lease_ttl_s"], values["lease_renew_s"])
+        _check_run_files_reachable(values)
         return cls(**values, sources=sources)
 
     def resolved_data_dir(self) -> Path:
@@ -304,6 +311,18 @@ def _check_lease(ttl_s: float, renew_s: float) -> None:
         raise ConfigError(by_name["lease_ttl_s"], ttl_s, "must be positive")
     if not 0 < renew_s <= ttl_s / 2:
         raise ConfigError(by_name["lease_renew_s"], renew_s, f"must be positive and at most half of lease_ttl_s ({ttl_s})")
+
+
+def _check_run_files_reachable(values: Mapping[str, Any]) -> None:
+    """A PostgreSQL store is shared by replicas, and any of them may lead next: run files local to one
+    replica would be out of the next leader's reach (its runs' outputs, uploads and checkpoints gone).
+    Refused unless the operator says the data dir is shared, or S3 carries the run files."""
+    if not values["store_url"].strip() or values["run_files_shared"] or values["s3_enabled"]:
+        return
+    raise ConfigError(BY_NAME["run_files_shared"], values["run_files_shared"],
+                      f"a PostgreSQL store_url ({redact_url(values['store_url'])}) needs run files every control "
+                      "plane on that database reaches: put data_dir on a shared mount and set "
+                      "CODEFY_RUN_FILES_SHARED=1, or turn on the S3 backend (CODEFY_S3_ENABLED=1)")
 
 
 def _check_table_matches_dataclass() -> None:

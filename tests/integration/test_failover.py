@@ -61,6 +61,7 @@ def test_kill_9_of_the_leader_and_the_standby_takes_over_recovers_and_serves(tmp
         (tmp_path / name).mkdir()
         s = Servers(tmp_path / name)
         s.env["CODEFY_STORE_URL"] = pg_url
+        s.env["CODEFY_RUN_FILES_SHARED"] = "1"  # one machine: each replica reaches the other's data dir
         servers.append(s)
     a, b = servers
     try:

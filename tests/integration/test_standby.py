@@ -50,7 +50,8 @@ def old_leader(pg_url):
 @pytest.fixture
 def jp_server_config(tmp_path, old_leader):
     return {"ServerApp": {"jpserver_extensions": {"codefy_jupyter": True}},
-            "CodefyApp": {"data_dir": str(tmp_path / "codefy"), "store_url": old_leader}}
+            "CodefyApp": {"data_dir": str(tmp_path / "codefy"), "store_url": old_leader,
+                          "run_files_shared": 1}}
 
 
 async def until_health(jp_fetch, role: str) -> dict:

@@ -51,6 +51,7 @@ def servers(tmp_path, request, store_at) -> Servers:
     target = store_at("codefy.sqlite")  # the SQLite file, or a PostgreSQL database (CODEFY_STORE_URL)
     if isinstance(target, str):
         s.env["CODEFY_STORE_URL"] = target
+        s.env["CODEFY_RUN_FILES_SHARED"] = "1"  # the one replica's run files count as shared
     s.env["JUPYTER_TOKEN"] = "study-crash-token"
     request.addfinalizer(s.kill_leftovers)
     return s

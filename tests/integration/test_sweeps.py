@@ -18,7 +18,7 @@ from test_server_runs import call, wait_status
 @pytest.fixture
 def jp_server_config(tmp_path, store_at):
     target = store_at("codefy.db")
-    store_url = {"store_url": target} if isinstance(target, str) else {}
+    store_url = {"store_url": target, "run_files_shared": 1} if isinstance(target, str) else {}
     return {"ServerApp": {"jpserver_extensions": {"codefy_jupyter": True}},
             "CodefyApp": {"data_dir": str(tmp_path / "codefy"), **store_url}}
 

@@ -28,6 +28,7 @@ def servers(tmp_path, request, store_at) -> Servers:
     target = store_at("codefy.sqlite")
     if isinstance(target, str):
         s.env["CODEFY_STORE_URL"] = target
+        s.env["CODEFY_RUN_FILES_SHARED"] = "1"  # the one replica's run files count as shared
     request.addfinalizer(s.kill_leftovers)
     return s
 

@@ -42,9 +42,32 @@ def test_data_dir_setting_is_used(tmp_path):
 def test_store_url_defaults_to_the_sqlite_file_and_takes_a_postgresql_url():
     assert Settings.load(env={}).store_url == ""
     url = "postgresql://codefy:pw@db.example:5432/codefy?sslmode=require"
-    s = Settings.load(env={"CODEFY_STORE_URL": url})
+    s = Settings.load(env={"CODEFY_STORE_URL": url, "CODEFY_RUN_FILES_SHARED": "1"})
     assert s.store_url == url and s.sources["store_url"] == "env"
-    assert Settings.load({"store_url": "postgres://db.example/runs"}, env={}).store_url == "postgres://db.example/runs"
+    configured = {"store_url": "postgres://db.example/runs", "run_files_shared": 1}
+    assert Settings.load(configured, env={}).store_url == "postgres://db.example/runs"
+
+
+def test_a_postgresql_store_is_refused_while_run_files_are_local_to_one_replica_naming_the_setting():
+    assert Settings.load(env={}).run_files_shared == 0  # off by default; SQLite needs nothing
+    with pytest.raises(ConfigError) as info:
+        Settings.load(env={"CODEFY_STORE_URL": "postgresql://codefy:secret@db.example/codefy"})
+    message = str(info.value)
+    assert "CODEFY_RUN_FILES_SHARED (c.CodefyApp.run_files_shared) = 0" in message
+    assert "CODEFY_S3_ENABLED" in message and "shared mount" in message
+    assert "secret" not in message and "codefy:***@db.example" in message
+    with pytest.raises(ConfigError, match="c.CodefyApp.run_files_shared"):
+        Settings.load({"store_url": "postgresql://db.example/codefy", "run_files_shared": 0}, env={})
+
+
+@pytest.mark.parametrize("passes", [
+    {"CODEFY_RUN_FILES_SHARED": "1"},
+    {"CODEFY_S3_ENABLED": "1", "CODEFY_S3_BUCKET": "runs"},
+])
+def test_a_postgresql_store_passes_with_shared_run_files_or_the_s3_backend(passes):
+    s = Settings.load(env={"CODEFY_STORE_URL": "postgresql://db.example/codefy", **passes})
+    assert s.store_url == "postgresql://db.example/codefy"
+    assert (s.run_files_shared, s.s3_enabled) == ((1, 0) if "CODEFY_RUN_FILES_SHARED" in passes else (0, 1))
 
 
 @pytest.mark.parametrize("url, reason", [
