@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from ..client.flags import add_server_arguments, int_in, seconds, server_from_arguments
 from ..wire import messages as words
+from ..wire import provenance
 from ..wire import system_metrics as sm
 from . import interrupts
 from .args import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -372,6 +373,5 @@ async def _metrics(client: Any, args: argparse.Namespace) -> int:
 
 
 def _input_text(record: dict[str, Any]) -> str:
-    rows = f", {record['rows']} rows" if record.get("rows") is not None else ""
-    revision = f", revision {record['revision']}" if record.get("revision") else ""
-    return f"{record['path']} sha256:{record['sha256'][:12]} ({record['size']} bytes{rows}{revision})"
+    shown = provenance.describe(record)  # the notebook RunView's words too
+    return f"{shown['path']} sha256:{shown['digest']} ({shown['detail']})"

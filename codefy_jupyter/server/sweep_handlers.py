@@ -12,24 +12,24 @@ from tornado import web
 from jupyter_server.auth.decorator import authorized
 
 from ..core.errors import ServiceError
+from ..wire.provenance import identity_column
 from .handlers import CodefyAPIHandler, api
 
 
 def sweep_csv(doc: dict[str, Any], inputs: dict[str, list[dict[str, Any]]] | None = None) -> str:
     """The ranked table: one row per variant, one column per swept parameter; and, when any child
-    ran with options.provenance, a data_identity column: `kind:path@sha256` of each file it read."""
+    ran with options.provenance, a data_identity column (wire/provenance.py, shared with a study's)."""
     out = io.StringIO()
     writer = csv.writer(out)
     swept = [f"{p['node_id']}.{p['param']}" for p in doc["params"]]
-    identity = ["data_identity"] if inputs else []
+    identity, cells = identity_column(inputs or {})
     writer.writerow(["rank", "index", "run_id", "status", "objective", "objective_metric", "objective_node_id",
                      "ambiguous_producers", "seed", *swept, *identity])
     for v in doc["variants"]:
-        read = [";".join(f"{r['kind']}:{r['path']}@{r['sha256']}" for r in (inputs or {}).get(v["run_id"], ()))]
         writer.writerow([v["rank"], v["index"], v["run_id"], v["status"], v["objective"], doc["objective"]["metric"],
                          v["objective_node_id"], ";".join(v["ambiguous_producers"] or ()), v["seed"],
                          *[json.dumps(p["value"]) if not isinstance(p["value"], str) else p["value"]
-                           for p in v["params"]], *(read if inputs else [])])
+                           for p in v["params"]], *cells(v["run_id"])])
     return out.getvalue()
 
 

@@ -8,7 +8,7 @@ and a record that breaks one is refused whole, with the field that broke it.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 KINDS = ("dataset", "model")
 PATH_CHARS = 4096
@@ -41,3 +41,34 @@ def check_record(facts: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str |
         return None, "rows"
     return {"node_id": node_id, "kind": facts["kind"], "path": path, "sha256": facts["sha256"],
             "size": facts["size"], "revision": revision, "rows": rows}, None
+
+
+def describe(record: Mapping[str, Any]) -> dict[str, Any]:
+    """How a record is shown to people (the notebook's RunView, `codefy runs show`; Lab's
+    runRecords.ts inputRows says the same): the first 12 hex digits of its sha256, and its size,
+    row count and revision when known."""
+    detail = [f"{record['size']} bytes"]
+    if record.get("rows") is not None:
+        detail.append(f"{record['rows']} rows")
+    if record.get("revision"):
+        detail.append(f"revision {record['revision']}")
+    return {"kind": record["kind"], "path": record["path"], "sha256": record["sha256"],
+            "digest": record["sha256"][:12], "detail": ", ".join(detail)}
+
+
+DATA_IDENTITY = "data_identity"
+
+
+def data_identity(records: Iterable[Mapping[str, Any]]) -> str:
+    """One CSV cell naming every file a run read by content: `kind:path@sha256`, `;`-separated
+    (a sweep's and a study's export share it)."""
+    return ";".join(f"{r['kind']}:{r['path']}@{r['sha256']}" for r in records)
+
+
+def identity_column(inputs: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[list[str], Callable[[Any], list[str]]]:
+    """The header and the per-row cells of an export's data_identity column: none at all when no
+    run of the export recorded inputs (the table is then as it was before provenance), else one
+    cell per row, empty for a run that recorded nothing (or has no run yet)."""
+    if not inputs:
+        return [], lambda run_id: []
+    return [DATA_IDENTITY], lambda run_id: [data_identity(inputs.get(run_id, ()) if run_id else ())]

@@ -25,7 +25,8 @@ from codefy_jupyter.core.workers.handshake import CatalogDiff
 from codefy_jupyter.core.workers.registry import STATES, Worker
 from codefy_jupyter.kernel.widgets import QueueDialog, RunsTable, RunView, WorkersTable
 from codefy_jupyter.kernel.widgets.queue_form import device_choices, target_options
-from codefy_jupyter.kernel.widgets.run_state_view import RunViewState, fold_all, show_command, summary, to_traits
+from codefy_jupyter.kernel.widgets.run_state_view import (RunViewState, apply_row, fold_all, show_command, summary,
+                                                          to_traits)
 from codefy_jupyter.kernel.widgets.runs_rows import FILTER_LABELS, count_label, table_row
 from codefy_jupyter.kernel.widgets.workers_rows import NO_WORKERS, worker_rows
 
@@ -74,8 +75,15 @@ def view_state(with_system: bool = False) -> dict:
     return fold_all(RunViewState(hexid(1)), events)
 
 
+# What GET runs/{id} carries for a run queued with provenance (`inputs`), drawn as Data and models.
+INPUTS = [{"node_id": "data", "kind": "dataset", "path": "/data/iris.csv", "sha256": "59b722b71ebb" + "0" * 52,
+           "size": 1024, "revision": "v3", "rows": 150},
+          {"node_id": "load", "kind": "model", "path": "/data/weights.pt", "sha256": "0e41c7d2aa90" + "f" * 52,
+           "size": 5311, "revision": None, "rows": None}]
+
+
 def fixtures() -> dict:
-    state = view_state(with_system=True)
+    state = apply_row(view_state(with_system=True), {"status": "running", "inputs": INPUTS})
     runs = [run_row(1, "running", name="mlp", worker_id="gpu-box", device="cuda:2", devices=["cuda:2"],
                     cards=[{"device": "cuda:2", "name": "NVIDIA A100", "in_run": "cuda:0"}]),
             run_row(2, "queued", started_at=None, queue_position=2,
@@ -217,6 +225,14 @@ def test_the_widgets_render_their_rows_and_send_their_actions(site, tmp_path):
                                         ["val_loss", 3]]
     # The system metrics in charts of their own (percent, bytes): the training curves keep their scale.
     assert report["charts"] == [["train_loss", "val_loss"], ["system/cpu_percent"], ["system/rss_bytes"]]
+
+    # Data and models: one row per file the run read, its digest cut to 12 digits (whole on hover).
+    assert report["inputs_title"] == "Data and models"
+    assert report["inputs"] == [
+        ["dataset", "/data/iris.csv", "dataset", "/data/iris.csv", "sha256:59b722b71ebb", INPUTS[0]["sha256"],
+         "1024 bytes, 150 rows, revision v3"],
+        ["model", "/data/weights.pt", "model", "/data/weights.pt", "sha256:0e41c7d2aa90", INPUTS[1]["sha256"],
+         "5311 bytes"]]
 
     # Workers: the rows, and the empty state.
     assert report["worker_rows"] == ["gpu-box", "laptop"]

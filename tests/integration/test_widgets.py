@@ -5,6 +5,7 @@ messages the ESM sends (`_handle_custom_msg`, ipywidgets' own entry point for th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from pathlib import Path
@@ -69,6 +70,29 @@ def test_run_view_follows_a_training_run_to_the_end(client):
         assert again.nodes == view.nodes and again.metrics == view.metrics and again.cursor == view.cursor
     finally:
         again.close()
+
+
+def test_run_view_shows_data_and_models_of_a_provenance_run(client, tmp_path):
+    data = tmp_path / "rows.csv"
+    data.write_text("a,b,y\n" + "".join(f"{i},{i * 3 % 5},{i % 2}\n" for i in range(9)))
+    graph = {"nodes": [{"id": "csv", "type": "CSVDataset", "params": {"path": str(data), "target_column": "y"}}],
+             "edges": []}
+    run = client.submit(graph, name="reads a csv", provenance=True)
+    view = RunView(run["id"], client)
+    try:
+        assert view.wait(WAIT_S) == "succeeded"
+        digest = hashlib.sha256(data.read_bytes()).hexdigest()
+        # What GET runs/{id} carries, as the view's Data and models rows.
+        assert client.get(run["id"])["inputs"][0]["sha256"] == digest
+        assert view.inputs == [{"kind": "dataset", "path": str(data.resolve()), "sha256": digest,
+                                "digest": digest[:12], "detail": f"{data.stat().st_size} bytes, 9 rows"}]
+    finally:
+        view.close()
+    plain = RunView(client.submit(graph, name="no provenance")["id"], client)
+    try:
+        assert plain.wait(WAIT_S) == "succeeded" and plain.inputs == []
+    finally:
+        plain.close()
 
 
 def test_run_view_shows_the_place_in_line_then_the_run(client):

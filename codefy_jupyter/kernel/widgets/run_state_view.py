@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 from ...wire import messages as words
+from ...wire import provenance
 
 QUEUED, RUNNING, DISCONNECTED = "queued", "running", "disconnected"
 FINISHED = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
@@ -74,6 +75,8 @@ class RunViewState:
     result: Mapping[str, Any] = field(default_factory=_empty)  # final metrics of a succeeded run
     error: Mapping[str, Any] | None = None  # a failed run's error
     stop_reason: str | None = None  # why a cancelled or interrupted run stopped
+    # What the run read, by content (options.provenance): the row's `inputs`, as describe() shows them
+    inputs: tuple[Mapping[str, Any], ...] = ()
     cursor: int = 0  # seq of the last event applied
     closed: bool = False  # the closing event has been applied
 
@@ -170,7 +173,22 @@ def apply_row(state: RunViewState, row: Mapping[str, Any]) -> RunViewState:
     }
     if status == "failed" and state.error is None and isinstance(row.get("error"), dict):
         changes["error"] = MappingProxyType(dict(row["error"]))
+    if isinstance(row.get("inputs"), list):  # the store has them once the run ended (a row of a list has none)
+        changes["inputs"] = input_rows(row["inputs"])
     return replace(state, **changes)
+
+
+def input_rows(records: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    """The view's "Data and models" rows: kind, path, the whole sha256 and its first 12 digits, and
+    a detail of size, rows and revision when known (the words `codefy runs show` and Lab use). A
+    record the view cannot read (a newer server's) is left out rather than failing the view."""
+    rows = []
+    for record in records:
+        try:
+            rows.append(MappingProxyType(provenance.describe(record)))
+        except (KeyError, TypeError):
+            continue
+    return tuple(rows)
 
 
 def fold(state: RunViewState, event: Mapping[str, Any]) -> RunViewState:
@@ -351,6 +369,7 @@ def to_traits(state: RunViewState, *, max_points: int = MAX_POINTS) -> dict[str,
         "result": dict(state.result),
         "error": dict(state.error) if state.error is not None else None,
         "stop_reason": state.stop_reason or "",
+        "inputs": [dict(r) for r in state.inputs],
         "cursor": state.cursor,
     }
 

@@ -1,5 +1,6 @@
 """`RunView(run_id)`: a live view of one run — status, place in line and its reason, per-node
-status, progress bars for batches and epochs, and a metrics chart drawn as SVG in the browser.
+status, progress bars for batches and epochs, a metrics chart drawn as SVG in the browser, and for
+a run queued with provenance its "Data and models" (the dataset and weights files it read).
 
 While the run can still change, the kernel ticks a `heartbeat` trait every `heartbeat_s` seconds
 (_heartbeat.py); the browser shows the view "disconnected", with the `%codefy show ID` that gives a
@@ -55,6 +56,7 @@ class RunView(anywidget.AnyWidget):
     result = t.Dict().tag(sync=True)
     error = t.Dict(default_value=None, allow_none=True).tag(sync=True)
     stop_reason = t.Unicode("").tag(sync=True)
+    inputs = t.List().tag(sync=True)  # "Data and models": the files the run read (options.provenance)
     cursor = t.Int(0).tag(sync=True)
     following = t.Bool(True).tag(sync=True)
     follow_error = t.Unicode("").tag(sync=True)  # why following stopped early (server lost, run deleted)

@@ -190,6 +190,20 @@ function renderRunView({ model, el }) {
     return rows.length ? h("div", { class: "cdf-progress" }, rows) : null;
   }
 
+  // Data and models: the dataset and weights files a run queued with provenance read, each by its
+  // content (sha256: the first 12 digits, the whole digest on hover), as Lab's run detail shows them.
+  function inputs() {
+    const rows = get("inputs") || [];
+    if (!rows.length) return null;
+    return h("div", { class: "cdf-inputs-block" }, h("div", { class: "cdf-subtitle" }, "Data "Data and models") models"),
+      h("table", { class: "cdf-table cdf-inputs" }, h("tbody", {}, rows.map((r) =>
+        h("tr", { class: "cdf-input", dataset: { kind: r.kind, path: r.path } },
+          h("td", {}, r.kind),
+          h("td", { class: "cdf-mono", title: r.path }, r.path),
+          h("td", { class: "cdf-mono", title: r.sha256 }, `sha256:${r.digest}`),
+          h("td", { class: "cdf-note" }, r.detail))))));
+  }
+
   function outcome() {
     const out = [];
     const error = get("error");
@@ -212,11 +226,11 @@ function renderRunView({ model, el }) {
   const draw = () => {
     el.dataset.viewState = stale ? "disconnected" : "live";
     root.replaceChildren(
-      ...[staleBanner(), header(), queueLine(), nodes(), progress(), ...charts(get("metrics")), ...outcome()].filter(Boolean));
+      ...[staleBanner(), header(), queueLine(), nodes(), progress(), ...charts(get("metrics")), inputs(), ...outcome()].filter(Boolean));
   };
   const keys = ["status", "name", "queue_position", "queue_reason", "queue_key", "nodes", "inner_nodes", "progress",
     "metrics", "error", "stop_reason", "result", "warnings", "follow_error", "duration_s", "device", "seed",
-    "show_command"];
+    "show_command", "inputs"];
   // Many traits change together (one push per page of events): draw once per frame.
   let pending = false;
   const schedule = () => {

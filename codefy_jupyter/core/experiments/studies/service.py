@@ -201,7 +201,10 @@ class StudyService(Reconciler):
         """The table of the study as it stands. The JSON form's arguments are checked as there (a
         client that switches format keeps its query), though the table has one view and no poll."""
         check_read(view, wait, revision)
-        return study_csv(await self.get(study_id))
+        study = await self.get(study_id)
+        runs = [rep["current"]["run_id"] for v in study["variants"] for rep in v["repetitions"]
+                if rep["current"] and rep["current"].get("run_id")]
+        return study_csv(study, await self.store.inputs_of(runs))
 
     async def list(self, *, status: list[str] | None = None, offset: int = 0,
                    limit: int = LIST_LIMIT) -> dict[str, Any]:

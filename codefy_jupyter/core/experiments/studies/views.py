@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from typing import Any, Mapping
 
+from ....wire.provenance import identity_column
 from ..children import child_placement
 from . import state as st
 from .plan import budget_usage, current_attempts
@@ -135,11 +136,14 @@ CSV_COLUMNS = ["variant", "label", "rank", "tie", "eligible", "mean", "std", "av
                "attempt", "status", "objective_value", "run_id", "stop_reason"]
 
 
-def study_csv(view: Mapping[str, Any]) -> str:
-    """One row per variant and repetition (its current attempt), with the variant's standing."""
+def study_csv(view: Mapping[str, Any], inputs: Mapping[str, Any] | None = None) -> str:
+    """One row per variant and repetition (its current attempt), with the variant's standing; and,
+    when any child ran with options.provenance, the data_identity column a sweep's export has
+    (`inputs`: run id -> its records, as the store's inputs_of answers)."""
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["study_id", "objective_node_id", "objective_metric", "direction", *CSV_COLUMNS])
+    identity, cells = identity_column(inputs or {})
+    writer.writerow(["study_id", "objective_node_id", "objective_metric", "direction", *CSV_COLUMNS, *identity])
     objective = view["objective"]
     for v in view["variants"]:
         for rep in v["repetitions"]:
@@ -148,5 +152,5 @@ def study_csv(view: Mapping[str, Any]) -> str:
                              v["index"], v["label"], v["rank"], v["tie"], v["eligible"], v["aggregate"]["mean"],
                              v["aggregate"]["std"], v["average_rank"], rep["repetition"], rep["seed"],
                              a.get("attempt"), a.get("status"), a.get("objective_value"), a.get("run_id"),
-                             a.get("stop_reason")])
+                             a.get("stop_reason"), *cells(a.get("run_id"))])
     return out.getvalue()
