@@ -36,12 +36,11 @@ from ...wire import run_events as ev
 from ...wire.fingerprint import digest, environment_document
 from ..config import Settings
 from ..contract import lifecycle as rs
-from ..contract.execution import ExecutionOutcome, RunHandle, RunSpec
+from ..contract.execution import ExecutionOutcome, RunHandle
 from ..contract.worker_side import WorkerSideFactory
 from ..errors import Conflict, Forbidden, ServiceError, StorageFull, Unavailable
 from ..scheduling.device_sets import SubmitError
 from ..scheduling.limits import build_limits
-from ..scheduling.memory_ledger import budget_mib
 from ..scheduling.queue import RunQueue
 from ..scheduling.quotas import Reservation, build_quotas
 from ..scheduling.records import Placement
@@ -59,6 +58,7 @@ from .recorded import RecordedOutputs
 from .records import RunBook, RunRecord
 from .requests import options_doc, strip_secrets
 from .retention import RunRemoval
+from .starts import StartSpecs
 from .submit import Prepared, SubmitChecks
 from .unwritten import StorageWatch
 
@@ -129,6 +129,8 @@ class RunService:
         self.final = FinalWrites(store, self.events, self._runs, self.storage, self.reads, clock,
                                  partial(self.listeners.notify, "run_finished"))
         self.removal = RunRemoval(store, self.events, self.outputs, self.workers, self.data_dir, settings)
+        self.starts = StartSpecs(settings, self.limits, self.queue, self.workers, self.outputs, self.data_dir,
+                                 self.cpu_cores)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -233,14 +235,6 @@ class RunService:
             raise Unavailable("the server is shutting down; submit again once it is back",
                               code="shutting_down")
         return await self.checks.prepare(body)
-
-    def _memory_budgets(self, row: dict[str, Any], worker: str, devices: list[str]) -> dict[str, int]:
-        """The run's budget on each of its cards that its worker shares by memory."""
-        gib = ((row.get("options") or {}).get("target") or {}).get("memory_gib")
-        offer = self.queue.worker(worker)
-        if gib is None or offer is None:
-            return {}
-        return {d: budget_mib(gib) for d in devices if d in offer.shared_memory}
 
     async def preflight(self, body: Any) -> None:
         """Refuse, as `submit` would, a run that could never be queued as asked; queue nothing.
@@ -376,7 +370,7 @@ class RunService:
             self._start_on_worker(placement, record, row, graph)
             return
         now = record.started
-        budget = self._cpu_budget(row, None)
+        budget = self.starts.cpu_budget(row, None)
         # Not awaited: writes commit in call order, so the final write queued later can never land
         # before this one, and the submit that started the run answers after one commit, not two.
         record.device, record.facts = placement.device, ({"cpu_threads": budget.to_dict()} if budget else {})
@@ -392,11 +386,7 @@ class RunService:
             started_at=now), with_next=True)
         loop = asyncio.get_running_loop()
         cache = self._session_caches.setdefault(row["session"], SessionCache()) if row.get("session") else None
-        spec = RunSpec(run_id=run_id, graph=graph, device=placement.device, seed=row.get("seed"),
-                       deterministic=bool(row.get("deterministic")),
-                       max_parallel_nodes=self.settings.max_parallel_nodes,
-                       data_dir=self.data_dir / "runs" / run_id, cache=cache, cpu=budget,
-                       options=provenance.with_option(self.outputs.options(run_id, row), row))
+        spec = self.starts.local(placement, row, graph, cache, budget)
         handle = record.handle = self.executor.start(spec, partial(self._on_engine_event, run_id))
         record.sampler = system_sampling.start(self.settings.system_metrics_interval_s, run_id, placement.device,
                                                partial(self._on_engine_event, run_id))
@@ -410,34 +400,16 @@ class RunService:
         this process holds); execution_start is written when the worker says the run started."""
         run_id, name = placement.run_id, placement.worker
         now, record.worker = record.started, name
-        devices = list(placement.devices)
-        queue_key = f"{name}/{placement.device}"
-        spec = RunSpec(run_id=run_id, graph=graph, device=placement.device, seed=row.get("seed"),
-                       deterministic=bool(row.get("deterministic")),
-                       max_parallel_nodes=self.settings.max_parallel_nodes, worker=name, devices=tuple(devices),
-                       queue_key=queue_key, slots=placement.slots, name=row.get("name"),
-                       cpu=self._cpu_budget(row, name), files=record.files,
-                       memory_budgets=self._memory_budgets(row, name, devices),
-                       options=provenance.with_option(self.outputs.options(run_id, row), row))
+        spec = self.starts.on_worker(placement, row, graph, record.files)
         record.files = None
         started = self.workers.start_run(spec)
         self.store.update_run(run_id, status=record.status, started_at=now, worker_id=name,
-                              devices=devices, queue_key=queue_key, fingerprint_digest=started.fingerprint,
+                              devices=list(spec.devices), queue_key=spec.queue_key,
+                              fingerprint_digest=started.fingerprint,
                               execution_facts=started.facts
                               ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} running"))
         handle = record.handle = started.handle
         self.keep(asyncio.get_running_loop().create_task(self._await_run(run_id, handle)))
-
-    def _cpu_budget(self, row: dict[str, Any], worker: str | None) -> cpu_threads.CpuBudget | None:
-        """The run's CPU thread budget on the machine it was placed on: this server's, or the
-        worker's (its cores from its hello, its own cpu queue's slots)."""
-        requested = (row.get("options") or {}).get("cpu_threads")
-        if worker is None:
-            cores, slots = self.cpu_cores, self.limits.limit("cpu")
-        else:
-            cores, slots = self.workers.cpu_count(worker), self.limits.limit(f"{worker}/cpu")
-        return cpu_threads.decide(requested=requested, setting=self.settings.run_cpu_threads, cores=cores,
-                                  cpu_slots=slots)
 
     def _on_engine_event(self, run_id: str, raw: dict[str, Any]) -> None:
         if self._runs.executing(run_id) is None:

@@ -54,7 +54,7 @@ from .acks import Acks
 from .assign import Assigner
 from .frame_bounds import fact_kept
 from .frame_tally import FrameTally
-from .frames import events_of, outcome_of
+from .frames import events_of, outcome_of, start_event
 from .host import RunHost
 from .provenance import kept_input
 from .records import RESUME, WorkerRun, facts_doc
@@ -379,18 +379,7 @@ class WorkerExecutor:
         # Persisted with the event (the facts travel with each batch): an adopted run knows its log
         # already has its execution_start.
         run.facts["started_at"] = now
-        spec = run.spec
-        if spec is None:  # adopted before the worker said it started: the row has what we need
-            resume = run.facts.get(RESUME) or {}
-            event = ev.execution_start(run.run_id, name=None, device=resume.get("device", ""),
-                                       devices=list(resume.get("devices") or ()), seed=None, deterministic=False,
-                                       queue_key=resume.get("queue_key", ""), started_at=now, worker=run.worker)
-        else:
-            event = ev.execution_start(
-                run.run_id, name=spec.name, device=spec.device, devices=list(spec.devices or (spec.device,)),
-                seed=spec.seed, deterministic=spec.deterministic, queue_key=spec.queue_key, started_at=now,
-                worker=run.worker)
-        self.host.events.emit(run.run_id, event)
+        self.host.events.emit(run.run_id, start_event(run, now))
 
     def _apply(self, run: WorkerRun, frame: RunFrame) -> None:
         if isinstance(frame, RunStarted):

@@ -3,7 +3,7 @@
 Every frame that carries something for the log becomes the same event an in-process run's engine
 callback would have produced; `run_finished` becomes the `ExecutionOutcome` the run service files.
 Events only the control plane writes (execution_start, the closing events) are never taken from a
-worker.
+worker: `start_event` is the execution_start it writes when a worker run starts.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from ..contract import lifecycle as rs
 from ..contract.execution import ExecutionOutcome
 from .frame_bounds import bounded_error
 from .frame_events import event_of, events_of_report
+from .records import RESUME, WorkerRun
 
 # Event types only the control plane writes into a run's log.
 CONTROL_PLANE_TYPES = ev.CLOSING | {ev.EXECUTION_START}
@@ -28,6 +29,20 @@ def events_of(run_id: str, frame: RunFrame) -> list[ev.RunEvent]:
     if isinstance(frame, (Metrics, Artifact, RunWarning)):
         return events_of_report(run_id, frame)
     return []
+
+
+def start_event(run: WorkerRun, now: float) -> ev.RunEvent:
+    """The execution_start the control plane writes when its worker says the run started."""
+    spec = run.spec
+    if spec is None:  # adopted before the worker said it started: the row has what we need
+        resume = run.facts.get(RESUME) or {}
+        return ev.execution_start(run.run_id, name=None, device=resume.get("device", ""),
+                                  devices=list(resume.get("devices") or ()), seed=None, deterministic=False,
+                                  queue_key=resume.get("queue_key", ""), started_at=now, worker=run.worker)
+    return ev.execution_start(
+        run.run_id, name=spec.name, device=spec.device, devices=list(spec.devices or (spec.device,)),
+        seed=spec.seed, deterministic=spec.deterministic, queue_key=spec.queue_key, started_at=now,
+        worker=run.worker)
 
 
 def outcome_of(frame: RunFinished, worker: str) -> ExecutionOutcome:
