@@ -195,7 +195,7 @@ function renderRunView({ model, el }) {
   function inputs() {
     const rows = get("inputs") || [];
     if (!rows.length) return null;
-    return h("div", { class: "cdf-inputs-block" }, h("div", { class: "cdf-subtitle" }, "Data "Data and models") models"),
+    return h("div", { class: "cdf-inputs-block" }, h("div", { class: "cdf-subtitle" }, "Data and models"),
       h("table", { class: "cdf-table cdf-inputs" }, h("tbody", {}, rows.map((r) =>
         h("tr", { class: "cdf-input", dataset: { kind: r.kind, path: r.path } },
           h("td", {}, r.kind),
