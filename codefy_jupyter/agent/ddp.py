@@ -22,6 +22,9 @@ the loopback interface, so what the ranks open is reachable from this machine on
   budgeted cards to zero; the run reports one `capped` once every rank has (the agent reports the
   run started only then) and one `memory_limit` (per card, the owner's cap).
 - Peak memory: per device, the largest any rank reported.
+- Input provenance (`spec.provenance`): only rank 0 records, since it alone runs the whole graph and
+  the other ranks read the same files again; the run process sends rank 0's records as `facts`
+  once every rank has ended, as a single-process run does before its report.
 
 `plan` and `rank_graph` are pure; `run_ranks` and `rank_main` run processes.
 """
@@ -205,7 +208,10 @@ def run_ranks(send: Callable[[str, dict[str, Any]], None], spec: dict[str, Any],
                 p.kill()
                 p.join()
         messages.close()
-    base = results.get(0) or {"executed": 0, "cached": 0, "metrics": {}}
+    base = dict(results.get(0) or {"executed": 0, "cached": 0, "metrics": {}})
+    inputs = base.pop("inputs", None) or []
+    for record in inputs if spec.get("facts") else ():  # before the report: the ending files them all
+        send("facts", {"kind": "provenance", "facts": record})
     body = {**base, "duration_s": time.monotonic() - started,
             "peak_memory": merge_peaks([r.get("peak_memory") for r in results.values()]),
             "memory_limit": memory_cap.merge_limits([r.get("memory_limit") for r in results.values()])}
@@ -298,11 +304,12 @@ def rank_main(rank: int, world: int, backend: str, device: str, store: str, spec
             graph, seed=spec.get("seed"), device=device, deterministic=bool(spec.get("deterministic")),
             max_parallel_nodes=int(spec.get("max_parallel_nodes") or 4), cancel=token,
             callbacks=EngineCallbacks.all_to(sink), data_dir=data_dir, run_id=run_id, inline=True,
-            cpu_threads=threads))
+            cpu_threads=threads, provenance=rank == 0 and spec.get("provenance") is True))
         body = {"status": result.status, "error": result.error.to_dict() if result.error is not None else None,
                 "executed": len(result.executed), "cached": len(result.cached),
                 "metrics": ev.jsonable(result.metrics), "duration_s": time.monotonic() - started,
-                "peak_memory": memory_cap.peak_memory(spec.get("aliases") or {}), "memory_limit": limit}
+                "peak_memory": memory_cap.peak_memory(spec.get("aliases") or {}), "memory_limit": limit,
+                "inputs": list(result.inputs)}
     except GraphError as err:
         body = {"status": "failed", "error": {**err.to_dict(), "type": "GraphError"}, "executed": 0, "cached": 0,
                 "metrics": {}}

@@ -64,3 +64,35 @@ async def test_a_ddp_loop_run_here_trains_in_one_process_with_a_warning(jp_fetch
     assert done["status"] == "succeeded", done
     events = await all_events(jp_fetch, run["id"])
     assert [e["payload"]["code"] for e in events if e["type"] == "run_warning"] == ["ddp_single_process"]
+
+
+def ddp_inputs_graph(tmp_path):
+    """The provenance test's CSV dataset and saved checkpoint, feeding a ddp TrainingLoop: rank 0
+    and rank 1 both read both files; the run must record each once."""
+    from test_provenance_e2e import inputs_graph
+
+    graph = inputs_graph(tmp_path)
+    graph["nodes"] += [{"id": "loader", "type": "DataLoader", "params": {"batch_size": 4}},
+                       {"id": "opt", "type": "Optimizer", "params": {"kind": "sgd", "lr": 0.1}},
+                       {"id": "loss", "type": "Loss", "params": {"kind": "auto"}},
+                       {"id": "train", "type": "TrainingLoop", "params": {"epochs": 1, "strategy": "ddp"}}]
+    graph["edges"] += [edge("csv", "dataset", "loader", "dataset"), edge("load", "model", "opt", "model"),
+                       edge("load", "model", "train", "model"), edge("opt", "optimizer", "train", "optimizer"),
+                       edge("loss", "loss", "train", "loss"), edge("loader", "dataloader", "train", "train")]
+    return graph
+
+
+@pytest.mark.timeout(480)
+async def test_a_ddp_run_with_provenance_records_its_inputs_once_as_a_local_run_does(jp_fetch, agents, tmp_path):
+    from test_provenance_e2e import expected, finished
+
+    graph = ddp_inputs_graph(tmp_path)
+    local = await finished(jp_fetch, graph, {"provenance": True})
+    assert local["inputs"] == expected(tmp_path)
+    agent = agents()
+    await until_connected(jp_fetch, agent)
+    remote = await finished(jp_fetch, graph, {"provenance": True,
+                                              "target": {"worker": "box", "devices": ["cuda:0", "cuda:1"]}})
+    events = await all_events(jp_fetch, remote["id"])
+    assert [e["payload"]["code"] for e in events if e["type"] == "run_warning"].count("ddp_cpu_ranks") == 1
+    assert remote["inputs"] == local["inputs"]

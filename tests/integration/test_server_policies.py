@@ -9,7 +9,7 @@ import os
 import stat
 
 import pytest
-from test_server_runs import SMALL, call, sleepy, wait_status
+from test_server_runs import SMALL, all_events, call, sleepy, wait_status
 
 
 def _config(tmp_path, **codefy):
@@ -225,3 +225,52 @@ class TestRetentionFiles:
         await wait_status(jp_fetch, third["id"], {"succeeded"})
         await eventually(lambda: not (runs_dir / second["id"] / "log.txt").exists())
         assert (runs_dir / second["id"] / "checkpoints" / "epoch1.pt").read_bytes() == b"ckpt"
+
+
+class TestSessionsAndDelete:
+    """Seed audit gaps (docs/seed-audit.md): an editor session's runs reuse its cache through the
+    control plane, and Delete keeps a run's checkpoint files on disk."""
+
+    @pytest.fixture
+    def jp_server_config(self, tmp_path):
+        return _config(tmp_path)
+
+    async def test_a_sessions_second_run_reuses_the_first_runs_nodes_and_another_session_does_not(self, jp_fetch):
+        async def counts(options):
+            code, run = await call(jp_fetch, "api", "runs", method="POST", body={"graph": SMALL, "options": options})
+            assert code == 201, run
+            await wait_status(jp_fetch, run["id"], {"succeeded"})
+            events = await all_events(jp_fetch, run["id"])
+            done = [e["payload"] for e in events if e["type"] == "execution_complete"]
+            assert len(done) == 1, events
+            return done[0]["executed"], done[0]["cached"]
+
+        mine = {"lane": "interactive", "session": "doc-cache"}
+        assert await counts(mine) == (2, 0)
+        executed, cached = await counts(mine)
+        assert executed == 0 and cached >= 1  # clicking Run twice: nothing runs again, all from the cache
+        assert await counts({"lane": "interactive", "session": "doc-other"}) == (2, 0)
+        assert await counts({}) == (2, 0)  # a queued run lends no session's cache
+
+    async def test_delete_removes_the_run_but_keeps_its_checkpoint_files(self, jp_fetch, jp_serverapp):
+        from codefy_jupyter.engine import default_registry
+
+        reg = default_registry()
+        if reg.get("WritesCheckpoint") is None:
+            @reg.node("WritesCheckpoint", outputs={"done": "bool"})
+            def writes_checkpoint(ctx):
+                (ctx.data_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+                (ctx.data_dir / "checkpoints" / "epoch1.pt").write_bytes(b"ckpt")
+                return {"done": True}
+
+        app = jp_serverapp.extension_manager.extension_points["codefy"].app
+        runs_dir = app.codefy_settings.resolved_data_dir() / "runs"
+        code, run = await call(jp_fetch, "api", "runs", method="POST",
+                               body={"graph": {"nodes": [{"id": "w", "type": "WritesCheckpoint"}]}})
+        assert code == 201, run
+        await wait_status(jp_fetch, run["id"], {"succeeded"})
+        code, _ = await call(jp_fetch, "api", "runs", run["id"], method="DELETE")
+        assert code in (200, 204)
+        code, _ = await call(jp_fetch, "api", "runs", run["id"])
+        assert code == 404
+        assert (runs_dir / run["id"] / "checkpoints" / "epoch1.pt").read_bytes() == b"ckpt"
