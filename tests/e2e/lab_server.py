@@ -72,6 +72,12 @@ class Lab:
             time.sleep(0.2)
 
 
+def data_dir(tmp_path: Path) -> Path:
+    """The codefy data dir `running_lab(tmp_path)` serves: a store put there before it starts (a
+    benchmark's generated runs) is the one it opens."""
+    return tmp_path / "codefy"
+
+
 @contextlib.contextmanager
 def running_lab(tmp_path: Path, env: dict[str, str] | None = None, wrap: tuple[str, ...] = ()) -> Iterator[Lab]:
     """`env`: more environment for the server (a benchmark's caps), over the defaults here; `wrap`: a
@@ -106,7 +112,7 @@ def running_lab(tmp_path: Path, env: dict[str, str] | None = None, wrap: tuple[s
     proc = subprocess.Popen(
         [*wrap, sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
          f"--IdentityProvider.token={TOKEN}", "--ServerApp.allow_root=True", f"--ServerApp.root_dir={root}",
-         f"--CodefyApp.data_dir={tmp_path / 'codefy'}", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         f"--CodefyApp.data_dir={data_dir(tmp_path)}", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
          f"--LabApp.workspaces_dir={jupyter / 'workspaces'}"],
         env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     server = Lab(f"http://127.0.0.1:{port}/", root)
