@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import chaos_audit as audit
-from common import free_port, publish
+from common import free_port, publish, stop_all
 
 KINDS = ("control_kill", "agent_kill", "agent_stop", "socket_drop")
 AGENTS = ("chaos-a", "chaos-b")
@@ -249,14 +249,8 @@ class Sandbox:
 
     def close(self) -> None:
         for proc in self.agents.values():
-            with_signal(proc.pid, signal.SIGCONT)
-            proc.terminate()
-        for proc in self.agents.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            with_signal(proc.pid, signal.SIGCONT)  # a stopped agent cannot act on the terminate
+        stop_all(self.agents.values())
         self.codefy("stop", "--data-dir", str(self.data_dir))
         self.forwarder.close()
 

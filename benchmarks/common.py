@@ -44,6 +44,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_all(procs: Any, grace_s: float = 30.0) -> None:
+    """Terminate every process, then wait for each; one that outlives `grace_s` is killed."""
+    procs = list(procs)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def codefy(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """The `codefy` command of this interpreter, its output captured."""
     return subprocess.run([sys.executable, "-m", "codefy_jupyter.cli", *args], env=env, capture_output=True,

@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 import chaos_audit as audit
 from chaos import chain, gone
-from common import ThrowawayPostgres, free_port, publish
+from common import ThrowawayPostgres, free_port, publish, stop_all
 
 TARGETS = {"p50_s": 5.0, "max_s": 10.0, "runs_lost": 0, "runs_duplicated": 0}
 POLL_S = 0.02  # between looks at a replica during a failover: the resolution of the times measured
@@ -176,14 +176,7 @@ class Deployment:
         return max(w["connected_at"] for w in workers if w["name"] in self.agent_names)
 
     def close(self) -> None:
-        for proc in self.agents.values():
-            proc.terminate()
-        for proc in self.agents.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_all(self.agents.values())
         for replica in self.replicas:
             replica.stop()
 

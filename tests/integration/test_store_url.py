@@ -43,28 +43,27 @@ async def test_runs_live_in_the_postgresql_database_the_setting_names(jp_fetch, 
     assert not (tmp_path / "codefy" / DATABASE_FILE).exists()  # no SQLite file beside it
 
 
-def test_codefy_start_refuses_a_store_url_it_cannot_open_naming_the_setting_not_the_password(tmp_path):
+def refused_start(tmp_path, store_url: str) -> tuple[Servers, str]:
+    """`codefy start` with `store_url`, which must refuse it: its servers and its output."""
     servers = Servers(tmp_path)
-    servers.env["CODEFY_STORE_URL"] = "mysql://codefy:hunter2@db.example/codefy"
+    servers.env["CODEFY_STORE_URL"] = store_url
     try:
         done = servers.codefy("start", "--data-dir", str(servers.data_dir), "--port", str(free_port()))
     finally:
         servers.kill_leftovers()
     output = done.stdout + done.stderr
     assert done.returncode != 0, output
+    return servers, output
+
+
+def test_codefy_start_refuses_a_store_url_it_cannot_open_naming_the_setting_not_the_password(tmp_path):
+    servers, output = refused_start(tmp_path, "mysql://codefy:hunter2@db.example/codefy")
     assert "CODEFY_STORE_URL (c.CodefyApp.store_url)" in output and "not scheme 'mysql'" in output
     assert "hunter2" not in output
 
 
 def test_codefy_start_refuses_a_postgresql_store_with_run_files_local_to_one_replica(tmp_path, pg_url):
-    servers = Servers(tmp_path)
-    servers.env["CODEFY_STORE_URL"] = pg_url
-    try:
-        done = servers.codefy("start", "--data-dir", str(servers.data_dir), "--port", str(free_port()))
-    finally:
-        servers.kill_leftovers()
-    output = done.stdout + done.stderr
-    assert done.returncode != 0, output
+    servers, output = refused_start(tmp_path, pg_url)
     assert "CODEFY_RUN_FILES_SHARED (c.CodefyApp.run_files_shared) = 0" in output, output
     assert "CODEFY_S3_ENABLED=1" in output
     assert not servers.state_file.exists()  # no server runs
