@@ -145,6 +145,7 @@ class CodefyApp(ExtensionApp):
             experiments = Experiments(service)  # before start: it follows recovery and retention too
             await service.start()
             await experiments.start()
+            await service.reschedule()  # runs queued again at a takeover, once sweeps and studies follow them
         except BaseException:
             self._standby_store = None
             self._standby_event().clear()

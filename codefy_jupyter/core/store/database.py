@@ -228,6 +228,12 @@ class Store:
         return self.lease_keeper.lease.role if self.lease_keeper is not None else LEADER
 
     @property
+    def leased(self) -> bool:
+        """Leadership passes between control planes (PostgreSQL): the queue outlives any one process,
+        so a new leader queues the waiting runs again instead of retiring them."""
+        return self.lease_keeper is not None
+
+    @property
     def leader_url(self) -> str | None:
         """The URL the leader serves on, as its lease row says (None when unknown)."""
         return self.lease_keeper.lease.leader_url if self.lease_keeper is not None else None
