@@ -373,8 +373,8 @@ class RunService:
 
     # -- scheduling and execution -----------------------------------------------------------------
     async def _reschedule(self) -> None:
-        if self._closing or self.storage.holding:
-            return  # a run started on a full disk could record nothing: it waits for room
+        if self._closing or self.storage.holding or not self.store.leading:
+            return  # a run started on a full disk (or by a leader woken past its lease) records nothing
         for placement in self.queue.schedule():
             await self._start(placement)
 

@@ -185,8 +185,10 @@ class Store:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         shown = redact_url(url)
+        lease = lease or Lease(uuid.uuid4().hex, ttl_s=TTL_S, renew_every_s=RENEW_EVERY_S)
         try:
-            writer, reader = await postgres.start_connections(url, batch_window_s=batch_window_s, max_batch=max_batch)
+            writer, reader = await postgres.start_connections(url, batch_window_s=batch_window_s, max_batch=max_batch,
+                                                              idle_in_transaction_s=lease.ttl_s)
         except SchemaVersionError as exc:
             raise StoreError(f"{shown} was written by a newer codefy-jupyter ({exc}); refusing to use it",
                              path=shown) from exc
@@ -198,8 +200,7 @@ class Store:
             raise
         store = cls(shown, writer, reader, clock=clock)  # type: ignore[arg-type]
         try:
-            await store._keep_lease(url, lease or Lease(uuid.uuid4().hex, ttl_s=TTL_S, renew_every_s=RENEW_EVERY_S),
-                                    lease_clock)
+            await store._keep_lease(url, lease, lease_clock)
         except BaseException:
             await store.close()
             raise
@@ -232,6 +233,11 @@ class Store:
         """Leadership passes between control planes (PostgreSQL): the queue outlives any one process,
         so a new leader queues the waiting runs again instead of retiring them."""
         return self.lease_keeper is not None
+
+    @property
+    def leading(self) -> bool:
+        """This process leads now by its own clock (always on SQLite); see LeaseKeeper.holds."""
+        return self.lease_keeper.holds() if self.lease_keeper is not None else True
 
     @property
     def leader_url(self) -> str | None:
