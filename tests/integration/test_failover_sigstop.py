@@ -82,7 +82,7 @@ def test_a_leader_frozen_past_its_lease_is_fenced_and_steps_down_when_it_wakes(t
         log = (a.data_dir / "server.log").read_text(errors="replace")
         assert "lost the leader lease" in log, log[-3000:]
         assert "Fenced" in log, log[-3000:]  # it did try to write (the in-flight run's ending), and was refused
-        assert nxt["id"] not in log, log[-3000:]  # it did not start the queued run (b had it)
+        assert f"marking run {nxt['id']} running" not in log, log[-3000:]  # it did not start the queued run (b had it)
         assert "store_locked" not in log and "in use by another codefy server" not in log, log[-3000:]
 
         code, after = request(standby, "runs", {"graph": SMALL, "name": "on b, after"})

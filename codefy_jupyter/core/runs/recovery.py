@@ -5,10 +5,11 @@ the rows and their last events, asks `recover`, and does what it answers.
   closing event shared one transaction): the row takes the log's status. Not a transition.
 - `Adopt`: a worker run with a resume point: it keeps its slots and waits, disconnected, for its
   worker to come back (no assign is sent).
-- `Requeue`: a queued run, where the queue outlives the process (a PostgreSQL store, whose leader
-  lease passes between control planes): it joins the new queue again, in its submit order (its
-  row's `submit_order`, the order `active_runs` reads them in), so a takeover keeps every waiting
-  run's order and place. On SQLite the seed's restart rule holds: nothing resumes a queue.
+- `Requeue`: a queued run, at a takeover (on PostgreSQL, this replica took the leader lease from
+  another one, whose queue passes to it): it joins the new queue again, in its submit order (its
+  row's `submit_order`, the order `active_runs` reads them in), so every waiting run keeps its
+  order and place. At a restart (SQLite, or a replica on its own lease) the seed's rule holds:
+  nothing resumes a queue.
 - `Retire`: anything else ends interrupted (server_restart).
 """
 
@@ -48,7 +49,7 @@ class Retire:
 def recover(row: dict[str, Any], last: ev.RunEvent | Any | None, resume: dict[str, Any] | None,
             keep_queue: bool = False) -> Repair | Adopt | Requeue | Retire:
     """`last`: the run's last logged event (type, payload); `resume`: its worker resume point, if any;
-    `keep_queue`: the queue outlives the process (PostgreSQL), so a queued run is requeued."""
+    `keep_queue`: a takeover, whose queue passes to this process, so a queued run is requeued."""
     if last is not None and last.type in ev.CLOSING:
         return Repair(ev.closing_status(last.type, last.payload) or rs.INTERRUPTED)
     if keep_queue and row["status"] == rs.QUEUED:

@@ -142,7 +142,7 @@ class RunService:
         await self.workers.load()
         for row in await self.store.active_runs():  # in submit order: requeued runs keep theirs
             resume = self.workers.resume_point(row)
-            fate = recovery.recover(row, await self.store.last_event(row["id"]), resume, self.store.leased)
+            fate = recovery.recover(row, await self.store.last_event(row["id"]), resume, self.store.taken_over)
             if isinstance(fate, recovery.Repair):
                 await self.store.update_run(row["id"], status=fate.status, finished_at=row.get("finished_at") or
                                             self.clock())
@@ -195,14 +195,13 @@ class RunService:
         return None
 
     async def shutdown(self) -> None:
-        """Graceful stop: waiting runs are retired at once (on PostgreSQL they stay queued for the
-        next leader), executing ones get 5 s to stop."""
+        """Graceful stop: waiting runs are retired at once, executing ones get 5 s to stop."""
         self._closing = True
         self.workers.shutting_down()
         for run in self.queue.waiting():
-            if self.queue.cancel(run.run_id) and not self.store.leased:
-                await self._finish_unstarted(run.run_id, rs.INTERRUPTED, "server_shutdown",
-                                             "the server shut down before this run started")
+            self.queue.cancel(run.run_id)
+            await self._finish_unstarted(run.run_id, rs.INTERRUPTED, "server_shutdown",
+                                         "the server shut down before this run started")
         handles = [r.handle for r in self._runs.all_executing() if r.handle is not None]
         for handle in handles:
             handle.cancel("server shutdown")

@@ -229,10 +229,12 @@ class Store:
         return self.lease_keeper.lease.role if self.lease_keeper is not None else LEADER
 
     @property
-    def leased(self) -> bool:
-        """Leadership passes between control planes (PostgreSQL): the queue outlives any one process,
-        so a new leader queues the waiting runs again instead of retiring them."""
-        return self.lease_keeper is not None
+    def taken_over(self) -> bool:
+        """This leadership began by taking the lease from another replica (PostgreSQL): the queue
+        passes to this process, so it queues the old leader's waiting runs again instead of
+        retiring them. False on SQLite and for a replica restarted on its own lease (the seed's
+        restart rule: nothing resumes a queue)."""
+        return self.lease_keeper is not None and self.lease_keeper.lease.took_from is not None
 
     @property
     def leading(self) -> bool:

@@ -168,7 +168,7 @@ class LeaseKeeper:
                     _rollback(conn)
                     raise
             with self._lock:
-                change = self.lease.committed(claim, started)
+                change = self.lease.committed(claim, started, row.holder)
             if change is not None:
                 log.warning("store: %s the leader lease (epoch %d)", "won" if change != LOST else "lost",
                             claim.epoch)
