@@ -145,6 +145,7 @@ class CodefyApp(ExtensionApp):
             experiments = Experiments(service)  # before start: it follows recovery and retention too
             await service.start()
             await experiments.start()
+            await service.reschedule()  # runs queued again at a takeover, once sweeps and studies follow them
         except BaseException:
             self._standby_store = None
             self._standby_event().clear()
@@ -174,13 +175,16 @@ class CodefyApp(ExtensionApp):
     def _lease_changed(self, change: str) -> None:
         if change == LOST:
             self.log.error("codefy: this server lost the leader lease: stepping down to a standby")
-            asyncio.ensure_future(self._step_down())
+            # The step-down is the start in progress: a request meanwhile waits for it (503
+            # `recovering`, then `standby`) instead of starting a second service that would meet
+            # this one's own database lock (503 `store_locked`).
+            self._starting = asyncio.ensure_future(self._step_down(self._starting))
 
-    async def _step_down(self) -> None:
+    async def _step_down(self, previous: asyncio.Future[RunService] | None) -> RunService:
         """Drop the run service (its writes are fenced now) and start again as a standby: a later
         win of the lease recovers from the database, as any new leader does."""
-        if self._starting is not None and not self._starting.done():
-            await asyncio.gather(self._starting, return_exceptions=True)
+        if previous is not None and not previous.done():
+            await asyncio.gather(previous, return_exceptions=True)
         service, store, lock = self.service, self.store or self._standby_store, getattr(self, "_database_lock", None)
         self.service = self.experiments = self.store = self._standby_store = None
         self._database_lock = None
@@ -194,7 +198,7 @@ class CodefyApp(ExtensionApp):
                 self.log.warning("codefy: while stepping down: %s", exc)
         if lock is not None:
             lock.release()
-        self._starting = asyncio.ensure_future(self._start_service())
+        return await self._start_service()
 
     def health(self) -> tuple[str, str | None]:
         """(`leader`, `standby` or `recovering`; the leader's URL when known), for load balancers."""

@@ -2,7 +2,7 @@
 holds (its row written as that leader would have): the server is a standby, its codefy routes
 answer 503 `standby` naming the leader's URL, and `GET health` says so. Once the lease is given up
 the server takes it with the next epoch, recovers what the old leader left as a restart after
-kill -9 would (its in-process run ends interrupted), and serves."""
+kill -9 would (its in-process run ends interrupted, its queued run is queued again), and serves."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def old_leader(pg_url):
     async def left():
         store = await Store.open(pg_url)
         await store.create_run({"id": "old-running", "status": "running", "started_at": time.time()})
-        await store.create_run({"id": "old-queued", "status": "queued"})
+        await store.create_run({"id": "old-queued", "status": "queued", "name": "waited", "graph": SMALL,
+                                "options": {"lane": "queued", "record_outputs": False, "requested_device": None}})
         await store.close()
 
     asyncio.run(left())
@@ -90,8 +91,8 @@ async def test_a_standby_refuses_naming_the_leader_then_takes_over_when_the_leas
     # The recovery of a restart after kill -9: the old leader's in-process run died with it.
     ended = await wait_status(jp_fetch, "old-running", {"interrupted"})
     assert ended["status"] == "interrupted"
-    # Queued runs too, as at a restart (docs/tutorials/postgresql.md: keeping their places is to come).
-    assert (await wait_status(jp_fetch, "old-queued", {"interrupted"}))["status"] == "interrupted"
+    # A queued run keeps its place: queued again in the new leader's queue, and run there.
+    assert (await wait_status(jp_fetch, "old-queued", {"succeeded", "failed", "interrupted"}))["status"] == "succeeded"
     code, run = await call(jp_fetch, "api", "runs", method="POST", body={"graph": SMALL, "name": "after"})
     assert code == 201, run
     assert (await wait_status(jp_fetch, run["id"], {"succeeded", "failed"}))["status"] == "succeeded"

@@ -86,7 +86,7 @@ def tick(lease: Lease, row: LeaseRow, now: float) -> tuple[str | None, LeaseRow]
     (None, one, or "lost+won" for a fresh leadership), and the row as the database then holds it."""
     changes = [lease.expire(now)]
     claim = lease.claim(row, now)
-    changes.append(lease.committed(claim, started_at=now))
+    changes.append(lease.committed(claim, started_at=now, previous=row.holder))
     if claim.action != FOLLOW:
         row = LeaseRow(claim.holder, claim.epoch, claim.expires_at, claim.url)
     said = [c for c in changes if c is not None]
@@ -115,6 +115,21 @@ def test_two_planes_one_leads_the_other_follows_then_takes_over_when_renewals_st
     change, row = tick(a, row, 8.5)
     assert change == LOST and a.role == STANDBY and a.epoch == 0 and a.leader_url == "http://b/"
     assert not a.held(8.5) and b.held(8.5)
+
+
+def test_a_leadership_taken_from_another_replica_is_a_takeover_and_our_own_is_a_restart():
+    a, b = Lease("a"), Lease("b")
+    _, row = tick(a, FREE, 0.0)
+    assert a.took_from is None  # a fresh database: nobody held it before
+    _, row = tick(b, row, 0.5)
+    assert b.took_from is None  # following takes nothing
+    _, row = tick(b, row, 10.0)  # a stopped renewing: b takes over from a
+    assert b.role == LEADER and b.took_from == "a"
+    _, row = tick(b, row, 11.0)
+    assert b.took_from == "a"  # renewals keep saying how this leadership began
+    again = Lease("b")  # b restarted (kill -9): it takes its own lease back, a restart
+    _, row = tick(again, row, 11.5)
+    assert again.role == LEADER and again.took_from is None
 
 
 def test_a_woken_leader_whose_clock_did_not_pass_its_deadline_follows_the_new_epoch():

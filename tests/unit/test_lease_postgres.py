@@ -6,6 +6,7 @@ steps it down. Each store's clock is a fake the test moves; waits are on conditi
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -101,6 +102,49 @@ def test_a_frozen_leader_is_taken_over_and_its_next_write_is_fenced_and_steps_it
             await a.close()
 
     asyncio.run(main())
+
+
+def test_a_leader_frozen_inside_a_write_does_not_hold_the_lease_row_past_its_ttl(pg_url):
+    """Its fence's FOR SHARE lock on the lease row would block every takeover until it woke: the
+    database ends the frozen writer's session after the lease's TTL, and the standby takes over."""
+    async def main():
+        clock_a, clock_b = FakeClock(), FakeClock()
+        a = await Store.open(pg_url, lease_clock=clock_a, lease=Lease("a", "http://a/", ttl_s=2, renew_every_s=0.5))
+        b = await Store.open(pg_url, lease_clock=clock_b, lease=Lease("b", "http://b/", ttl_s=2, renew_every_s=0.5))
+        wake = threading.Event()
+
+        def frozen(conn):
+            conn.execute("UPDATE runs SET name = 'frozen' WHERE id = 'before'")
+            wake.wait(2 * DEADLINE_S)  # the writer thread stops here, inside its transaction
+
+        try:
+            await a.create_run({"id": "before", "status": "queued"})
+            write = asyncio.ensure_future(a.write(frozen))
+            await until(lambda: holding_share_lock(pg_url), "a's write to hold the lease row")
+            a.lease_keeper.pause()
+            clock_b.now += 10.0
+            await until(lambda: b.role == LEADER, "b to take the lease over from a frozen writer")
+            wake.set()
+            with pytest.raises(Exception):
+                await write
+            assert (await b.get_run("before"))["name"] is None
+            await b.create_run({"id": "after", "status": "queued"})
+        finally:
+            wake.set()
+            a.lease_keeper.resume()
+            await b.close()
+            await a.close()
+
+    asyncio.run(main())
+
+
+def holding_share_lock(url: str) -> bool:
+    conn = connect_raw(url)
+    try:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' "
+                            "AND application_name = 'codefy-jupyter'").fetchone()[0] > 0
+    finally:
+        conn.close()
 
 
 def test_a_leader_that_closes_gives_the_lease_up_and_a_standby_takes_it_without_waiting(pg_url):

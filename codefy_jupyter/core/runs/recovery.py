@@ -5,6 +5,11 @@ the rows and their last events, asks `recover`, and does what it answers.
   closing event shared one transaction): the row takes the log's status. Not a transition.
 - `Adopt`: a worker run with a resume point: it keeps its slots and waits, disconnected, for its
   worker to come back (no assign is sent).
+- `Requeue`: a queued run, at a takeover (on PostgreSQL, this replica took the leader lease from
+  another one, whose queue passes to it): it joins the new queue again, in its submit order (its
+  row's `submit_order`, the order `active_runs` reads them in), so every waiting run keeps its
+  order and place. At a restart (SQLite, or a replica on its own lease) the seed's rule holds:
+  nothing resumes a queue.
 - `Retire`: anything else ends interrupted (server_restart).
 """
 
@@ -32,20 +37,56 @@ class Adopt:
 
 
 @dataclass(frozen=True)
+class Requeue:
+    body: dict[str, Any]  # the submit body its row records, checked again as a submit would be
+
+
+@dataclass(frozen=True)
 class Retire:
     closing: ev.RunEvent
 
 
-def recover(row: dict[str, Any], last: ev.RunEvent | Any | None, resume: dict[str, Any] | None) -> Repair | Adopt | Retire:
-    """`last`: the run's last logged event (type, payload); `resume`: its worker resume point, if any."""
+def recover(row: dict[str, Any], last: ev.RunEvent | Any | None, resume: dict[str, Any] | None,
+            keep_queue: bool = False) -> Repair | Adopt | Requeue | Retire:
+    """`last`: the run's last logged event (type, payload); `resume`: its worker resume point, if any;
+    `keep_queue`: a takeover, whose queue passes to this process, so a queued run is requeued."""
     if last is not None and last.type in ev.CLOSING:
         return Repair(ev.closing_status(last.type, last.payload) or rs.INTERRUPTED)
+    if keep_queue and row["status"] == rs.QUEUED:
+        return Requeue(submit_body(row))
     if row["status"] in (rs.RUNNING, rs.DISCONNECTED) and resume is not None:
         status = row["status"] if row["status"] == rs.DISCONNECTED else rs.next_state(row["status"], rs.DISCONNECT)
         return Adopt(worker=resume["worker"], status=status, started=row.get("started_at"))
     return Retire(ev.execution_stopped(row["id"], status=rs.INTERRUPTED, code="server_restart",
                                        message=f"the server stopped while this run was {row['status']}; "
                                        "it did not resume"))
+
+
+def not_requeued(row: dict[str, Any], why: str) -> Retire:
+    """A queued run the new queue could not take back (its worker is gone, its SECRET values with
+    the old process): it ends interrupted, saying why."""
+    return Retire(ev.execution_stopped(row["id"], status=rs.INTERRUPTED, code="server_restart",
+                                       message=f"this run was queued when the server that held it stopped, "
+                                       f"and could not be queued again: {why}"))
+
+
+def submit_body(row: dict[str, Any]) -> dict[str, Any]:
+    """The submit body a queued run's row records (requests.options_doc wrote its options): what
+    the new queue checks and queues again. The seed is the one chosen at the first submit."""
+    stored = row.get("options") or {}
+    options: dict[str, Any] = {"lane": stored.get("lane", "queued"), "seed": row.get("seed"),
+                               "deterministic": bool(row.get("deterministic")),
+                               "record_outputs": bool(stored.get("record_outputs"))}
+    device = stored.get("requested_device")  # options.device, or the graph's settings.device: the same
+    for key, value in (("device", device if isinstance(device, str) else None), ("session", row.get("session")),
+                       ("provenance", stored.get("provenance")), ("cpu_threads", stored.get("cpu_threads"))):
+        if value is not None:
+            options[key] = value
+    target = stored.get("target")
+    if target is not None:
+        options["target"] = {k: target[k] for k in ("worker", "devices", "pool", "memory_gib", "memory_source",
+                                                    "wait") if k in target}
+    return {"graph": row.get("graph") or {}, "name": row.get("name"), "options": options}
 
 
 def adopted_run(row: dict[str, Any], resume: dict[str, Any], order: int) -> tuple[Run, list[str]]:
@@ -60,4 +101,4 @@ def adopted_run(row: dict[str, Any], resume: dict[str, Any], order: int) -> tupl
     return run, list(resume.get("slots") or [f"{name}/{d}" for d in devices or (resume["device"],)])
 
 
-__all__ = ["Adopt", "Repair", "Retire", "adopted_run", "recover"]
+__all__ = ["Adopt", "Repair", "Requeue", "Retire", "adopted_run", "not_requeued", "recover", "submit_body"]

@@ -193,3 +193,14 @@ def strip_secrets(graph: dict[str, Any], registry: Any) -> dict[str, Any]:
             node = {**node, "params": {**params, **{k: "" for k in hidden}}}
         nodes.append(node)
     return {**graph, "nodes": nodes}
+
+
+def secret_fields(graph: dict[str, Any], registry: Any) -> list[str]:
+    """`node.param` of every SECRET value the graph sets: what `strip_secrets` blanks in its row."""
+    found = []
+    for node in graph.get("nodes") or []:
+        nd = registry.get(node.get("type")) if isinstance(node, dict) else None
+        for key in (node.get("params") or {}) if nd else ():
+            if key in nd.params and nd.params[key].type == "secret":
+                found.append(f"{node.get('id')}.{key}")
+    return found

@@ -56,7 +56,7 @@ from .peak import in_process_peak
 from .reads import LIST_LIMIT, RunReads
 from .recorded import RecordedOutputs
 from .records import RunBook, RunRecord
-from .requests import options_doc, strip_secrets
+from .requests import options_doc, secret_fields, strip_secrets
 from .retention import RunRemoval
 from .starts import StartSpecs
 from .submit import Prepared, SubmitChecks
@@ -140,9 +140,9 @@ class RunService:
         self.fingerprint_digest = digest(document)
         await self.store.put_fingerprint(self.fingerprint_digest, document)
         await self.workers.load()
-        for row in await self.store.active_runs():
+        for row in await self.store.active_runs():  # in submit order: requeued runs keep theirs
             resume = self.workers.resume_point(row)
-            fate = recovery.recover(row, await self.store.last_event(row["id"]), resume)
+            fate = recovery.recover(row, await self.store.last_event(row["id"]), resume, self.store.taken_over)
             if isinstance(fate, recovery.Repair):
                 await self.store.update_run(row["id"], status=fate.status, finished_at=row.get("finished_at") or
                                             self.clock())
@@ -152,6 +152,11 @@ class RunService:
                 assert resume is not None
                 await self._adopt(row, resume, fate)
                 continue
+            if isinstance(fate, recovery.Requeue):
+                why = await self._requeue(row, fate.body)
+                if why is None:
+                    continue
+                fate = recovery.not_requeued(row, why)
             await self._write_final(row["id"], rs.INTERRUPTED, fate.closing, error=None, from_state=row["status"])
             log.info("run %s was %s when the server stopped: interrupted", row["id"], row["status"])
         await self.removal.prune()
@@ -169,6 +174,25 @@ class RunService:
         await self.store.update_run(row["id"], status=fate.status)
         self.keep(asyncio.get_running_loop().create_task(self._await_run(row["id"], handle)))
         log.info("run %s executes on worker %s: adopted, waiting for the worker", row["id"], fate.worker)
+
+    async def _requeue(self, row: dict[str, Any], body: dict[str, Any]) -> str | None:
+        """Queue a previous leader's queued run again (call `reschedule` once experiments follow
+        it); None, or why it cannot be."""
+        secrets = secret_fields(body["graph"], self.registry)
+        if secrets:
+            return f"its SECRET values ({', '.join(secrets)}) were only in the memory of the server it was sent to"
+        try:
+            prepared = await self.checks.prepare(body)
+            self._order += 1
+            run = self.checks.queue_run(prepared, row["id"], self._order, row.get("owner"))
+            self.queue.submit(run, prepared.node_types, device_field=prepared.device_field)
+        except ServiceError as err:
+            return str(err)
+        self._runs.add(row["id"]).files = prepared.files
+        if prepared.pool is not None or self.workers.is_one_shot(prepared.worker):
+            self._time_out_one_shot(row["id"])
+        log.info("run %s was queued when the previous server stopped: queued again", row["id"])
+        return None
 
     async def shutdown(self) -> None:
         """Graceful stop: waiting runs are retired at once, executing ones get 5 s to stop."""
@@ -348,8 +372,8 @@ class RunService:
 
     # -- scheduling and execution -----------------------------------------------------------------
     async def _reschedule(self) -> None:
-        if self._closing or self.storage.holding:
-            return  # a run started on a full disk could record nothing: it waits for room
+        if self._closing or self.storage.holding or not self.store.leading:
+            return  # a run started on a full disk (or by a leader woken past its lease) records nothing
         for placement in self.queue.schedule():
             await self._start(placement)
 

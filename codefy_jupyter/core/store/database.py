@@ -185,8 +185,10 @@ class Store:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         shown = redact_url(url)
+        lease = lease or Lease(uuid.uuid4().hex, ttl_s=TTL_S, renew_every_s=RENEW_EVERY_S)
         try:
-            writer, reader = await postgres.start_connections(url, batch_window_s=batch_window_s, max_batch=max_batch)
+            writer, reader = await postgres.start_connections(url, batch_window_s=batch_window_s, max_batch=max_batch,
+                                                              idle_in_transaction_s=lease.ttl_s)
         except SchemaVersionError as exc:
             raise StoreError(f"{shown} was written by a newer codefy-jupyter ({exc}); refusing to use it",
                              path=shown) from exc
@@ -198,8 +200,7 @@ class Store:
             raise
         store = cls(shown, writer, reader, clock=clock)  # type: ignore[arg-type]
         try:
-            await store._keep_lease(url, lease or Lease(uuid.uuid4().hex, ttl_s=TTL_S, renew_every_s=RENEW_EVERY_S),
-                                    lease_clock)
+            await store._keep_lease(url, lease, lease_clock)
         except BaseException:
             await store.close()
             raise
@@ -226,6 +227,19 @@ class Store:
     def role(self) -> str:
         """`leader` or `standby` (an SQLite store always leads)."""
         return self.lease_keeper.lease.role if self.lease_keeper is not None else LEADER
+
+    @property
+    def taken_over(self) -> bool:
+        """This leadership began by taking the lease from another replica (PostgreSQL): the queue
+        passes to this process, so it queues the old leader's waiting runs again instead of
+        retiring them. False on SQLite and for a replica restarted on its own lease (the seed's
+        restart rule: nothing resumes a queue)."""
+        return self.lease_keeper is not None and self.lease_keeper.lease.took_from is not None
+
+    @property
+    def leading(self) -> bool:
+        """This process leads now by its own clock (always on SQLite); see LeaseKeeper.holds."""
+        return self.lease_keeper.holds() if self.lease_keeper is not None else True
 
     @property
     def leader_url(self) -> str | None:

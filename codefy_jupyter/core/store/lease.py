@@ -90,15 +90,21 @@ class Lease:
         self.leader: str | None = None      # who leads, as last seen (us included)
         self.leader_url: str | None = None
         self.last_epoch = 0        # the highest epoch seen in the row
+        # Who held the lease before this leadership took it: another replica (a takeover), or None
+        # (a fresh database, or this replica's own earlier leadership: a restart).
+        self.took_from: str | None = None
 
     def claim(self, row: LeaseRow, now: float) -> Claim:
         """What to write, having read `row` at `now` (call `expire(now)` first: its LOST is news)."""
         return decide(row, self.me, self.epoch if self.held(now) else 0, self.url, now, self.ttl_s)
 
-    def committed(self, claim: Claim, started_at: float) -> str | None:
+    def committed(self, claim: Claim, started_at: float, previous: str | None = None) -> str | None:
         """The claim's transaction committed. `started_at`: the clock when the tick began, before
-        the round trip, so the local deadline is never later than the one written."""
+        the round trip, so the local deadline is never later than the one written; `previous`: the
+        row's holder the claim was decided on."""
         self.last_epoch = max(self.last_epoch, claim.epoch)
+        if claim.action == TAKE:
+            self.took_from = previous if previous != self.me else None
         self.leader, self.leader_url = claim.holder, claim.url
         if claim.action == FOLLOW:
             return self._step_down()

@@ -87,6 +87,13 @@ class LeaseKeeper:
             raise Fenced("this control plane lost the leader lease: the write was refused (fenced)",
                          found[1] if found else None)
 
+    def holds(self) -> bool:
+        """Whether this process may act as the leader now, by its own clock: False at once when it
+        wakes from a pause past its lease, before the keeper's next round has stepped it down (a
+        woken leader must not start runs it no longer owns; its writes are fenced besides)."""
+        with self._lock:
+            return self.lease.held(self._clock())
+
     # -- test and drill hooks -------------------------------------------------------------------
 
     def pause(self) -> None:
@@ -161,7 +168,7 @@ class LeaseKeeper:
                     _rollback(conn)
                     raise
             with self._lock:
-                change = self.lease.committed(claim, started)
+                change = self.lease.committed(claim, started, row.holder)
             if change is not None:
                 log.warning("store: %s the leader lease (epoch %d)", "won" if change != LOST else "lost",
                             claim.epoch)

@@ -194,10 +194,11 @@ class ReaderPool:
             await reader.close()
 
 
-async def start_connections(url: str, *, batch_window_s: float, max_batch: int,
-                            readers: int = READERS) -> tuple[WriterThread, ReaderPool]:
+async def start_connections(url: str, *, batch_window_s: float, max_batch: int, readers: int = READERS,
+                            idle_in_transaction_s: float | None = None) -> tuple[WriterThread, ReaderPool]:
     """The group-commit writer thread on a migrated connection, and the readers."""
-    writer = await WriterThread.start("codefy-store-writer", functools.partial(connect_writer, url),
+    writer = await WriterThread.start("codefy-store-writer",
+                                      functools.partial(connect_writer, url, idle_in_transaction_s),
                                       batch_window_s=batch_window_s, max_batch=max_batch)
     try:
         pool = await ReaderPool.start(url, readers)
@@ -207,9 +208,15 @@ async def start_connections(url: str, *, batch_window_s: float, max_batch: int,
     return writer, pool
 
 
-def connect_writer(url: str) -> PgConnection:
+def connect_writer(url: str, idle_in_transaction_s: float | None = None) -> PgConnection:
+    """`idle_in_transaction_s`: the leader lease's TTL. A writer frozen inside a transaction (SIGSTOP,
+    a VM freeze) holds its fence's FOR SHARE lock on the lease row, and no standby could take the
+    lease until it woke; the database ends such a session after the TTL instead, freeing the row
+    (the woken process has lost its lease by then anyway, and steps down)."""
     conn = PgConnection(_connect(url))
     try:
+        if idle_in_transaction_s is not None:
+            conn.execute(f"SET idle_in_transaction_session_timeout = {max(1, int(idle_in_transaction_s * 1000))}")
         migrate(conn)
     except BaseException:
         conn.close()
