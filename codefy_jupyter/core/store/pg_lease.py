@@ -138,7 +138,9 @@ class LeaseKeeper:
             if first:
                 first = False
                 self._post(_settle, self._first)
-            self._wake.wait(self.lease.renew_every_s)
+            with self._lock:
+                wait = self.lease.next_round_in(self._clock())
+            self._wake.wait(wait)
             self._wake.clear()
         self._give_up()
         if self._conn is not None:
