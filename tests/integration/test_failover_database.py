@@ -198,3 +198,42 @@ def test_the_database_restarted_under_both_replicas_they_wait_and_go_on(tmp_path
     for s in servers:  # the outage is logged once per replica, not once per retry
         log = s.data_dir / "server.log"
         assert log.read_text(errors="replace").count("is unreachable") <= 1
+
+
+def test_a_database_away_longer_than_the_lease_ends_in_one_leader_and_a_standby(tmp_path, own_pg_server):
+    url = own_pg_server.create_database()
+    # A short lease, so the database stays away longer than it: the leader steps down by its own
+    # clock, starts again as a standby once the database is back (by itself, no request needed),
+    # and one replica takes the lease with the next epoch and recovers as after a kill -9.
+    servers = replicas(tmp_path, url, CODEFY_LEASE_TTL_S="2", CODEFY_LEASE_RENEW_S="1",
+                       CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU="1")
+    a, b = servers
+    try:
+        leader = a.start()
+        until(lambda: role(leader)[0] == "leader", "a to lead")
+        standby = b.start()
+        running = submit(leader, sleepy(600), "running when the database went")
+        until(lambda: status(leader, running) == "running", "the run to start")
+        queued = [submit(leader, SMALL, f"queued {n}") for n in range(2)]
+
+        own_pg_server.pause("fast")
+        until(lambda: role(leader)[0] not in ("leader", "unreachable"), "a to step down while the database is away")
+        assert alive(leader["pid"]) and alive(standby["pid"])
+        own_pg_server.resume()
+
+        until(lambda: the_leader([leader, standby]) is not None, "exactly one leader again")
+        serving = the_leader([leader, standby])
+        other = standby if serving is leader else leader
+        until(lambda: role(other)[0] == "standby", "the other replica to be a standby again")
+        assert lease(url)[0] >= 2  # a new leadership, which recovered what the old one left
+        for run_id in (running, *queued):
+            until(lambda: status(serving, run_id) in FINAL, f"run {run_id} to end")
+            assert assert_ended_once(serving, run_id) == "interrupted"
+        after = submit(serving, SMALL, "after")
+        until(lambda: status(serving, after) in FINAL, "the run after to end")
+        assert assert_ended_once(serving, after) == "succeeded"
+        assert the_leader([leader, standby]) is serving and role(other)[0] == "standby"
+    finally:
+        for s in servers:
+            s.stop()
+            s.kill_leftovers()
