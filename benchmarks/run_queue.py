@@ -28,7 +28,11 @@ node_status, execution_complete), so what is measured is control-plane overhead.
      time on the idle server, and the server loop's CPU per request (jupyter-server's and
      tornado's handling, auth, one store read).
 
-    python benchmarks/run_queue.py [--runs 2000] [--subscribers 10] [--concurrency 8] [--latency-runs 2000] [--batch] [--out FILE]
+`--store postgresql` runs the server on a throwaway PostgreSQL server started as the tests start
+one (common.ThrowawayPostgres); `--store-url postgresql://...` on an empty database of your own.
+
+    python benchmarks/run_queue.py [--runs 2000] [--subscribers 10] [--concurrency 8] [--latency-runs 2000] [--batch]
+                                   [--store sqlite|postgresql] [--out FILE]
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from typing import Any, Iterator
 import psutil
 
 from codefy_jupyter.server.headless import read_state
-from common import free_port, publish
+from common import ThrowawayPostgres, free_port, publish
 from ws_client import WsReader
 
 TARGETS = {"submit_p50_ms": 5.0, "runs_per_s": 200.0, "events_per_s": 20_000.0, "rss_growth_mb": 50.0}
@@ -431,6 +435,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", action="store_true",
                     help='subscribers ask for batch frames ({"subscribe", "all": true, "batch": true}: the events '
                          'frames ready at once arrive together) instead of one message per events frame')
+    ap.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite",
+                    help="the run database: the SQLite file (default), or a throwaway PostgreSQL server started "
+                         "as the tests start one")
     ap.add_argument("--store-url", default="",
                     help="the server's store_url: a postgresql:// database (empty: the SQLite file, the default); "
                          "the database should be empty, as the SQLite file starts")
@@ -441,16 +448,22 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--runs, --concurrency, --cpu-limit, --warmup and --floor-requests must be >= 1, "
                  "--subscribers and --latency-runs >= 0")
     started = time.perf_counter()
-    # One server on this machine: its run files are where any replica would reach them.
-    store_env = {"CODEFY_STORE_URL": args.store_url, "CODEFY_RUN_FILES_SHARED": "1"} if args.store_url else {}
-    with tempfile.TemporaryDirectory(prefix="codefy-bench-") as tmp, \
-            codefy_server(Path(tmp), args.cpu_limit, store_env) as state:
+    with contextlib.ExitStack() as stack:
+        url = args.store_url
+        pg_version = None
+        if args.store == "postgresql" and not url:
+            pg = stack.enter_context(ThrowawayPostgres())
+            url, pg_version = pg.create_database(), pg.version()
+        # One server on this machine: its run files are where any replica would reach them.
+        store_env = {"CODEFY_STORE_URL": url, "CODEFY_RUN_FILES_SHARED": "1"} if url else {}
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="codefy-bench-"))
+        state = stack.enter_context(codefy_server(Path(tmp), args.cpu_limit, store_env))
         results = asyncio.run(bench(args, state))
     publish(args.out, started,
             parameters={"runs": args.runs, "subscribers": args.subscribers, "concurrency": args.concurrency,
                         "cpu_limit": args.cpu_limit, "warmup": args.warmup, "latency_runs": args.latency_runs,
                         "floor_requests": args.floor_requests,
-                        "store": "postgresql" if args.store_url else "sqlite",
+                        "store": "postgresql" if url else "sqlite", "postgresql_version": pg_version,
                         "graph": "Float -> Scale -> Scale (cpu)",
                         "http_client": "keep-alive HTTP/1.1 on asyncio streams, one connection per client",
                         "ws_client": "a read-only asyncio Protocol (benchmarks/ws_client.py)",

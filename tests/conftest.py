@@ -49,6 +49,22 @@ def pg_server():
 
 
 @pytest.fixture
+def own_pg_server():
+    """A PostgreSQL server of this test's own (tests/pg_server.py), for a test that stops and
+    starts it (`pause`, `resume`) without disturbing the tests sharing `pg_server`."""
+    import pg_server as pg
+
+    bindir = pg.find_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, postgres) found: install Debian's postgresql "
+                    "(.ci/run does) or set CODEFY_TEST_PG_BIN")
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[test]')")
+    server = pg.PgServer.start(bindir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 def pg_url(pg_server):
     """The URL of a fresh, empty database on the tests' PostgreSQL server."""
     return pg_server.create_database()

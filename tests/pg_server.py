@@ -115,9 +115,9 @@ class PgServer:
             raise
         return server
 
-    def _launch(self) -> None:
-        for _ in range(5):  # the free port may be taken between finding it and binding it
-            self.port = _free_port()
+    def _launch(self, port: int | None = None) -> None:
+        for _ in range(1 if port else 5):  # the free port may be taken between finding it and binding it
+            self.port = port or _free_port()
             log = open(self.root / "server.log", "ab")
             self.process = subprocess.Popen(
                 [str(self.bindir / "postgres"), "-D", str(self.root / "data"), "-h", "127.0.0.1",
@@ -144,6 +144,20 @@ class PgServer:
         self.process.kill()
         self.process.wait()
         return False
+
+    def pause(self, mode: str = "fast") -> None:
+        """`pg_ctl stop -m <mode>` (fast: sessions cut, a clean shutdown; immediate: as a crash),
+        keeping the data dir and the port for `resume`."""
+        assert self.process is not None
+        done = subprocess.run([str(self.bindir / "pg_ctl"), "stop", "-D", str(self.root / "data"), "-m", mode, "-w"],
+                              capture_output=True, timeout=120, **self._as_user())
+        if done.returncode:
+            raise RuntimeError(f"pg_ctl stop failed ({done.returncode}): {done.stderr.decode(errors='replace')}")
+        self.process.wait(timeout=60)
+
+    def resume(self) -> None:
+        """Start the server again on its data dir and port (after `pause`)."""
+        self._launch(self.port)
 
     def log_tail(self) -> str:
         try:

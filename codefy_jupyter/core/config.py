@@ -38,7 +38,7 @@ SETTINGS: tuple[Setting, ...] = (
             "Where the run database lives. Empty: the SQLite file codefy.db in data_dir. "
             "`postgresql://user:password@host:port/dbname` (libpq's URL; `postgres://` too): a PostgreSQL database, "
             "through psycopg 3 (pip install 'codefy-jupyter[postgresql]'). A preview: see Outgrowing one machine."),
-    Setting("lease_ttl_s", float, 5.0,
+    Setting("lease_ttl_s", float, 4.0,
             "PostgreSQL store only: seconds after its last renewal that the leader's lease is lost, and a "
             "standby on the same database takes over (see Leader and standbys)."),
     Setting("lease_renew_s", float, 1.0,
@@ -233,7 +233,7 @@ def redact_url(url: str) -> str:
 class Settings:
     data_dir: str = ""
     store_url: str = ""
-    lease_ttl_s: float = 5.0
+    lease_ttl_s: float = 4.0
     lease_renew_s: float = 1.0
     leader_url: str = ""
     run_files_shared: int = 0

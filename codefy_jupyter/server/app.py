@@ -40,6 +40,9 @@ ACTIVITY_INTERVAL_SETTING = "codefy_activity_interval_s"
 # The Retry-After of a 503 `recovering` (how long a request waits first: the ready_wait_s setting).
 RETRY_AFTER_S = 2
 _DEFAULT_WAIT = object()
+# After stepping down, a start that cannot reach the database tries again after this, doubling.
+START_RETRY_FIRST_S = 0.5
+START_RETRY_MAX_S = 5.0
 
 
 def _setting_traits() -> dict[str, Any]:
@@ -76,6 +79,7 @@ class CodefyApp(ExtensionApp):
     # PostgreSQL: the store while this server is a standby (it leads once `store` is set).
     _standby_store: Store | None = None
     _standby_known: asyncio.Event | None = None
+    _waiting_for_store = False  # a start after stepping down waits for the database to come back
 
     def initialize_settings(self) -> None:
         configured = {s.name: getattr(self, s.name) for s in SETTINGS}
@@ -198,7 +202,25 @@ class CodefyApp(ExtensionApp):
                 self.log.warning("codefy: while stepping down: %s", exc)
         if lock is not None:
             lock.release()
-        return await self._start_service()
+        return await self._start_again()
+
+    async def _start_again(self) -> RunService:
+        """`_start_service`, tried again with backoff while the database cannot be reached (it
+        may be restarting): a replica that stepped down must come back as a standby by itself, to
+        contend for the lease, not wait for a request to start it."""
+        delay = START_RETRY_FIRST_S
+        while True:
+            try:
+                return await self._start_service()
+            except StoreError as err:
+                if delay == START_RETRY_FIRST_S:  # once per outage, not per retry
+                    self.log.error("codefy: cannot start again as a standby yet (%s); retrying with backoff", err)
+            self._waiting_for_store = True
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self._waiting_for_store = False
+            delay = min(delay * 2, START_RETRY_MAX_S)
 
     def health(self) -> tuple[str, str | None]:
         """(`leader`, `standby` or `recovering`; the leader's URL when known), for load balancers."""
@@ -296,8 +318,9 @@ class CodefyApp(ExtensionApp):
 
     async def stop_extension(self) -> None:
         if self._starting is not None and not self._starting.done():
-            if self._standby_store is not None and self._standby_store.role != LEADER:
-                self._starting.cancel()  # a standby waiting for the lease: nothing of it to finish
+            if (self._standby_store is not None and self._standby_store.role != LEADER) or self._waiting_for_store:
+                # A standby waiting for the lease, or a start waiting for the database: nothing of it to finish.
+                self._starting.cancel()
             # Stopped while recovering: let recovery finish (its writes are what make the next
             # start consistent) before closing what it opened.
             await asyncio.gather(self._starting, return_exceptions=True)

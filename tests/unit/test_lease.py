@@ -11,7 +11,7 @@ from codefy_jupyter.core.store.lease import (
     FOLLOW, LEADER, LOST, RENEW, STANDBY, TAKE, WON, Lease, LeaseRow, check_timing, decide,
 )
 
-TTL = 5.0
+TTL = 5.0  # the state-machine tests' lease, whatever the default (its own test below)
 FREE = LeaseRow(None, 0, 0.0)
 
 
@@ -76,6 +76,20 @@ def test_bad_timings_are_refused_naming_the_setting(ttl, renew):
 def test_the_default_timings_keep_the_issue_promise():
     lease = Lease("a")
     assert lease.renew_every_s <= 1.0 and lease.ttl_s <= 5.0
+    check_timing(lease.ttl_s, lease.renew_every_s)  # and at least two renewals fit in a lease
+
+
+def test_a_standby_looks_again_just_past_the_expiry_it_read_and_a_leader_every_renew_interval():
+    a, b = Lease("a", ttl_s=TTL, renew_every_s=1.0), Lease("b", ttl_s=TTL, renew_every_s=1.0)
+    assert b.next_round_in(0.0) == 1.0  # nothing read yet
+    _, row = tick(a, FREE, 0.0)
+    assert a.next_round_in(0.0) == 1.0
+    tick(b, row, 0.5)  # follows a; a's lease runs out at 5.0
+    assert b.next_round_in(0.5) == 1.0
+    assert b.next_round_in(4.5) == pytest.approx(0.51)
+    assert b.next_round_in(5.2) == 0.0  # past it already: at once
+    change, row = tick(b, row, 4.5 + b.next_round_in(4.5))  # the round it woke for takes it
+    assert change == WON and b.role == LEADER and b.next_round_in(6.0) == 1.0
 
 
 # -- the Lease state machine -----------------------------------------------------------------
@@ -94,7 +108,7 @@ def tick(lease: Lease, row: LeaseRow, now: float) -> tuple[str | None, LeaseRow]
 
 
 def test_two_planes_one_leads_the_other_follows_then_takes_over_when_renewals_stop():
-    a, b = Lease("a", "http://a/"), Lease("b", "http://b/")
+    a, b = Lease("a", "http://a/", ttl_s=TTL), Lease("b", "http://b/", ttl_s=TTL)
     change, row = tick(a, FREE, 0.0)
     assert change == WON and a.role == LEADER and a.epoch == 1 and a.held(0.0)
     change, row = tick(b, row, 0.5)
@@ -150,14 +164,14 @@ def test_a_leader_that_cannot_reach_the_database_loses_the_lease_at_its_deadline
 
 
 def test_a_claim_by_a_leader_past_its_deadline_is_a_take_not_a_renew():
-    a = Lease("a")
+    a = Lease("a", ttl_s=TTL)
     _, row = tick(a, FREE, 0.0)
     assert a.claim(row, 4.9).action == RENEW
     assert (a.claim(row, 5.0).action, a.claim(row, 5.0).epoch) == (TAKE, 2)
 
 
 def test_the_deadline_counts_from_when_the_tick_began_not_when_it_answered():
-    a = Lease("a")
+    a = Lease("a", ttl_s=TTL)
     claim = a.claim(FREE, 10.0)
     a.committed(claim, started_at=10.0)
     assert a.deadline == 15.0 and a.held(14.99) and not a.held(15.0)

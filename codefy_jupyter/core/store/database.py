@@ -39,6 +39,7 @@ from .lease import LEADER, RENEW_EVERY_S, TTL_S, WON, Lease
 from .pg_lease import LeaseKeeper
 from .migrations import SchemaVersionError
 from .postgres import is_postgres_url
+from .reconnect import Outage
 from .sqlite_file import ConnectionThread, check_is_sqlite, connect_reader, connect_writer, make_private, probe_room
 from .writer import Outcomes, Write, WriterThread, settle
 from .queries import (
@@ -87,6 +88,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Clock = Callable[[], float]
+KEEPER_CONNECT_TIMEOUT_S = 2
 
 
 @dataclass(frozen=True)
@@ -186,9 +188,10 @@ class Store:
             raise ValueError("max_batch must be at least 1")
         shown = redact_url(url)
         lease = lease or Lease(uuid.uuid4().hex, ttl_s=TTL_S, renew_every_s=RENEW_EVERY_S)
+        outage = Outage(shown)  # the writer, the readers and the keeper log one outage once
         try:
             writer, reader = await postgres.start_connections(url, batch_window_s=batch_window_s, max_batch=max_batch,
-                                                              idle_in_transaction_s=lease.ttl_s)
+                                                              outage=outage, idle_in_transaction_s=lease.ttl_s)
         except SchemaVersionError as exc:
             raise StoreError(f"{shown} was written by a newer codefy-jupyter ({exc}); refusing to use it",
                              path=shown) from exc
@@ -200,16 +203,18 @@ class Store:
             raise
         store = cls(shown, writer, reader, clock=clock)  # type: ignore[arg-type]
         try:
-            await store._keep_lease(url, lease, lease_clock)
+            await store._keep_lease(url, lease, lease_clock, outage)
         except BaseException:
             await store.close()
             raise
         return store
 
-    async def _keep_lease(self, url: str, lease: Lease, clock: Clock) -> None:
+    async def _keep_lease(self, url: str, lease: Lease, clock: Clock, outage: Outage) -> None:
         self._leading.clear()
-        keeper = await LeaseKeeper.start(partial(postgres.connect_plain, url), lease, clock,
-                                         self._lease_changed)
+        # A short connect timeout: an attempt that hangs (an unreachable host) must not hold the
+        # keeper past its lease's deadline (libpq's shortest is 2 s).
+        keeper = await LeaseKeeper.start(partial(postgres.connect_plain, url, KEEPER_CONNECT_TIMEOUT_S), lease,
+                                         clock, self._lease_changed, outage)
         self.lease_keeper = keeper
         self._writer.fence = keeper.fence
         if lease.role == LEADER:

@@ -18,17 +18,25 @@ snapshot.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
 import re
 import sqlite3
-from typing import Any, Iterable, Sequence
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Sequence
 
+from ..errors import Unavailable
 from .migrations import SCHEMA_STEPS, SchemaVersionError, Step, for_backend
-from .sqlite_file import ConnectionThread
+from .reconnect import Backoff, Outage
 from .writer import WriterThread
+
+log = logging.getLogger(__name__)
 
 URL_SCHEMES = ("postgresql", "postgres")
 READERS = 4  # reader connections per store (ReaderPool)
+RETRY_AFTER_S = 2  # the Retry-After of a read refused while the database cannot be reached
 # Taken for the length of a migration, so two servers opening one empty database migrate it once.
 _MIGRATION_LOCK = 0x636F646566790001
 
@@ -127,6 +135,14 @@ class PgConnection:
     def __init__(self, conn: Any, *, reader: bool = False) -> None:
         self._conn = conn
         self._reader = reader
+        # The statement at which the connection was found cut (the server restarted, the backend
+        # was terminated): the writer retries a batch cut before its COMMIT, not one cut at it.
+        self.cut_at: str | None = None
+
+    @property
+    def broken(self) -> bool:
+        """The connection is gone (cut by the server or the network): only a new one will do."""
+        return bool(self._conn.broken or self._conn.closed)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         import psycopg
@@ -135,7 +151,7 @@ class PgConnection:
         try:
             return self._conn.execute(translate(sql, self._reader, bool(values)), values or None)
         except psycopg.Error as exc:
-            raise _as_sqlite_error(exc) from exc
+            raise self._failed(sql, exc) from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
         import psycopg
@@ -144,19 +160,112 @@ class PgConnection:
         try:
             cursor.executemany(translate(sql, self._reader), [_values(r) for r in rows])
         except psycopg.Error as exc:
-            raise _as_sqlite_error(exc) from exc
+            raise self._failed(sql, exc) from exc
         return cursor
+
+    def _failed(self, sql: str, exc: Exception) -> sqlite3.Error:
+        if self.cut_at is None and self.broken:
+            self.cut_at = sql.strip().split(None, 1)[0].upper() if sql.strip() else ""
+        return _as_sqlite_error(exc)
 
     def close(self) -> None:
         self._conn.close()
 
 
-def _connect(url: str) -> Any:
+CONNECT_TIMEOUT_S = 10
+
+
+def _connect(url: str, connect_timeout: int = CONNECT_TIMEOUT_S) -> Any:
     try:
         import psycopg
     except ImportError as exc:
         raise ImportError("a postgresql:// store_url needs psycopg: pip install 'codefy-jupyter[postgresql]'") from exc
-    return psycopg.connect(url, autocommit=True, connect_timeout=10, application_name="codefy-jupyter")
+    # A fallback name: an `application_name` in store_url (one per replica, say) wins, so an
+    # operator can tell the replicas' connections apart in pg_stat_activity.
+    return psycopg.connect(url, autocommit=True, connect_timeout=connect_timeout,
+                           fallback_application_name="codefy-jupyter")
+
+
+class Unreachable(Unavailable):
+    """A read while the database cannot be reached: 503 `store_unavailable`; the same request may
+    succeed once the connection is back (the readers reconnect by themselves)."""
+
+    code = "store_unavailable"
+
+
+class PgReader:
+    """A reader connection on a thread of its own (as sqlite_file.ConnectionThread) that
+    reconnects: a read that finds its connection cut is tried again once on a new one (a read
+    changes nothing, so twice is harmless); while the server cannot be reached, reads fail at once
+    with `Unreachable` and a new connection is tried with backoff (reconnect.py)."""
+
+    def __init__(self, name: str, connect: Callable[[], PgConnection], outage: Outage,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._connect = connect
+        self._conn: PgConnection | None = None
+        self._outage = outage
+        self._clock = clock
+        self._backoff = Backoff()
+
+    @classmethod
+    async def start(cls, name: str, connect: Callable[[], PgConnection], outage: Outage) -> "PgReader":
+        reader = cls(name, connect, outage)
+        try:
+            reader._conn = await asyncio.get_running_loop().run_in_executor(reader._executor, connect)
+        except BaseException:
+            reader._executor.shutdown(wait=True)
+            raise
+        return reader
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(self._read, fn, *args))
+
+    def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                return fn(conn, *args)
+            except sqlite3.Error:
+                if not conn.broken or attempt == 2:
+                    raise
+                log.info("store: a reader's connection was cut; reading again on a new one")
+        raise AssertionError("unreachable")
+
+    def _connection(self) -> PgConnection:
+        conn = self._conn
+        if conn is not None and not conn.broken:
+            return conn
+        self._conn = None
+        if conn is not None:
+            _close_quietly(conn)
+        now = self._clock()
+        if not self._backoff.due(now):
+            raise Unreachable("the run database cannot be reached; try again shortly", retry_after_s=RETRY_AFTER_S)
+        try:
+            self._conn = self._connect()
+        except Exception as exc:
+            self._backoff.failed(now)
+            self._outage.unreachable("reader", exc)
+            raise Unreachable(f"the run database cannot be reached ({exc}); try again shortly",
+                              retry_after_s=RETRY_AFTER_S) from None
+        self._backoff.succeeded()
+        self._outage.reachable()
+        return self._conn
+
+    async def close(self) -> None:
+        try:
+            if self._conn is not None:
+                await asyncio.get_running_loop().run_in_executor(self._executor, _close_quietly, self._conn)
+        finally:
+            self._executor.shutdown(wait=True)
+
+
+def _close_quietly(conn: PgConnection) -> None:
+    try:
+        conn.close()
+    except Exception:
+        pass
 
 
 class ReaderPool:
@@ -164,17 +273,17 @@ class ReaderPool:
     fewest reads in flight. PostgreSQL serves reads side by side (SQLite's one WAL reader does not
     need this), so a slow read (a long page of events) does not hold up the others."""
 
-    def __init__(self, readers: Sequence[ConnectionThread]) -> None:
+    def __init__(self, readers: Sequence[PgReader]) -> None:
         self._readers = list(readers)
         self._busy = [0] * len(self._readers)
 
     @classmethod
-    async def start(cls, url: str, size: int) -> "ReaderPool":
-        readers: list[ConnectionThread] = []
+    async def start(cls, url: str, size: int, outage: Outage) -> "ReaderPool":
+        readers: list[PgReader] = []
         try:
             for n in range(size):
-                readers.append(await ConnectionThread.start(f"codefy-store-reader-{n}",
-                                                            functools.partial(connect_reader, url)))
+                readers.append(await PgReader.start(f"codefy-store-reader-{n}",
+                                                    functools.partial(connect_reader, url), outage))
         except BaseException:
             for reader in readers:
                 await reader.close()
@@ -194,14 +303,16 @@ class ReaderPool:
             await reader.close()
 
 
-async def start_connections(url: str, *, batch_window_s: float, max_batch: int, readers: int = READERS,
-                            idle_in_transaction_s: float | None = None) -> tuple[WriterThread, ReaderPool]:
-    """The group-commit writer thread on a migrated connection, and the readers."""
+async def start_connections(url: str, *, batch_window_s: float, max_batch: int, outage: Outage,
+                            readers: int = READERS, idle_in_transaction_s: float | None = None,
+                            ) -> tuple[WriterThread, ReaderPool]:
+    """The group-commit writer thread on a migrated connection, and the readers; each reconnects
+    by itself after its connection is cut (reporting to `outage`)."""
     writer = await WriterThread.start("codefy-store-writer",
                                       functools.partial(connect_writer, url, idle_in_transaction_s),
-                                      batch_window_s=batch_window_s, max_batch=max_batch)
+                                      batch_window_s=batch_window_s, max_batch=max_batch, outage=outage)
     try:
-        pool = await ReaderPool.start(url, readers)
+        pool = await ReaderPool.start(url, readers, outage)
     except BaseException:
         await writer.close()
         raise
@@ -224,9 +335,9 @@ def connect_writer(url: str, idle_in_transaction_s: float | None = None) -> PgCo
     return conn
 
 
-def connect_plain(url: str) -> PgConnection:
+def connect_plain(url: str, connect_timeout: int = CONNECT_TIMEOUT_S) -> PgConnection:
     """A writable connection without migrations (the leader lease's keeper, pg_lease.py)."""
-    return PgConnection(_connect(url))
+    return PgConnection(_connect(url, connect_timeout))
 
 
 def connect_reader(url: str) -> PgConnection:

@@ -20,9 +20,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ..errors import Unavailable
 from ..telemetry import SHORT_S, Histogram
 from .checkpoints import CheckpointPolicy
 from .queries import apply_batch
+from .reconnect import Backoff, Outage
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +53,27 @@ class WriterThread:
     the loop after each commit, in commit order. With a `checkpoints` policy the thread
     checkpoints the WAL itself (the connection should have `wal_autocheckpoint` off; see
     checkpoints.py), after handing the batch's outcomes back, so no write waits inside a COMMIT
-    for a checkpoint."""
+    for a checkpoint.
+
+    A connection that can be cut (PostgreSQL's, with `broken` and `cut_at`: postgres.py) is
+    replaced: a batch cut before its COMMIT is written again on a new connection, made with
+    backoff while the server is away. The writes queued meanwhile wait, in order, so an outage
+    shorter than the leader lease loses nothing; they fail instead once the fence refuses them
+    without the database (the lease ran out: a new leader recovers what they meant) or once the
+    store closes. A batch cut at its COMMIT may or may not have committed: it is reported failed,
+    never written twice."""
 
     deliver: Callable[[list[Write], Outcomes], None]
 
     def __init__(self, name: str, connect: Callable[[], sqlite3.Connection], *, batch_window_s: float,
-                 max_batch: int, checkpoints: CheckpointPolicy | None = None) -> None:
+                 max_batch: int, checkpoints: CheckpointPolicy | None = None, outage: Outage | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._loop = asyncio.get_running_loop()
         self._connect = connect
+        self._conn: Any = None
+        self._outage = outage
+        self._clock = clock
+        self._stopping = threading.Event()  # set by drain(): a writer waiting for the server gives up
         self._batch_window_s = batch_window_s
         self._max_batch = max_batch
         self._checkpoints = checkpoints
@@ -71,13 +86,16 @@ class WriterThread:
         self._closed = self._loop.create_future()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         # Run first in every write transaction (the leader lease's epoch check); None on SQLite.
-        self.fence: Callable[[sqlite3.Connection], None] | None = None
+        # Called with None while the server is away: the local part of the check only.
+        self.fence: Callable[[sqlite3.Connection | None], None] | None = None
 
     @classmethod
     async def start(cls, name: str, connect: Callable[[], sqlite3.Connection], *, batch_window_s: float = 0.0,
-                    max_batch: int = 512, checkpoints: CheckpointPolicy | None = None) -> "WriterThread":
+                    max_batch: int = 512, checkpoints: CheckpointPolicy | None = None,
+                    outage: Outage | None = None) -> "WriterThread":
         """The thread, once its connection is open; raises what `connect` raised."""
-        writer = cls(name, connect, batch_window_s=batch_window_s, max_batch=max_batch, checkpoints=checkpoints)
+        writer = cls(name, connect, batch_window_s=batch_window_s, max_batch=max_batch, checkpoints=checkpoints,
+                     outage=outage)
         writer._thread.start()
         await writer._opened
         return writer
@@ -89,6 +107,7 @@ class WriterThread:
         return self._queue.qsize()
 
     async def drain(self) -> None:
+        self._stopping.set()
         if not self._drained.done():
             self._queue.put(_STOP)
         await asyncio.shield(self._drained)
@@ -109,21 +128,22 @@ class WriterThread:
 
     def _serve(self) -> None:
         try:
-            conn = self._connect()
+            self._conn = self._connect()
         except BaseException as exc:
             self._post(settle, self._opened, None, exc)
             return
         self._post(settle, self._opened, None, None)
         try:
-            self._commit_until_stopped(conn)
+            self._commit_until_stopped()
             self._post(settle, self._drained, None, None)
             while self._queue.get() is not _CLOSE:
                 pass  # nothing is put after the stop marker but the close marker
         finally:
-            conn.close()
+            if self._conn is not None:
+                self._conn.close()
             self._post(settle, self._closed, None, None)
 
-    def _commit_until_stopped(self, conn: sqlite3.Connection) -> None:
+    def _commit_until_stopped(self) -> None:
         while True:
             first = self._queue.get()
             if first is _STOP:
@@ -141,11 +161,11 @@ class WriterThread:
                     break
                 batch.append(item)
             began = time.perf_counter()
-            outcomes = self._apply(conn, batch)
+            outcomes = self._apply(batch)
             self.commit_seconds.observe(time.perf_counter() - began)
             self._post(self.deliver, batch, outcomes)
             if self._checkpoints is not None:
-                self._maybe_checkpoint(conn, len(outcomes[1]))
+                self._maybe_checkpoint(self._conn, len(outcomes[1]))
             if stopping:
                 return
 
@@ -173,12 +193,69 @@ class WriterThread:
             self.checkpoint_short += 1
         policy.checkpointed(wal_frames, -1 if busy else copied)
 
-    def _apply(self, conn: sqlite3.Connection, batch: Sequence[Write]) -> Outcomes:
-        try:
-            return apply_batch(conn, [w.op for w in batch], self.fence)
-        except Exception as exc:  # apply_batch reports op errors itself; this is worse
-            log.exception("store: the writer failed a whole batch")
-            return [(False, exc)] * len(batch), []
+    def _apply(self, batch: Sequence[Write]) -> Outcomes:
+        outcomes: list[tuple[bool, Any]] = [(False, None)] * len(batch)
+        commits: list[int] = []
+        todo = list(range(len(batch)))
+        while todo:
+            conn = self._usable()
+            if isinstance(conn, BaseException):  # refused without the database: nothing was written
+                for n in todo:
+                    outcomes[n] = (False, conn)
+                break
+            try:
+                done, committed = apply_batch(conn, [batch[n].op for n in todo], self.fence)
+            except Exception as exc:  # apply_batch reports op errors itself; this is worse
+                log.exception("store: the writer failed a whole batch")
+                done, committed = [(False, exc)] * len(todo), []
+            commits += committed
+            for n, outcome in zip(todo, done):
+                outcomes[n] = outcome
+            if not getattr(conn, "broken", False):
+                break
+            if conn.cut_at == "COMMIT":
+                log.error("store: the writer's connection was cut during a COMMIT: whether it committed is "
+                          "unknown, so its writes are reported failed rather than written twice")
+                break
+            # Cut before a COMMIT: what failed did not commit (what committed before the cut
+            # stays committed); the failed writes go again on a new connection.
+            todo = [n for n in todo if not outcomes[n][0]]
+            log.info("store: the writer's connection was cut; %d write(s) go again on a new one", len(todo))
+        return outcomes, commits
+
+    def _usable(self) -> Any:
+        """The connection, or a new one once the old one is cut (waiting with backoff while the
+        server is away); an exception to fail the batch with when it should not wait any longer."""
+        conn = self._conn
+        if conn is not None and not getattr(conn, "broken", False):
+            return conn
+        self._conn = None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+        backoff = Backoff()
+        while True:
+            if self._stopping.is_set():
+                return Unavailable("the run database cannot be reached and the store is closing: the write "
+                                   "was not made", code="store_unavailable")
+            if self.fence is not None:
+                try:
+                    self.fence(None)
+                except Exception as refused:
+                    return refused
+            now = self._clock()
+            try:
+                self._conn = self._connect()
+            except Exception as exc:
+                if self._outage is not None:
+                    self._outage.unreachable("writer", exc)
+                self._stopping.wait(backoff.failed(now))
+                continue
+            if self._outage is not None:
+                self._outage.reachable()
+            return self._conn
 
 
 def settle(future: asyncio.Future, result: Any = None, error: BaseException | None = None) -> None:
