@@ -80,6 +80,7 @@ class CodefyApp(ExtensionApp):
     _standby_store: Store | None = None
     _standby_known: asyncio.Event | None = None
     _waiting_for_store = False  # a start after stepping down waits for the database to come back
+    _stepped_down = False  # this process lost the lease once: its next leadership is a takeover
 
     def initialize_settings(self) -> None:
         configured = {s.name: getattr(self, s.name) for s in SETTINGS}
@@ -169,7 +170,8 @@ class CodefyApp(ExtensionApp):
     def _lease(self, holder: str) -> Lease:
         settings = self.codefy_settings
         return Lease(holder, settings.leader_url or self.serverapp.connection_url,
-                     ttl_s=settings.lease_ttl_s, renew_every_s=settings.lease_renew_s)
+                     ttl_s=settings.lease_ttl_s, renew_every_s=settings.lease_renew_s,
+                     stepped_down=self._stepped_down)
 
     def _standby_event(self) -> asyncio.Event:
         if self._standby_known is None:
@@ -179,6 +181,7 @@ class CodefyApp(ExtensionApp):
     def _lease_changed(self, change: str) -> None:
         if change == LOST:
             self.log.error("codefy: this server lost the leader lease: stepping down to a standby")
+            self._stepped_down = True
             # The step-down is the start in progress: a request meanwhile waits for it (503
             # `recovering`, then `standby`) instead of starting a second service that would meet
             # this one's own database lock (503 `store_locked`).

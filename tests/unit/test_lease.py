@@ -206,3 +206,13 @@ def test_a_replica_keeps_its_name_in_its_data_dir(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     assert replica_id(other) != first  # another data dir, another replica
+
+
+def test_a_leadership_retaken_by_a_process_that_stepped_down_is_a_takeover():
+    a = Lease("a")
+    _, row = tick(a, FREE, 0.0)
+    # The database was away past the lease: a stepped down while it kept running, and its next
+    # Lease says so. Taking its own expired lease back passes the queue on, as b taking it would.
+    again = Lease("a", stepped_down=True)
+    _, row = tick(again, row, 10.0)
+    assert again.role == LEADER and again.epoch == 2 and again.took_from == "a"

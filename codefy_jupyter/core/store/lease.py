@@ -87,9 +87,12 @@ class Lease:
     (no change)."""
 
     def __init__(self, me: str, url: str | None = None, *, ttl_s: float = TTL_S,
-                 renew_every_s: float = RENEW_EVERY_S) -> None:
+                 renew_every_s: float = RENEW_EVERY_S, stepped_down: bool = False) -> None:
         check_timing(ttl_s, renew_every_s)
         self.me = me
+        # This process led before and lost the lease while it kept running (it was not restarted):
+        # its own earlier leadership passes the queue on as another replica's would.
+        self.stepped_down = stepped_down
         self.url = url
         self.ttl_s = ttl_s
         self.renew_every_s = renew_every_s
@@ -100,7 +103,7 @@ class Lease:
         self.leader_url: str | None = None
         self.last_epoch = 0        # the highest epoch seen in the row
         # Who held the lease before this leadership took it: another replica (a takeover), or None
-        # (a fresh database, or this replica's own earlier leadership: a restart).
+        # (a fresh database, or this replica's own earlier leadership ended by a restart).
         self.took_from: str | None = None
         self.leader_expires_at = 0.0  # as a standby: when the leader's lease expires, as last read
 
@@ -114,7 +117,7 @@ class Lease:
         row's holder the claim was decided on."""
         self.last_epoch = max(self.last_epoch, claim.epoch)
         if claim.action == TAKE:
-            self.took_from = previous if previous != self.me else None
+            self.took_from = previous if previous != self.me or self.stepped_down else None
         self.leader, self.leader_url = claim.holder, claim.url
         if claim.action == FOLLOW:
             self.leader_expires_at = claim.expires_at
