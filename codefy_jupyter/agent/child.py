@@ -32,6 +32,7 @@ import time
 import traceback
 from typing import Any, NoReturn
 
+from ..wire.run_options import ExecutionOptions
 from . import ddp, memory_cap, pipe, private
 
 ORPHAN_EXIT_S = 5.0
@@ -184,7 +185,8 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
     run_id = str(spec["run_id"])
     token = CancelToken()
     threading.Thread(target=_read_cancels, args=(link, token), name="codefy-cancel", daemon=True).start()
-    sink = Sink(link, run_id, int(spec.get("payload_cap_bytes") or 0))
+    options = ExecutionOptions.from_json(spec)  # the assign's options, as the agent passed them on
+    sink = Sink(link, run_id, options.payload_cap_bytes)
     started = time.monotonic()
     threads = spec.get("cpu_threads")
     ddp_node = ddp.plan(spec["graph"])
@@ -208,11 +210,11 @@ def _run(link: Link, spec: dict[str, Any]) -> dict[str, Any]:
     facts = _start_facts(link, spec) if spec.get("facts") else None
     try:
         result = asyncio.run(execute_graph(
-            spec["graph"], seed=spec.get("seed"), device=spec.get("device") or "cpu",
-            deterministic=bool(spec.get("deterministic")), max_parallel_nodes=int(spec.get("max_parallel_nodes") or 4),
+            spec["graph"], seed=options.seed, device=spec.get("device") or "cpu",
+            deterministic=options.deterministic, max_parallel_nodes=options.max_parallel_nodes,
             cancel=token, callbacks=EngineCallbacks.all_to(sink), data_dir=spec.get("data_dir"), run_id=run_id,
             inline=True, cpu_threads=threads if type(threads) is int and threads >= 1 else None,
-            keep_outputs="all" if spec.get("outputs_dir") else "outputs", provenance=spec.get("provenance") is True))
+            keep_outputs="all" if spec.get("outputs_dir") else "outputs", provenance=options.provenance))
     except GraphError as err:
         info = err.to_dict()
         info["type"] = "GraphError"

@@ -480,20 +480,14 @@ class Agent:
             if running:  # the control plane now counts it as ended: free its cards
                 self.runner.cancel(run_id, 0.0, refusal.message)
             return
-        options = frame.options
-        seed = options.get("seed")
-        parallel = options.get("max_parallel_nodes")
-        cap = options.get("payload_cap_bytes")
+        negotiated = self.welcome.capabilities if self.welcome else ()
+        options = frame.options  # checked by the frame's decode (wire/run_options.py ExecutionOptions)
+        if options.record_outputs and "record_outputs" not in negotiated:
+            options = replace(options, record_outputs=False)
         request = RunRequest(
-            run_id=run_id, graph=frame.graph, device=frame.device, devices=list(frame.devices),
-            seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
-            deterministic=options.get("deterministic") is True, provenance=options.get("provenance") is True,
-            max_parallel_nodes=parallel if isinstance(parallel, int) and parallel >= 1 else 4,
-            payload_cap_bytes=cap if isinstance(cap, int) else 131072,
-            facts="run_facts" in (self.welcome.capabilities if self.welcome else ()), grace_s=frame.grace_s,
-            cpu_threads=frame.cpu_threads, storage=frame.storage, memory_budgets=frame.memory_budgets,
-            record_outputs=options.get("record_outputs") is True
-            and "record_outputs" in (self.welcome.capabilities if self.welcome else ()),
+            run_id=run_id, graph=frame.graph, device=frame.device, devices=list(frame.devices), options=options,
+            facts="run_facts" in negotiated, grace_s=frame.grace_s, cpu_threads=frame.cpu_threads,
+            storage=frame.storage, memory_budgets=frame.memory_budgets,
             outputs_write_timeout_s=self.outputs_write_timeout_s)
         self.one_shot_used = True
         self.deliveries.open(run_id)

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from ..wire.run_options import ExecutionOptions
 from . import private
 from . import memory_cap
 
@@ -270,7 +271,8 @@ def rank_main(rank: int, world: int, backend: str, device: str, store: str, spec
     token = CancelToken()
     threading.Thread(target=_watch, args=(parent, stop, token), name="codefy-rank-watch", daemon=True).start()
     run_id = str(spec["run_id"])
-    cap = int(spec.get("payload_cap_bytes") or 0)
+    options = ExecutionOptions.from_json(spec)
+    cap = options.payload_cap_bytes
 
     def sink(raw: dict[str, Any]) -> None:
         if rank and raw.get("event") != "warning":
@@ -301,8 +303,8 @@ def rank_main(rank: int, world: int, backend: str, device: str, store: str, spec
         data_dir = spec.get("data_dir") if rank == 0 else str(folder / f"rank-{rank}")
         threads = rank_threads(spec.get("cpu_threads"), world, backend, os.cpu_count() or 1)
         result = asyncio.run(execute_graph(
-            graph, seed=spec.get("seed"), device=device, deterministic=bool(spec.get("deterministic")),
-            max_parallel_nodes=int(spec.get("max_parallel_nodes") or 4), cancel=token,
+            graph, seed=options.seed, device=device, deterministic=options.deterministic,
+            max_parallel_nodes=options.max_parallel_nodes, cancel=token,
             callbacks=EngineCallbacks.all_to(sink), data_dir=data_dir, run_id=run_id, inline=True,
             cpu_threads=threads, provenance=rank == 0 and spec.get("provenance") is True))
         body = {"status": result.status, "error": result.error.to_dict() if result.error is not None else None,

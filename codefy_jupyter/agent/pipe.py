@@ -1,8 +1,9 @@
 """The messages between the agent and one run's process, over a socket pair: one JSON array
 `[kind, body]` per line.
 
-agent -> run process   ["assign", {run_id, graph, device, seed, deterministic, max_parallel_nodes,
-                                    data_dir, env, payload_cap_bytes, facts, cpu_threads}]   (first, once)
+agent -> run process   ["assign", {run_id, graph, device, data_dir, env, facts, cpu_threads, ..., and the
+                                    assign's options beside them: seed, deterministic, max_parallel_nodes,
+                                    ... (wire/run_options.py ExecutionOptions to_json/from_json)}]   (first, once)
                        ["cancel", {"reason"}]
                        ["read", {"id", "kind", "query"}]   a read of a record_outputs run's captures
                                                            while it writes them, after its report

@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping
 
 from ..wire import run_events as ev
 from ..wire.cpu_threads import thread_environment
+from ..wire.run_options import ExecutionOptions
 from . import pipe
 from .transfer import InputCache, RunTransfer, TransferFailed, UploadStopped, point_inputs, upload_order
 from .isolation import OfferedDevice, Visibility, child_environment, visibility
@@ -71,17 +72,14 @@ class RunRequest:
     graph: dict[str, Any]
     device: str
     devices: list[str] = field(default_factory=list)
-    seed: int | None = None
-    deterministic: bool = False
-    provenance: bool = False  # hash and report the files nodes declare reading (run_facts "provenance")
-    max_parallel_nodes: int = 4
-    payload_cap_bytes: int = 131072
+    # What the run executes with, as its assign carried it (wire/run_options.py); record_outputs
+    # only where the control plane negotiated the capability, provenance reported as run_facts.
+    options: ExecutionOptions = field(default_factory=ExecutionOptions)
     facts: bool = False
     grace_s: float | None = None  # the assign's cancel grace, for a cancel that names none
     cpu_threads: int | None = None  # the run's CPU thread budget; None: the libraries' defaults
     storage: dict[str, Any] | None = None  # the assign's storage (core/storage/plan.py); None: no files
     memory_budgets: dict[str, int] | None = None  # MiB per card shared by memory (agent/memory_cap.py)
-    record_outputs: bool = False  # keep the run's node outputs in agent-runs/<run>/outputs/ (agent/outputs.py)
     outputs_write_timeout_s: float = 300.0
 
 
@@ -266,17 +264,16 @@ class RunProcess:
         self.sampling = RunSampling(self.runner.system_metrics_interval_s, self.run_id, launched.pid,
                                     run_cards(view, self.runner.offered), self._system_message)
         spec = {
-            "run_id": r.run_id, "graph": graph, "device": view.engine_device, "seed": r.seed,
-            "deterministic": r.deterministic, "max_parallel_nodes": r.max_parallel_nodes,
-            "data_dir": str(self.data_dir), "payload_cap_bytes": r.payload_cap_bytes, "facts": r.facts,
-            "provenance": r.provenance,
+            **r.options.to_json(),  # the run process reads them back with ExecutionOptions.from_json
+            "run_id": r.run_id, "graph": graph, "device": view.engine_device,
+            "data_dir": str(self.data_dir), "facts": r.facts,
             "aliases": view.aliases,
             "env": {"CUDA_DEVICE_ORDER": env["CUDA_DEVICE_ORDER"], "CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"],
                     **(threads or {})},
             "cpu_threads": r.cpu_threads, "memory_budgets": r.memory_budgets or {},
             "devices": list(view.aliases) or [view.engine_device],
         }
-        if r.record_outputs:
+        if r.options.record_outputs:
             spec.update(outputs_dir=str(self.directory / "outputs"), outputs_write_timeout_s=r.outputs_write_timeout_s)
         reader, writer = await asyncio.open_connection(sock=launched.sock, limit=pipe.MAX_LINE_BYTES)
         self._writer = writer
@@ -297,7 +294,7 @@ class RunProcess:
             stopped = await self._upload()
             body = self._finished_body(exit_)
             self.runner.finish(self, _stopped(body) if stopped else body)
-        if r.record_outputs and self.runner.on_outputs is not None:
+        if r.options.record_outputs and self.runner.on_outputs is not None:
             self.runner.on_outputs(self.run_id)
 
     def _report_started(self, capped: dict[str, Any] | None) -> None:
@@ -359,7 +356,7 @@ class RunProcess:
                 if self.sampling is not None:  # before the report: its note goes ahead of the end
                     self.sampling.stop()
                 self.report = body
-                if self.request.record_outputs:
+                if self.request.options.record_outputs:
                     # Its outputs are written after the report (seed: recorded outputs on a
                     # worker): the run ends now (or once its files are home), its process gets
                     # the write time to exit.
@@ -572,7 +569,7 @@ class Runner:
         if self.runs.get(proc.run_id) is not proc:
             return
         del self.runs[proc.run_id]
-        if proc.request.record_outputs and proc.task is not None and not proc.task.done():
+        if proc.request.options.record_outputs and proc.task is not None and not proc.task.done():
             self.writing[proc.run_id] = proc
             proc.task.add_done_callback(lambda _t, run_id=proc.run_id: self.writing.pop(run_id, None))
         if not self.runs:

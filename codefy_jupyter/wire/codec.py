@@ -72,7 +72,8 @@ def _check_any(v: Any, path: str) -> Any:
 
 
 def _checker(hint: Any) -> Checker:
-    """A validator for one annotation (str, int, float, bool, Any, X | None, list[X], dict[str, X])."""
+    """A validator for one annotation (str, int, float, bool, Any, X | None, list[X], dict[str, X], or
+    a typed value with from_json/to_json)."""
     if hint is str:
         return _check_str
     if hint is int:
@@ -83,6 +84,8 @@ def _checker(hint: Any) -> Checker:
         return _check_bool
     if hint is Any:
         return _check_any
+    if isinstance(hint, type) and hasattr(hint, "from_json"):
+        return _typed_checker(hint)
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (Union, types.UnionType) and type(None) in args:
@@ -104,6 +107,22 @@ def _checker(hint: Any) -> Checker:
     raise TypeError(f"no wire checker for annotation {hint!r}")
 
 
+def _typed_checker(hint: type) -> Checker:
+    """A typed field (a class with `from_json`/`to_json`, such as wire/run_options.py
+    `ExecutionOptions`): the JSON value read into it; its refusal (a ValueError with `field`) is
+    `bad_field` at the field's path."""
+    def check(v: Any, path: str) -> Any:
+        if isinstance(v, hint):
+            return v
+        try:
+            return hint.from_json(v)  # type: ignore[attr-defined]
+        except ValueError as err:
+            inner = getattr(err, "field", "")
+            raise ProtocolError("bad_field", getattr(err, "reason", str(err)),
+                                path=f"{path}.{inner}" if inner else path) from None
+    return check
+
+
 def _raise(err: Exception) -> Any:
     raise err
 
@@ -114,6 +133,7 @@ class _FieldSpec:
     check: Checker
     required: bool
     default_none: bool  # omitted from the wire when None
+    typed: bool = False  # a typed field: its `to_json()` goes on the wire
 
 
 _SPECS: dict[type[Frame], tuple[_FieldSpec, ...]] = {}
@@ -126,7 +146,7 @@ def _specs(cls: type[Frame]) -> tuple[_FieldSpec, ...]:
         specs = tuple(
             _FieldSpec(f.name, _checker(hints[f.name]),
                        f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-                       f.default is None)
+                       f.default is None, isinstance(hints[f.name], type) and hasattr(hints[f.name], "to_json"))
             for f in dataclasses.fields(cls))
         _SPECS[cls] = specs
     return specs
@@ -272,7 +292,7 @@ def to_dict(frame: Frame) -> dict[str, Any]:
         value = getattr(frame, spec.name)
         if value is None and spec.default_none:
             continue
-        out[spec.name] = value
+        out[spec.name] = value.to_json() if spec.typed and value is not None else value
     return out
 
 

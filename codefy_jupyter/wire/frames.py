@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable
 
+from .run_options import ExecutionOptions
+
 # 3: as the seed (ack came with 2, mount fields with 3). Bump only for a change the other side
 # would misread; new optional features are capabilities instead.
 PROTOCOL_VERSION = 3
@@ -285,7 +287,8 @@ class Reject(Frame):
 
 @dataclass(frozen=True, kw_only=True)
 class Assign(Frame):
-    """Run this graph. `devices`: the run's cards in order (the child's CUDA_VISIBLE_DEVICES);
+    """Run this graph with `options` (wire/run_options.py `ExecutionOptions`: seed, deterministic,
+    max_parallel_nodes, record_outputs, provenance; absent: the defaults). `devices`: the run's cards in order (the child's CUDA_VISIBLE_DEVICES);
     `device`: the run's device as the run names it. The graph has its SECRET values restored.
     `cpu_threads`: the run's CPU thread budget (OMP_NUM_THREADS, MKL_NUM_THREADS and torch's
     threads in its process); absent: no budget. Older agents ignore it, as every unknown field.
@@ -306,7 +309,7 @@ class Assign(Frame):
     sender: ClassVar[str] = "server"
     run_id: str
     graph: dict[str, Any]
-    options: dict[str, Any] = field(default_factory=dict)
+    options: ExecutionOptions = field(default_factory=ExecutionOptions)
     device: str
     devices: list[str] = field(default_factory=list)
     grace_s: float | None = None

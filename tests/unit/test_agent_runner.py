@@ -17,6 +17,7 @@ from codefy_jupyter.agent import warm
 from codefy_jupyter.agent.isolation import OfferedDevice
 from codefy_jupyter.agent.launch import SpawnLauncher, WarmLauncher
 from codefy_jupyter.agent.runner import KillPolicy, Runner, RunRequest
+from codefy_jupyter.wire.run_options import ExecutionOptions
 
 OFFERED = {"cuda:0": OfferedDevice("cuda:0", "0"), "cuda:1": OfferedDevice("cuda:1", "1"),
            "cuda:2": OfferedDevice("cuda:2", "2")}
@@ -178,7 +179,7 @@ def test_a_run_that_ignores_sigterm_is_killed(tmp_path):
     async def scenario() -> None:
         h = Harness(tmp_path, "spawn", kill_after_s=0.5)
         try:
-            done = h.start("deaf", one("IgnoreTerm", seconds=60), max_parallel_nodes=1)
+            done = h.start("deaf", one("IgnoreTerm", seconds=60), options=ExecutionOptions(max_parallel_nodes=1))
             await h.wait_for("deaf", "event", lambda b: b["payload"].get("status") == "running")
             log = tmp_path / "agent-runs" / "deaf" / "output.log"
             while "ignoring SIGTERM" not in log.read_text():
@@ -246,8 +247,8 @@ def test_a_torch_training_run_forked_from_the_warm_process(tmp_path):
         try:
             await h.launcher.start()
             assert h.launcher.pid is not None
-            body = await h.start("train", graph, seed=7)
-            again = await h.start("train2", graph, seed=7)
+            body = await h.start("train", graph, options=ExecutionOptions(seed=7))
+            again = await h.start("train2", graph, options=ExecutionOptions(seed=7))
         finally:
             await h.close()
         assert body["status"] == "succeeded", body
@@ -273,7 +274,7 @@ def test_a_recording_run_reports_its_end_before_it_writes_its_outputs(tmp_path, 
         h.runner.on_outputs = written.append
         folder = tmp_path / "agent-runs" / "r1" / "outputs"
         try:
-            body = await h.start("r1", SMALL, record_outputs=True)
+            body = await h.start("r1", SMALL, options=ExecutionOptions(record_outputs=True))
             # Reported (the slot is free) while its process still writes: nothing on disk yet.
             assert body["status"] == "succeeded"
             assert "r1" in h.runner.writing and "r1" not in h.runner.runs and read_index(folder) is None
@@ -293,7 +294,7 @@ def test_a_recording_run_reports_its_end_before_it_writes_its_outputs(tmp_path, 
             assert index["nodes"]["s"]["y"]["type"] == "float" and (folder / index["nodes"]["s"]["y"]["file"]).is_file()
             # Out of write time: the ports are listed, none kept.
             h.done["r2"] = asyncio.get_running_loop().create_future()
-            h.runner.start(RunRequest(run_id="r2", graph=SMALL, device="cpu", record_outputs=True,
+            h.runner.start(RunRequest(run_id="r2", graph=SMALL, device="cpu", options=ExecutionOptions(record_outputs=True),
                                       outputs_write_timeout_s=0.5))
             await h.done["r2"]
             await asyncio.wait_for(h.runner.writing["r2"].task, 60)

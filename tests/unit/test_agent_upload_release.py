@@ -11,6 +11,7 @@ from typing import Any
 
 from test_agent_runner import Harness, run_async
 from codefy_jupyter.agent.transfer import before_upload, upload_order
+from codefy_jupyter.wire.run_options import ExecutionOptions
 
 
 def edge(s: str, sp: str, t: str, tp: str) -> dict[str, str]:
@@ -110,7 +111,7 @@ def test_a_recording_run_releases_at_its_report_and_ends_once_its_files_are_home
     async def scenario() -> None:
         h, upload = harness(tmp_path)
         try:
-            done = h.start("r1", SAVE, storage=TRANSFER, record_outputs=True)
+            done = h.start("r1", SAVE, storage=TRANSFER, options=ExecutionOptions(record_outputs=True))
             await asyncio.wait_for(h.wait_for("r1", "released"), 60)
             proc = h.runner.runs["r1"]
             assert not proc.launched.exited.done()  # still writing its outputs, the upload already going

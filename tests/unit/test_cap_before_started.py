@@ -22,6 +22,7 @@ from codefy_jupyter.agent.frames import started_frame
 from codefy_jupyter.agent.isolation import OfferedDevice, Visibility
 from codefy_jupyter.agent.launch import SpawnLauncher
 from codefy_jupyter.agent.runner import Runner, RunRequest
+from codefy_jupyter.wire.run_options import ExecutionOptions
 from test_agent_child import SMALL, make_child  # noqa: F401  (fixture)
 
 OFFERED = {"cuda:0": OfferedDevice("cuda:0", "0"), "cuda:1": OfferedDevice("cuda:1", "1")}
@@ -250,7 +251,7 @@ def test_a_budgeted_ddp_run_is_started_once_every_rank_has_capped(tmp_path):
     async def scenario() -> None:
         h = Harness(tmp_path, real_torch=True)
         body = await h.start("ddp", training(epochs=1, n_samples=32, batch_size=16), devices=("cuda:0", "cuda:1"),
-                             memory_budgets={"cuda:0": 1024, "cuda:1": 1024}, seed=3)
+                             memory_budgets={"cuda:0": 1024, "cuda:1": 1024}, options=ExecutionOptions(seed=3))
         assert body["status"] == "succeeded", body
         log = h.of("ddp")
         # Both ranks train on gloo here (no CUDA): nothing capped, said once, before anything else.

@@ -13,6 +13,7 @@ from typing import Any, Callable, Protocol
 
 from ...engine import CancelToken, OutputCache, RunResult
 from ...wire.cpu_threads import CpuBudget
+from ...wire.run_options import ExecutionOptions
 
 
 @dataclass
@@ -22,12 +23,11 @@ class RunSpec:
     run_id: str
     graph: dict[str, Any]
     device: str
-    seed: int | None = None
-    deterministic: bool = False
-    max_parallel_nodes: int = 4
+    # What the run executes with (seed, deterministic, max_parallel_nodes, record_outputs,
+    # provenance): built once when it starts; a worker run's assign carries it as it is.
+    options: ExecutionOptions = field(default_factory=ExecutionOptions)
     data_dir: Path | None = None
     cache: OutputCache | None = None
-    options: dict[str, Any] = field(default_factory=dict)
     # Worker runs only: the worker, the run's devices in order, its queue key and slots, its name.
     worker: str | None = None
     devices: tuple[str, ...] = ()

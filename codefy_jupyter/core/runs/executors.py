@@ -145,13 +145,13 @@ class InProcessExecutor:
 
         def job(runner: asyncio.Runner) -> None:
             try:
+                opts = spec.options
                 result = runner.run(execute_graph(
-                    spec.graph, seed=spec.seed, device=spec.device, deterministic=spec.deterministic,
-                    max_parallel_nodes=spec.max_parallel_nodes, cache=spec.cache, cancel=token,
+                    spec.graph, seed=opts.seed, device=spec.device, deterministic=opts.deterministic,
+                    max_parallel_nodes=opts.max_parallel_nodes, cache=spec.cache, cancel=token,
                     callbacks=EngineCallbacks.all_to(partial(inbox.put, on_event)), data_dir=spec.data_dir,
                     run_id=spec.run_id, inline=True, cpu_threads=spec.cpu.threads if spec.cpu else None,
-                    keep_outputs="all" if spec.options.get("record_outputs") else "outputs",
-                    provenance=spec.options.get("provenance") is True))
+                    keep_outputs="all" if opts.record_outputs else "outputs", provenance=opts.provenance))
             except BaseException as err:  # a graph error or an engine bug: the run fails, the server lives
                 inbox.put(settle, None, err)
             else:

@@ -14,8 +14,3 @@ async def keep_inputs(store: Store, run_id: str, result: Any) -> None:
     if isinstance(result, RunResult) and result.inputs:
         await store.record_inputs(run_id, result.inputs)
 
-
-def with_option(options: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
-    """The executor's options of a starting run, with provenance when the run was queued with it
-    (a worker run's assign carries them to the agent)."""
-    return {**options, "provenance": True} if (row.get("options") or {}).get("provenance") else options

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ...engine import RunResult
 from ...engine.recorded import OUTPUT_STORE_RUNS, Captures, RunOutputStore, index_of, summarize
 from ...wire.output_reads import LIST, PORT, Answer, answer, not_recorded
+from ...wire.run_options import RunOptions
 from ..store import output_drops
 from ..contract import lifecycle as rs
 from ..contract.execution import ExecutionOutcome
@@ -48,12 +49,14 @@ class RecordedOutputs:
         return run_id in self._order, self._order.get(run_id)
 
     # -- keeping --------------------------------------------------------------------------------------
-    def options(self, run_id: str, row: dict[str, Any]) -> dict[str, Any]:
-        """The recording option of a run that starts (or is adopted): it records until it ends."""
-        if not (row.get("options") or {}).get("record_outputs"):
-            return {}
-        self.recording.add(run_id)
-        return {"record_outputs": True}
+    def options(self, run_id: str, row: dict[str, Any]) -> None:
+        """An adopted run that records (its row's options) records until it ends."""
+        self.follow(run_id, RunOptions.from_row(row).record_outputs)
+
+    def follow(self, run_id: str, recording: bool) -> None:
+        """A run that starts with record_outputs records until it ends."""
+        if recording:
+            self.recording.add(run_id)
 
     async def keep_ending(self, run_id: str, result: Any, worker: str | None) -> None:
         """A recording run ended: its captures here, or its place for the worker's."""
@@ -116,7 +119,7 @@ class RecordedOutputs:
         if known:
             return known, holder
         row = await self.store.get_run(run_id)
-        if row is None or not row.get("worker_id") or not (row.get("options") or {}).get("record_outputs"):
+        if row is None or not row.get("worker_id") or not RunOptions.from_row(row).record_outputs:
             return False, None
         if row["status"] not in rs.FINISHED or "worker_pid" not in (row.get("execution_facts") or {}):
             return False, None

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...wire import run_events as ev
-from ..scheduling.memory_ledger import budget_mib
+from ...wire.run_options import RunOptions
 from ..scheduling.queue import Run
 from ..contract import lifecycle as rs
 
@@ -71,22 +71,10 @@ def not_requeued(row: dict[str, Any], why: str) -> Retire:
 
 
 def submit_body(row: dict[str, Any]) -> dict[str, Any]:
-    """The submit body a queued run's row records (requests.options_doc wrote its options): what
+    """The submit body a queued run's row records (RunOptions.to_row wrote its options): what
     the new queue checks and queues again. The seed is the one chosen at the first submit."""
-    stored = row.get("options") or {}
-    options: dict[str, Any] = {"lane": stored.get("lane", "queued"), "seed": row.get("seed"),
-                               "deterministic": bool(row.get("deterministic")),
-                               "record_outputs": bool(stored.get("record_outputs"))}
-    device = stored.get("requested_device")  # options.device, or the graph's settings.device: the same
-    for key, value in (("device", device if isinstance(device, str) else None), ("session", row.get("session")),
-                       ("provenance", stored.get("provenance")), ("cpu_threads", stored.get("cpu_threads"))):
-        if value is not None:
-            options[key] = value
-    target = stored.get("target")
-    if target is not None:
-        options["target"] = {k: target[k] for k in ("worker", "devices", "pool", "memory_gib", "memory_source",
-                                                    "wait") if k in target}
-    return {"graph": row.get("graph") or {}, "name": row.get("name"), "options": options}
+    return {"graph": row.get("graph") or {}, "name": row.get("name"),
+            "options": RunOptions.from_row(row).to_submit()}
 
 
 def adopted_run(row: dict[str, Any], resume: dict[str, Any], order: int) -> tuple[Run, list[str]]:
@@ -94,10 +82,10 @@ def adopted_run(row: dict[str, Any], resume: dict[str, Any], order: int) -> tupl
     name = resume["worker"]
     devices = tuple(resume.get("devices") or ())
     # Its budget keeps counting on a card shared by memory (without it the run would hold the card whole).
-    gib = ((row.get("options") or {}).get("target") or {}).get("memory_gib")
+    options = RunOptions.from_row(row)
     run = Run(run_id=row["id"], order=order, device=resume["device"], devices=devices if len(devices) > 1 else (),
-              seeded=row.get("seed") is not None, worker=name, owner=row.get("owner"), name=row.get("name"),
-              memory_mib=budget_mib(gib) if isinstance(gib, (int, float)) and not isinstance(gib, bool) else None)
+              seeded=options.seed is not None, worker=name, owner=row.get("owner"), name=row.get("name"),
+              memory_mib=options.memory_mib)
     return run, list(resume.get("slots") or [f"{name}/{d}" for d in devices or (resume["device"],)])
 
 

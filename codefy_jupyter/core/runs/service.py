@@ -34,6 +34,7 @@ from ...engine import NodeRegistry, RunResult, SessionCache, default_registry
 from ...wire import cpu_threads
 from ...wire import run_events as ev
 from ...wire.fingerprint import digest, environment_document
+from ...wire.run_options import RunOptions
 from ..config import Settings
 from ..contract import lifecycle as rs
 from ..contract.execution import ExecutionOutcome, RunHandle
@@ -56,7 +57,7 @@ from .peak import in_process_peak
 from .reads import LIST_LIMIT, RunReads
 from .recorded import RecordedOutputs
 from .records import RunBook, RunRecord
-from .requests import options_doc, secret_fields, strip_secrets
+from .requests import secret_fields, strip_secrets
 from .retention import RunRemoval
 from .starts import StartSpecs
 from .submit import Prepared, SubmitChecks
@@ -300,8 +301,7 @@ class RunService:
         a sweep's or study's child records which one it belongs to (`LINK_FIELDS`) and takes a
         place its parent reserved (`reserve`)."""
         prepared = await self._prepare(body)
-        req, seed, resolved, worker, pool = (prepared.req, prepared.seed, prepared.resolved, prepared.worker,
-                                             prepared.pool)
+        req, resolved, worker, pool = prepared.req, prepared.resolved, prepared.worker, prepared.pool
         graph = req.graph
         unknown = set(links or ()) - LINK_FIELDS
         if unknown:
@@ -322,9 +322,7 @@ class RunService:
             row = {
                 "id": run_id, "name": req.name, "status": rs.QUEUED, "owner": owner, "device": resolved.device,
                 "devices": list(resolved.devices or (resolved.device,)), "queue_key": run.queue_key,
-                "worker_id": worker if worker != "any" else None,
-                "lane": req.options.lane, "session": req.options.session, "seed": seed,
-                "deterministic": req.options.deterministic, "options": options_doc(req, resolved),
+                "worker_id": worker if worker != "any" else None, **req.options.to_row(resolved.requested),
                 "graph": stored_graph, "submitted_at": self.clock(), **(links or {})}
             await self.store.create_run(row)
         except BaseException:
@@ -394,7 +392,8 @@ class RunService:
             self._start_on_worker(placement, record, row, graph)
             return
         now = record.started
-        budget = self.starts.cpu_budget(row, None)
+        options = RunOptions.from_row(row)
+        budget = self.starts.cpu_budget(options, None)
         # Not awaited: writes commit in call order, so the final write queued later can never land
         # before this one, and the submit that started the run answers after one commit, not two.
         record.device, record.facts = placement.device, ({"cpu_threads": budget.to_dict()} if budget else {})
@@ -406,11 +405,11 @@ class RunService:
         # its own: one write and one frame per follower less for every run.
         self.events.emit(run_id, ev.execution_start(
             run_id, name=row.get("name"), device=placement.device, devices=list(row.get("devices") or []),
-            seed=row.get("seed"), deterministic=bool(row.get("deterministic")), queue_key=placement.queue_key,
+            seed=options.seed, deterministic=options.deterministic, queue_key=placement.queue_key,
             started_at=now), with_next=True)
         loop = asyncio.get_running_loop()
         cache = self._session_caches.setdefault(row["session"], SessionCache()) if row.get("session") else None
-        spec = self.starts.local(placement, row, graph, cache, budget)
+        spec = self.starts.local(placement, options, graph, cache, budget)
         handle = record.handle = self.executor.start(spec, partial(self._on_engine_event, run_id))
         record.sampler = system_sampling.start(self.settings.system_metrics_interval_s, run_id, placement.device,
                                                partial(self._on_engine_event, run_id))

@@ -9,13 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from ...engine import SessionCache
 from ...wire import cpu_threads
+from ...wire.run_options import ExecutionOptions, RunOptions
 from ..config import Settings
 from ..contract.execution import RunSpec
 from ..scheduling.limits import Limits
-from ..scheduling.memory_ledger import budget_mib
 from ..scheduling.queue import RunQueue
 from ..scheduling.records import Placement
-from . import provenance
 from .recorded import RecordedOutputs
 
 if TYPE_CHECKING:  # a type only (the server hands the class in)
@@ -33,32 +32,32 @@ class StartSpecs:
         self.data_dir = data_dir
         self.cpu_cores = cpu_cores  # this machine's usable cores, for the automatic CPU thread budget
 
-    def local(self, placement: Placement, row: dict[str, Any], graph: dict[str, Any], cache: SessionCache | None,
+    def local(self, placement: Placement, options: RunOptions, graph: dict[str, Any], cache: SessionCache | None,
               budget: cpu_threads.CpuBudget | None) -> RunSpec:
-        """A run this process's executor starts."""
+        """A run this process's executor starts (`options`: its row's, RunOptions.from_row)."""
         run_id = placement.run_id
-        return RunSpec(run_id=run_id, graph=graph, device=placement.device, seed=row.get("seed"),
-                       deterministic=bool(row.get("deterministic")),
-                       max_parallel_nodes=self.settings.max_parallel_nodes,
-                       data_dir=self.data_dir / "runs" / run_id, cache=cache, cpu=budget,
-                       options=provenance.with_option(self.outputs.options(run_id, row), row))
+        return RunSpec(run_id=run_id, graph=graph, device=placement.device, options=self._execution(run_id, options),
+                       data_dir=self.data_dir / "runs" / run_id, cache=cache, cpu=budget)
 
     def on_worker(self, placement: Placement, row: dict[str, Any], graph: dict[str, Any], files: Any) -> RunSpec:
         """A run its worker starts (placement.worker)."""
         run_id, name = placement.run_id, placement.worker
         devices = list(placement.devices)
-        return RunSpec(run_id=run_id, graph=graph, device=placement.device, seed=row.get("seed"),
-                       deterministic=bool(row.get("deterministic")),
-                       max_parallel_nodes=self.settings.max_parallel_nodes, worker=name, devices=tuple(devices),
-                       queue_key=f"{name}/{placement.device}", slots=placement.slots, name=row.get("name"),
-                       cpu=self.cpu_budget(row, name), files=files,
-                       memory_budgets=self.memory_budgets(row, name, devices),
-                       options=provenance.with_option(self.outputs.options(run_id, row), row))
+        options = RunOptions.from_row(row)
+        return RunSpec(run_id=run_id, graph=graph, device=placement.device, options=self._execution(run_id, options),
+                       worker=name, devices=tuple(devices), queue_key=f"{name}/{placement.device}",
+                       slots=placement.slots, name=row.get("name"), cpu=self.cpu_budget(options, name), files=files,
+                       memory_budgets=self.memory_budgets(options, name, devices))
 
-    def cpu_budget(self, row: dict[str, Any], worker: str | None) -> cpu_threads.CpuBudget | None:
+    def _execution(self, run_id: str, options: RunOptions) -> ExecutionOptions:
+        """What the run executes with; a run that records is followed until it ends."""
+        self.outputs.follow(run_id, options.record_outputs)
+        return options.execution(max_parallel_nodes=self.settings.max_parallel_nodes)
+
+    def cpu_budget(self, options: RunOptions, worker: str | None) -> cpu_threads.CpuBudget | None:
         """The run's CPU thread budget on the machine it was placed on: this server's, or the
         worker's (its cores from its hello, its own cpu queue's slots)."""
-        requested = (row.get("options") or {}).get("cpu_threads")
+        requested = options.cpu_threads
         if worker is None:
             cores, slots = self.cpu_cores, self.limits.limit("cpu")
         else:
@@ -66,10 +65,10 @@ class StartSpecs:
         return cpu_threads.decide(requested=requested, setting=self.settings.run_cpu_threads, cores=cores,
                                   cpu_slots=slots)
 
-    def memory_budgets(self, row: dict[str, Any], worker: str, devices: list[str]) -> dict[str, int]:
-        """The run's budget on each of its cards that its worker shares by memory."""
-        gib = ((row.get("options") or {}).get("target") or {}).get("memory_gib")
+    def memory_budgets(self, options: RunOptions, worker: str, devices: list[str]) -> dict[str, int]:
+        """The run's budget in MiB on each of its cards that its worker shares by memory."""
+        mib = options.memory_mib
         offer = self.queue.worker(worker)
-        if gib is None or offer is None:
+        if mib is None or offer is None:
             return {}
-        return {d: budget_mib(gib) for d in devices if d in offer.shared_memory}
+        return {d: mib for d in devices if d in offer.shared_memory}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +14,6 @@ from ...engine import GraphError, NodeRegistry, validate_graph
 from ..config import Settings
 from ..errors import BadRequest
 from ..scheduling.device_sets import resolve_run_device
-from ..scheduling.memory_ledger import budget_mib
 from ..scheduling.queue import RunQueue
 from ..scheduling.records import Run
 from ..scheduling.slot_groups import LOCAL
@@ -32,8 +31,7 @@ VALIDATE_INLINE_ITEMS = 2000
 
 @dataclass(frozen=True)
 class Prepared:
-    req: SubmitRequest
-    seed: int | None
+    req: SubmitRequest  # its options resolved: the run's own seed decided (RunOptions.resolved)
     resolved: Any
     worker: str | None
     pool: str | None
@@ -65,8 +63,7 @@ class SubmitChecks:
             err = GraphError(problems)
             raise BadRequest(str(err), code="invalid_graph", params=err.to_dict()["params"])
         settings = graph.get("settings") or {}
-        seed = req.options.seed if req.options.seed_given else settings.get("seed")
-        req = self.estimates.check(req)
+        req = self.estimates.check(replace(req, options=req.options.resolved(settings.get("seed"))))
         target = req.options.target
         pool = getattr(target, "pool", None) if target is not None else None
         worker = target.worker if target is not None and target.worker not in (None, LOCAL) else None
@@ -91,14 +88,14 @@ class SubmitChecks:
         files = None
         if worker is not None or pool is not None:
             files = await self._files(graph)
-        return Prepared(req, seed, resolved, worker, pool, node_types, device_field, files)
+        return Prepared(req, resolved, worker, pool, node_types, device_field, files)
 
     def queue_run(self, prepared: Prepared, run_id: str, order: int, owner: str | None = None) -> Run:
         """The scheduler's record of the prepared run."""
         req, resolved, worker, pool = prepared.req, prepared.resolved, prepared.worker, prepared.pool
         return Run(run_id=run_id, order=order, device=resolved.device, owner=owner, name=req.name,
                    devices=resolved.devices if (worker is None and pool is None) or len(resolved.devices) > 1 else (),
-                   seeded=prepared.seed is not None, lane=req.options.lane, session=req.options.session,
+                   seeded=req.options.seed is not None, lane=req.options.lane, session=req.options.session,
                    **({} if worker is None and pool is None else {"worker": worker or "any", "pool": pool}),
                    files=prepared.files[1].level if prepared.files is not None else "none",
                    files_why=_why(prepared.files), **_memory(req.options.target))
@@ -160,5 +157,5 @@ def _memory(target: Any) -> dict[str, Any]:
     """The scheduler's view of a run's memory budget (`Run.memory_mib`, `Run.wait`, `Run.raised_from_gib`)."""
     if target is None or target.memory_gib is None:
         return {}
-    return {"memory_mib": budget_mib(target.memory_gib), "wait": target.wait,
+    return {"memory_mib": target.memory_mib, "wait": target.wait,
             "raised_from_gib": target.raised_from_gib}

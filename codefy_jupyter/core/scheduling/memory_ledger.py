@@ -27,17 +27,10 @@ from typing import Iterable, Mapping
 
 from codefy_jupyter.core.scheduling.device_sets import Notice, SubmitError
 
+from codefy_jupyter.wire.run_options import GIB_MIB, MAX_MEMORY_GIB, budget_mib  # noqa: F401  (the one GiB -> MiB)
+
 MIB = 1024 * 1024
-GIB_MIB = 1024
-MAX_MEMORY_GIB = 4096
 DEFAULT_CUDA_CONTEXT_MIB = 500
-
-
-def budget_mib(memory_gib: float) -> int:
-    """A run's budget in MiB, rounded up (a budget never shrinks in the conversion)."""
-    mib = memory_gib * GIB_MIB
-    whole = int(mib)
-    return whole if whole == mib else whole + 1
 
 
 @dataclass(frozen=True)

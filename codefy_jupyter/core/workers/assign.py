@@ -44,7 +44,7 @@ class Assigner:
                                                                     "params": refused.params},
                                                   code=refused.code, message=refused.message))
                 return
-        if spec.options.get("record_outputs") and "record_outputs" not in worker.capabilities:
+        if spec.options.record_outputs and "record_outputs" not in worker.capabilities:
             # Placed through `any` on an agent that cannot keep outputs (a named one is refused at submit).
             message = (f"worker {worker.name} cannot keep recorded outputs (its agent does not list the "
                        "record_outputs capability); run it without record_outputs or on another worker")
@@ -82,9 +82,7 @@ class Assigner:
             grace_s=float(self.cancel_grace_s), cpu_threads=spec.cpu.threads if spec.cpu else None, storage=storage,
             memory_budgets=(dict(spec.memory_budgets) if spec.memory_budgets and "memory_budget" in worker.capabilities
                             else None),
-            options={"seed": spec.seed, "deterministic": spec.deterministic,
-                     "max_parallel_nodes": spec.max_parallel_nodes, "name": spec.name,
-                     "queue_key": spec.queue_key, **spec.options}))
+            options=spec.options))
         if plan is not None and plan.backend == S3 and self.credentials is not None and storage is not None:
             keys = [i["key"] for i in storage["inputs"]]
             run.facts.setdefault("storage", {})["input_keys"] = keys  # an adopted run refreshes with them

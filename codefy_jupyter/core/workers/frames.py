@@ -41,7 +41,7 @@ def start_event(run: WorkerRun, now: float) -> ev.RunEvent:
                                   queue_key=resume.get("queue_key", ""), started_at=now, worker=run.worker)
     return ev.execution_start(
         run.run_id, name=spec.name, device=spec.device, devices=list(spec.devices or (spec.device,)),
-        seed=spec.seed, deterministic=spec.deterministic, queue_key=spec.queue_key, started_at=now,
+        seed=spec.options.seed, deterministic=spec.options.deterministic, queue_key=spec.queue_key, started_at=now,
         worker=run.worker)
 
 
