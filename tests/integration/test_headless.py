@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 import pytest
+from pg_server import backend_env
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +67,7 @@ class Servers:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER_"))}
         self.env.update(JUPYTER_CONFIG_DIR=str(jupyter / "config"), JUPYTER_DATA_DIR=str(jupyter / "data"),
                         JUPYTER_RUNTIME_DIR=str(jupyter / "runtime"), JUPYTER_PLATFORM_DIRS="0")
+        self.env.update(backend_env())  # CODEFY_TEST_STORE=postgresql: the test's own database
         self.cwd = tmp_path
         self.pids: set[int] = set()
 
