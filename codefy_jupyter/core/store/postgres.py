@@ -19,14 +19,13 @@ snapshot.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import re
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import Unavailable
 from .migrations import SCHEMA_STEPS, SchemaVersionError, Step, for_backend
@@ -139,9 +138,6 @@ class PgConnection:
         # The statement at which the connection was found cut (the server restarted, the backend
         # was terminated): the writer retries a batch cut before its COMMIT, not one cut at it.
         self.cut_at: str | None = None
-        # A BEGIN not sent yet: it goes with the transaction's first statement, in one round trip
-        # (psycopg's pipeline), rather than alone: every transaction is a round trip shorter.
-        self._begin: str | None = None
 
     @property
     def broken(self) -> bool:
@@ -152,16 +148,8 @@ class PgConnection:
         import psycopg
 
         values = _values(params)
-        text = translate(sql, self._reader, bool(values))
-        if text.startswith("BEGIN"):
-            self._begin = text
-            return None
-        if self._begin is not None and text in ("COMMIT", "ROLLBACK"):
-            self._begin = None  # an empty transaction: nothing to send
-            return None
         try:
-            with self._begun():
-                return self._conn.execute(text, values or None)
+            return self._conn.execute(translate(sql, self._reader, bool(values)), values or None)
         except psycopg.Error as exc:
             raise self._failed(sql, exc) from exc
 
@@ -170,22 +158,10 @@ class PgConnection:
 
         cursor = self._conn.cursor()
         try:
-            with self._begun():
-                cursor.executemany(translate(sql, self._reader), [_values(r) for r in rows])
+            cursor.executemany(translate(sql, self._reader), [_values(r) for r in rows])
         except psycopg.Error as exc:
             raise self._failed(sql, exc) from exc
         return cursor
-
-    @contextlib.contextmanager
-    def _begun(self) -> Iterator[None]:
-        """The pending BEGIN, sent with what the block sends (their results read at its end)."""
-        begin, self._begin = self._begin, None
-        if begin is None:
-            yield
-            return
-        with self._conn.pipeline():
-            self._conn.execute(begin)
-            yield
 
     def _failed(self, sql: str, exc: Exception) -> sqlite3.Error:
         if self.cut_at is None and self.broken:
