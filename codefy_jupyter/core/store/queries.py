@@ -187,11 +187,6 @@ def update_run_row(conn: sqlite3.Connection, run_id: str, fields: Mapping[str, A
     if only_if_status:
         where += f" AND status IN ({', '.join('?' * len(only_if_status))})"
         params += list(only_if_status)
-    if fields and event_rows and _updated_with_seq(conn, fields, where, params, event_rows):
-        _append_events(conn, event_rows)
-        return True
-    # No events, or the one-statement update hit nothing: the two steps below say which guard
-    # refused it (the status: False; the seq: StoreError), as they always did.
     if fields:
         assignments = ", ".join(f"{c} = ?" for c in fields)
         values = [_encode_run_value(c, v) for c, v in fields.items()]
@@ -217,27 +212,11 @@ def insert_events(conn: sqlite3.Connection, run_id: str, event_rows: Sequence[tu
         if found is None:
             raise StoreError(f"cannot append events to unknown run {run_id!r}")
         raise StoreError(f"run {run_id!r}: the next event seq is {found[0] + 1}, got {first}")
-    _append_events(conn, event_rows)
-    return last
-
-
-def _updated_with_seq(conn: sqlite3.Connection, fields: Mapping[str, Any], where: str, params: list,
-                      event_rows: Sequence[tuple]) -> bool:
-    """The run's fields and its last_seq moved in one statement, under both guards (its status and
-    the seq the events follow): one round trip fewer per update on PostgreSQL, where every
-    statement is one. False: a guard refused, nothing was written."""
-    first, last = event_rows[0][1], event_rows[-1][1]
-    assignments = ", ".join(f"{c} = ?" for c in fields)
-    values = [_encode_run_value(c, v) for c, v in fields.items()]
-    return bool(conn.execute(f"UPDATE runs SET {assignments}, last_seq = ? WHERE {where} AND last_seq = ? RETURNING id",
-                             [*values, last, *params, first - 1]).fetchall())
-
-
-def _append_events(conn: sqlite3.Connection, event_rows: Sequence[tuple]) -> None:
     conn.executemany(
         "INSERT INTO run_events (run_id, seq, type, created_at, payload_bytes, payload) VALUES (?, ?, ?, ?, ?, ?)",
         event_rows,
     )
+    return last
 
 
 def delete_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> list[DeletedRun]:
