@@ -202,7 +202,8 @@ def connect_raw(target):
         from codefy_jupyter.core.store.postgres import PgConnection
 
         return PgConnection(psycopg.connect(target, autocommit=True))
-    return sqlite3.connect(target, isolation_level=None)
+    # A server just killed may hold the file's locks until its last thread has exited: wait for them.
+    return sqlite3.connect(target, isolation_level=None, timeout=60)
 
 
 BACKEND_KEYS = ("CODEFY_STORE_URL", "CODEFY_RUN_FILES_SHARED")

@@ -44,9 +44,13 @@ def free_port() -> int:
 
 
 def alive(pid: int) -> bool:
+    """Not yet gone: running, or a zombie whose other threads are still exiting (the group leader
+    turns zombie first; the process's files, and their locks, close when its last thread ends)."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+        if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except (psutil.NoSuchProcess, FileNotFoundError):
         return False
 
 

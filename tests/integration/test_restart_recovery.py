@@ -53,7 +53,9 @@ def add_waiting_runs(data_dir: Path, count: int) -> None:
     process would have left them): the next start retires each one."""
     conn = connect_raw(store_target(data_dir))  # the SQLite file, or the PostgreSQL pass's database
     try:
-        conn.execute("BEGIN")
+        # The write lock first, waited for (connect_raw's timeout): a deferred BEGIN whose read comes
+        # first is refused at once ("database is locked") if a writer holds the file when it upgrades.
+        conn.execute("BEGIN IMMEDIATE")
         # Older than every real run, so retention prunes them first (more work for recovery too).
         (bottom,) = conn.execute("SELECT COALESCE(MIN(submit_order), 0) FROM runs").fetchone()
         now = time.time()
