@@ -243,6 +243,9 @@ class TestSessionsAndDelete:
             events = await all_events(jp_fetch, run["id"])
             done = [e["payload"] for e in events if e["type"] == "execution_complete"]
             assert len(done) == 1, events
+            said = [e["payload"]["nodes"] for e in events if e["type"] == "execution_cached"]
+            # The log names the cached nodes once (a run with nothing cached says nothing).
+            assert [len(nodes) for nodes in said] == ([done[0]["cached"]] if done[0]["cached"] else []), events
             return done[0]["executed"], done[0]["cached"]
 
         mine = {"lane": "interactive", "session": "doc-cache"}
