@@ -35,7 +35,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("data_dir", str, "",
             "Folder for the run database and run files. Empty: the Jupyter data dir's codefy/ folder."),
     Setting("store_url", str, "",
-            "Where the run database lives. Empty: the SQLite file codefy.db in data_dir. "
+            "Where the run database lives. Empty: the SQLite file codefy.sqlite in data_dir. "
             "`postgresql://user:password@host:port/dbname` (libpq's URL; `postgres://` too): a PostgreSQL database, "
             "through psycopg 3 (pip install 'codefy-jupyter[postgresql]'). A preview: see Outgrowing one machine."),
     Setting("lease_ttl_s", float, 5.0,
