@@ -39,9 +39,17 @@ demo: $(STAMP)
 # agents and browsers, so two halve the wall time on a 2-core machine (38 -> ~20 min). Every test
 # isolates its servers, ports and folders, so a file runs alike in either process.
 # `make test TEST_PROCESSES=0` runs them in this one process.
+# Then the PostgreSQL pass: the restart, adoption and study suites again with every control plane
+# on a fresh database of a real PostgreSQL server (CODEFY_TEST_STORE, tests/conftest.py); the store
+# and sweep suites run on both backends within the first pass. Skipped where no PostgreSQL is installed.
 TEST_PROCESSES ?= 2
+XDIST := $(if $(filter 0,$(TEST_PROCESSES)),,-n $(TEST_PROCESSES) --dist loadfile)
+POSTGRESQL_PASS := $(addprefix tests/integration/,test_store_backend_pass.py test_restart_recovery.py \
+	test_worker_adoption.py test_agent_survives_restart.py test_study_crash.py test_study_adoption.py \
+	test_study_restarts.py test_studies.py)
 test: $(STAMP)
-	$(PY) -m pytest $(if $(filter 0,$(TEST_PROCESSES)),,-n $(TEST_PROCESSES) --dist loadfile)
+	$(PY) -m pytest $(XDIST)
+	CODEFY_TEST_STORE=postgresql $(PY) -m pytest $(XDIST) $(POSTGRESQL_PASS)
 
 # The documentation site into docs/_build/html (open index.html). Warnings are errors, as in
 # `make test` (tests/unit/test_docs_site.py builds it too).

@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -68,6 +69,22 @@ def own_pg_server():
 def pg_url(pg_server):
     """The URL of a fresh, empty database on the tests' PostgreSQL server."""
     return pg_server.create_database()
+
+
+@pytest.fixture(autouse=True)
+def store_backend(request, monkeypatch):
+    """`CODEFY_TEST_STORE=postgresql`: every control plane the test starts, in this process or as
+    `codefy start`, keeps its runs in a fresh PostgreSQL database of its own (one per test, so a
+    restart in the test finds its runs again), with run files shared as one replica needs. `make
+    test` runs the recovery, adoption, sweep and study suites a second time this way, so they hold
+    on both backends. A test that names its own database (`pg_url`, `own_pg_server`) is left alone."""
+    if os.environ.get("CODEFY_TEST_STORE", "sqlite") != "postgresql":
+        return
+    if {"pg_url", "own_pg_server", "store_at"} & set(request.fixturenames):
+        return
+    server = request.getfixturevalue("pg_server")
+    monkeypatch.setenv("CODEFY_STORE_URL", server.create_database())
+    monkeypatch.setenv("CODEFY_RUN_FILES_SHARED", "1")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 START_DEADLINE_S = 60.0
 _LIBC = ctypes.CDLL(None, use_errno=True)  # resolved here: the child between fork and exec only calls it
@@ -201,4 +202,40 @@ def connect_raw(target):
         from codefy_jupyter.core.store.postgres import PgConnection
 
         return PgConnection(psycopg.connect(target, autocommit=True))
-    return sqlite3.connect(target, isolation_level=None)
+    # A server just killed may hold the file's locks until its last thread has exited: wait for them.
+    return sqlite3.connect(target, isolation_level=None, timeout=60)
+
+
+BACKEND_KEYS = ("CODEFY_STORE_URL", "CODEFY_RUN_FILES_SHARED")
+
+
+def backend_env() -> dict[str, str]:
+    """Under `CODEFY_TEST_STORE=postgresql`, the store settings conftest's `store_backend` gave this
+    test, for a `codefy start` whose environment is otherwise cleared of CODEFY_* settings."""
+    if os.environ.get("CODEFY_TEST_STORE", "sqlite") != "postgresql":
+        return {}
+    return {k: os.environ[k] for k in BACKEND_KEYS if k in os.environ}
+
+
+def store_target(data_dir) -> Any:
+    """Where a server on `data_dir` keeps its runs: the test's database on the PostgreSQL pass,
+    else the SQLite file in the data dir (for `connect_raw`)."""
+    url = backend_env().get("CODEFY_STORE_URL")
+    return url if url else str(Path(data_dir) / "codefy.sqlite")
+
+
+def stored_bytes(data_dir) -> bytes:
+    """Everything the store holds, to search for what must never be written (a secret): the SQLite
+    file and its WAL, or on the PostgreSQL pass every row of every table as text."""
+    target = store_target(data_dir)
+    if not target.startswith("postgresql://"):
+        db, wal = Path(target), Path(target + "-wal")
+        return db.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+    conn = connect_raw(target)
+    try:
+        tables = [t for (t,) in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()").fetchall()]
+        rows = [r for t in tables for (r,) in conn.execute(f'SELECT t::text FROM "{t}" AS t').fetchall()]
+    finally:
+        conn.close()
+    return "\n".join(rows).encode()

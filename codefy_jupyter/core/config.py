@@ -35,7 +35,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("data_dir", str, "",
             "Folder for the run database and run files. Empty: the Jupyter data dir's codefy/ folder."),
     Setting("store_url", str, "",
-            "Where the run database lives. Empty: the SQLite file codefy.db in data_dir. "
+            "Where the run database lives. Empty: the SQLite file codefy.sqlite in data_dir. "
             "`postgresql://user:password@host:port/dbname` (libpq's URL; `postgres://` too): a PostgreSQL database, "
             "through psycopg 3 (pip install 'codefy-jupyter[postgresql]'). A preview: see Outgrowing one machine."),
     Setting("lease_ttl_s", float, 4.0,
@@ -113,6 +113,11 @@ SETTINGS: tuple[Setting, ...] = (
             "through NVML for its CUDA cards. 0: off. A worker agent reads the same variable from its own "
             "environment (or `codefy agent start --system-metrics-interval`) for the runs it executes."),
     Setting("max_parallel_nodes", int, 4, "Nodes executing concurrently inside one run (a seeded run uses 1)."),
+    Setting("session_cache_min_available_mb", int, 0,
+            "The execution cache each editor session (a notebook kernel, a lab document) keeps across its runs. "
+            "0: its 512 most recently used node outputs. More than 0: RAM-pressure mode: it keeps every output "
+            "until this machine's available memory falls under this many MB, then frees at node boundaries: "
+            "other runs' outputs first, then the run's large ones, pinned memory, then the rest."),
     Setting("run_retention_keep_last", int, 200,
             "How many finished runs to keep. 0 keeps none; a negative value disables retention."),
     Setting("run_event_payload_cap_bytes", int, 131072,
@@ -257,6 +262,7 @@ class Settings:
     run_cpu_threads: int = 0
     system_metrics_interval_s: float = 5.0
     max_parallel_nodes: int = 4
+    session_cache_min_available_mb: int = 0
     run_retention_keep_last: int = 200
     run_event_payload_cap_bytes: int = 131072
     run_events_response_cap_bytes: int = 4194304

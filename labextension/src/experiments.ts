@@ -42,6 +42,13 @@ export function variantNumber(v: { index: number }): number {
   return v.index + 1;
 }
 
+/** The sweep view's Worker and Devices cells: the worker a variant ran on, `any` while an any-variant
+ * waits for one, "This server" for one placed here; its devices, else the queue it waits in. */
+export function variantPlacement(v: SweepVariant, t: Trans): { worker: string; devices: string } {
+  const worker = v.worker_id ?? (v.queue_key?.startsWith('any') ? 'any' : v.devices?.length ? t.__('This server') : '-');
+  return { worker, devices: (v.devices ?? []).join(', ') || (v.queue_key ?? '-') };
+}
+
 /** "1", or "1=" for a rank shared with others (their labels on hover), as the notebook's study view. */
 export function rankLabel(rank: number | null | undefined, tie: boolean): string {
   if (rank === null || rank === undefined) {

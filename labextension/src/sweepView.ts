@@ -10,7 +10,7 @@ import { ApiError, CodefyApi } from './api';
 import { lineChart } from './chart';
 import { download, h } from './dom';
 import { Follow } from './follow';
-import { Series, sortRows, SortDirection, SweepColumn, sweepKey, variantNumber } from './experiments';
+import { Series, sortRows, SortDirection, SweepColumn, sweepKey, variantNumber, variantPlacement } from './experiments';
 import { formatLoss, formatValue, Trans } from './format';
 import { renderError } from './messages';
 import type { Sweep, SweepVariant } from './types';
@@ -130,8 +130,8 @@ export class SweepView extends Widget {
         v.rank === null || v.rank === undefined ? '-' : (v.tied_with?.length ? `=${v.rank}` : String(v.rank))),
       h('td', {}, h('span', { class: `cdf-status cdf-${v.status}` }, v.status)),
       metricNames.map(m => h('td', {}, formatLoss(v.final_metrics?.[m] ?? null))),
-      h('td', { class: 'cdf-col-worker' }, v.worker_id ?? (v.queue_key?.startsWith('any') ? 'any' : v.devices?.length ? t.__('This server') : '-')),
-      h('td', {}, (v.devices ?? []).join(', ') || (v.queue_key ?? '-')),
+      h('td', { class: 'cdf-col-worker' }, variantPlacement(v, t).worker),
+      h('td', {}, variantPlacement(v, t).devices),
       h('td', {}, v.run_id && v.run_exists !== false
         ? h('button', { class: 'cdf-open-run', onclick: () => this.openRun(v.run_id!) }, t.__('Open run')) : ''));
     return h('table', { class: 'cdf-table cdf-sweep-table' },

@@ -1,7 +1,9 @@
 import { describe, expect, it } from 'vitest';
 
 import { plainTrans as t } from '../src/format';
-import { bounds, comparisonLabel, formatP, meanLabel, rankLabel, sortRows, studyKey, sweepKey } from '../src/experiments';
+import {
+  bounds, comparisonLabel, formatP, meanLabel, rankLabel, sortRows, studyKey, sweepKey, variantPlacement
+} from '../src/experiments';
 import type { StudyVariant, SweepVariant } from '../src/types';
 
 const v = (index: number, rank: number | null, objective: number | null, status = 'succeeded'): SweepVariant =>
@@ -61,5 +63,16 @@ describe('chart bounds', () => {
       .toEqual({ x0: 0, x1: 2, y0: -1, y1: 3 });
     expect(bounds([{ label: 'a', points: [[1, 2]] }])).toEqual({ x0: 0, x1: 2, y0: 1.8, y1: 2.2 });
     expect(bounds([])).toBeNull();
+  });
+});
+
+describe('where a sweep variant ran', () => {
+  it('names its worker and devices, any while it waits for one, this server, or the queue it waits in', () => {
+    const at = (extra: Partial<SweepVariant>) => variantPlacement({ ...v(0, null, null, 'queued'), ...extra }, t);
+    expect(at({ worker_id: 'gpu-box', devices: ['cuda:1', 'cuda:0'], queue_key: 'gpu-box/cuda:1' }))
+      .toEqual({ worker: 'gpu-box', devices: 'cuda:1, cuda:0' });
+    expect(at({ queue_key: 'any/cuda' })).toEqual({ worker: 'any', devices: 'any/cuda' });
+    expect(at({ devices: ['cpu'], queue_key: 'cpu' })).toEqual({ worker: 'This server', devices: 'cpu' });
+    expect(at({})).toEqual({ worker: '-', devices: '-' });
   });
 });

@@ -44,6 +44,18 @@ def replicas(tmp_path, url: str, **env: str) -> list[Servers]:
     return made
 
 
+def leading_with_a_queue(servers: list[Servers], run_s: float, what: str, queued: int) -> tuple:
+    """a leads and b stands by; on a, one run of `run_s` seconds is running and `queued` small runs
+    wait behind it: (leader, standby, the running run, the queued runs)."""
+    a, b = servers
+    leader = a.start()
+    until(lambda: role(leader)[0] == "leader", "a to lead")
+    standby = b.start()
+    running = submit(leader, sleepy(run_s), what)
+    until(lambda: status(leader, running) == "running", "the run to start")
+    return leader, standby, running, [submit(leader, SMALL, f"queued {n}") for n in range(queued)]
+
+
 def lease(url: str) -> tuple[int, str]:
     conn = connect_raw(url)
     try:
@@ -108,16 +120,10 @@ def terminate(url: str, app: str) -> int:
 
 def test_the_leaders_connections_terminated_it_reconnects_or_steps_down_and_one_leads(tmp_path, pg_url):
     servers = replicas(tmp_path, pg_url)
-    a, b = servers
     try:
-        leader = a.start()
-        until(lambda: role(leader)[0] == "leader", "a to lead")
-        standby = b.start()
+        leader, standby, running, queued = leading_with_a_queue(servers, 3, "in flight", 4)
         assert role(standby)[0] == "standby"
         epoch, _ = lease(pg_url)
-        running = submit(leader, sleepy(3), "in flight")
-        until(lambda: status(leader, running) == "running", "the run to start")
-        queued = [submit(leader, SMALL, f"queued {n}") for n in range(4)]
 
         # The writer, the readers and the lease keeper of a's process: every one cut.
         assert terminate(pg_url, "codefy-a") >= 3
@@ -160,14 +166,8 @@ def test_the_database_restarted_under_both_replicas_they_wait_and_go_on(tmp_path
     # writer, the readers, the keeper), so the leader keeps its lease through the outage and its
     # queued runs go on. A lease shorter than the outage ends in a takeover, as a kill -9 does.
     servers = replicas(tmp_path, url, CODEFY_LEASE_TTL_S="60", CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU="1")
-    a, b = servers
     try:
-        leader = a.start()
-        until(lambda: role(leader)[0] == "leader", "a to lead")
-        standby = b.start()
-        running = submit(leader, sleepy(4), "running through the restart")
-        until(lambda: status(leader, running) == "running", "the run to start")
-        queued = [submit(leader, SMALL, f"queued {n}") for n in range(3)]
+        leader, standby, running, queued = leading_with_a_queue(servers, 4, "running through the restart", 3)
         assert all(status(leader, q) == "queued" for q in queued)  # one cpu slot, taken
 
         own_pg_server.pause("fast")
@@ -207,14 +207,8 @@ def test_a_database_away_longer_than_the_lease_ends_in_one_leader_and_a_standby(
     # and one replica takes the lease with the next epoch and recovers as after a kill -9.
     servers = replicas(tmp_path, url, CODEFY_LEASE_TTL_S="2", CODEFY_LEASE_RENEW_S="1",
                        CODEFY_RUN_QUEUE_MAX_CONCURRENT_CPU="1")
-    a, b = servers
     try:
-        leader = a.start()
-        until(lambda: role(leader)[0] == "leader", "a to lead")
-        standby = b.start()
-        running = submit(leader, sleepy(600), "running when the database went")
-        until(lambda: status(leader, running) == "running", "the run to start")
-        queued = [submit(leader, SMALL, f"queued {n}") for n in range(2)]
+        leader, standby, running, queued = leading_with_a_queue(servers, 600, "running when the database went", 2)
 
         own_pg_server.pause("fast")
         until(lambda: role(leader)[0] not in ("leader", "unreachable"), "a to step down while the database is away")

@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 import pytest
+from pg_server import backend_env
 
 pytestmark = pytest.mark.slow
 
@@ -43,9 +44,13 @@ def free_port() -> int:
 
 
 def alive(pid: int) -> bool:
+    """Not yet gone: running, or a zombie whose other threads are still exiting (the group leader
+    turns zombie first; the process's files, and their locks, close when its last thread ends)."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+        if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except (psutil.NoSuchProcess, FileNotFoundError):
         return False
 
 
@@ -66,6 +71,7 @@ class Servers:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEFY_", "JUPYTER_"))}
         self.env.update(JUPYTER_CONFIG_DIR=str(jupyter / "config"), JUPYTER_DATA_DIR=str(jupyter / "data"),
                         JUPYTER_RUNTIME_DIR=str(jupyter / "runtime"), JUPYTER_PLATFORM_DIRS="0")
+        self.env.update(backend_env())  # CODEFY_TEST_STORE=postgresql: the test's own database
         self.cwd = tmp_path
         self.pids: set[int] = set()
 

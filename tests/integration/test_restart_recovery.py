@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pg_server import connect_raw, store_target
 
 from test_headless import Servers, all_events, api, free_port, wait_gone, wait_status
 from test_workers_e2e import AgentProcess, naps
@@ -48,20 +48,23 @@ def servers(tmp_path, request) -> Servers:
     return s
 
 
-def add_waiting_runs(db: Path, count: int) -> None:
+def add_waiting_runs(data_dir: Path, count: int) -> None:
     """`count` queued runs written straight into the stopped server's database (as a previous
     process would have left them): the next start retires each one."""
-    conn = sqlite3.connect(db)
+    conn = connect_raw(store_target(data_dir))  # the SQLite file, or the PostgreSQL pass's database
     try:
-        with conn:
-            # Older than every real run, so retention prunes them first (more work for recovery too).
-            (bottom,) = conn.execute("SELECT COALESCE(MIN(submit_order), 0) FROM runs").fetchone()
-            now = time.time()
-            conn.executemany(
-                "INSERT INTO runs (id, submit_order, name, status, device, devices, queue_key, lane, options, graph,"
-                " submitted_at, last_seq) VALUES (?, ?, 'filler', 'queued', 'cpu', '[\"cpu\"]', 'cpu', 'batch', '{}',"
-                " '{\"nodes\": [], \"edges\": []}', ?, 0)",
-                [(uuid.uuid4().hex[:12], bottom - i - 1, now) for i in range(count)])
+        # The write lock first, waited for (connect_raw's timeout): a deferred BEGIN whose read comes
+        # first is refused at once ("database is locked") if a writer holds the file when it upgrades.
+        conn.execute("BEGIN IMMEDIATE")
+        # Older than every real run, so retention prunes them first (more work for recovery too).
+        (bottom,) = conn.execute("SELECT COALESCE(MIN(submit_order), 0) FROM runs").fetchone()
+        now = time.time()
+        conn.executemany(
+            "INSERT INTO runs (id, submit_order, name, status, device, devices, queue_key, lane, options, graph,"
+            " submitted_at, last_seq) VALUES (?, ?, 'filler', 'queued', 'cpu', '[\"cpu\"]', 'cpu', 'batch', '{}',"
+            " '{\"nodes\": [], \"edges\": []}', ?, 0)",
+            [(uuid.uuid4().hex[:12], bottom - i - 1, now) for i in range(count)])
+        conn.execute("COMMIT")
     finally:
         conn.close()
 
@@ -121,7 +124,6 @@ async def test_runs_on_a_real_agent_survive_twenty_hard_restarts_with_slow_recov
 
         runs: list[str] = []
         adopted_runs: set[str] = set()
-        db = servers.data_dir / "codefy.sqlite"
         for restart in range(RESTARTS):
             deadline = time.monotonic() + 120
             while True:  # two runs streaming events on the agent (a run may end while we look)
@@ -138,7 +140,7 @@ async def test_runs_on_a_real_agent_survive_twenty_hard_restarts_with_slow_recov
 
             os.kill(state["pid"], signal.SIGKILL)
             wait_gone(state["pid"])
-            add_waiting_runs(db, WAITING_ROWS)
+            add_waiting_runs(servers.data_dir, WAITING_ROWS)
             knocker = Knocker(port, live[0])
             knocker.start()
             try:
@@ -203,7 +205,7 @@ async def test_while_recovery_runs_every_route_says_recovering_and_nothing_acts_
     wait_status(state, run["id"], {"running"})
     os.kill(state["pid"], signal.SIGKILL)
     wait_gone(state["pid"])
-    add_waiting_runs(servers.data_dir / "codefy.sqlite", 2 * WAITING_ROWS)
+    add_waiting_runs(servers.data_dir, 2 * WAITING_ROWS)
 
     env = {**servers.env, "CODEFY_READY_WAIT_S": "0"}  # answer at once instead of waiting
     log = open(tmp_path / "foreground.log", "wb")

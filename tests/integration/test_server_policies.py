@@ -243,6 +243,9 @@ class TestSessionsAndDelete:
             events = await all_events(jp_fetch, run["id"])
             done = [e["payload"] for e in events if e["type"] == "execution_complete"]
             assert len(done) == 1, events
+            said = [e["payload"]["nodes"] for e in events if e["type"] == "execution_cached"]
+            # The log names the cached nodes once (a run with nothing cached says nothing).
+            assert [len(nodes) for nodes in said] == ([done[0]["cached"]] if done[0]["cached"] else []), events
             return done[0]["executed"], done[0]["cached"]
 
         mine = {"lane": "interactive", "session": "doc-cache"}
@@ -274,3 +277,29 @@ class TestSessionsAndDelete:
         code, _ = await call(jp_fetch, "api", "runs", run["id"])
         assert code == 404
         assert (runs_dir / run["id"] / "checkpoints" / "epoch1.pt").read_bytes() == b"ckpt"
+
+
+class TestSessionCacheModes:
+    """session_cache_min_available_mb (seed: dynamic scheduling, RAM pressure): above 0 an editor
+    session's cache keeps outputs until available memory falls under the threshold, then frees them
+    at node boundaries. A 1 MB floor is never reached here; a 1 PB floor always is."""
+
+    @pytest.fixture(params=[1, 10**9], ids=["floor-1MB", "floor-1PB"])
+    def jp_server_config(self, tmp_path, request):
+        return _config(tmp_path, session_cache_min_available_mb=request.param)
+
+    async def test_a_session_reuses_its_outputs_until_memory_runs_short(self, jp_fetch, jp_server_config):
+        floor = jp_server_config["CodefyApp"]["session_cache_min_available_mb"]
+        done = []
+        for _ in range(2):
+            code, run = await call(jp_fetch, "api", "runs", method="POST",
+                                   body={"graph": SMALL, "options": {"lane": "interactive", "session": "doc"}})
+            assert code == 201, run
+            await wait_status(jp_fetch, run["id"], {"succeeded"})
+            events = await all_events(jp_fetch, run["id"])
+            done.append(next(e["payload"] for e in events if e["type"] == "execution_complete"))
+        assert (done[0]["executed"], done[0]["cached"]) == (2, 0)
+        if floor == 1:  # memory never short: Run twice reuses everything, as the LRU does
+            assert done[1]["executed"] == 0 and done[1]["cached"] >= 1
+        else:  # always short: every node boundary freed what the session kept
+            assert (done[1]["executed"], done[1]["cached"]) == (2, 0)

@@ -321,3 +321,23 @@ async def test_pages_go_on_after_a_run_as_the_previous_page_says(jp_fetch):
     assert [r["id"] for r in last["runs"]] == newest_first[6:] and "next" not in last
     code, body = await call(jp_fetch, "api", "runs", after="not-a-run")
     assert code == 400 and body["error"]["code"] == "invalid_after" and body["error"]["params"]["field"] == "after"
+
+
+async def test_a_failed_runs_error_event_says_what_ran_and_which_outputs_exist(jp_fetch):
+    # Seed (dynamic scheduling, error path): the structured error tells the client how far the run got.
+    graph = {"nodes": [{"id": "a", "type": "Float", "params": {"value": 1}}, {"id": "zero", "type": "Float"},
+                       {"id": "div", "type": "Divide"}, {"id": "after", "type": "Scale"}],
+             "edges": [edge("a", "value", "div", "a"), edge("zero", "value", "div", "b"),
+                       edge("div", "result", "after", "x")]}
+    code, run = await call(jp_fetch, "api", "runs", method="POST", body={"graph": graph})
+    assert code == 201, run
+    done = await wait_status(jp_fetch, run["id"], {"succeeded", "failed"})
+    assert done["status"] == "failed"
+    events = await all_events(jp_fetch, run["id"])
+    assert events[-1]["type"] == "execution_error"
+    error = events[-1]["payload"]["error"]
+    assert (error["node_id"], error["node_type"], error["exception_type"]) == ("div", "Divide", "ValueError")
+    assert "is zero" in error["message"] and "Traceback" in error["traceback"]
+    assert sorted(error["executed"]) == ["a", "zero"] and sorted(error["outputs_present"]) == ["a", "zero"]
+    ran = {e["payload"]["node_id"] for e in events if e["type"] == "node_status"}
+    assert "after" not in ran  # nothing downstream of the failure ran

@@ -28,7 +28,7 @@ class TestRetention:
         done = await wait_study(jp_fetch, study["id"], {"succeeded"})
         code, page = await call(jp_fetch, "api", "runs")
         assert page["runs"] == []  # every child was pruned
-        assert [r["label"] for r in done["rankings"]] == ["one", "three"]
+        assert [r["label"] for r in done["rankings"]] == ["one", "three"], done["variants"]
         for variant in done["variants"]:
             assert variant["aggregate"]["count"] == 2 and variant["eligible"]
             for rep in variant["repetitions"]:

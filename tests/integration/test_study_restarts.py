@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pg_server import connect_raw, store_target, stored_bytes
 
 from test_headless import Servers, api, wait_gone
 from test_study_crash import study, wait_for
@@ -95,12 +95,11 @@ def kill_and_restart(servers: Servers, state: dict[str, Any]) -> dict[str, Any]:
 
 
 def database_bytes(data_dir: Path) -> bytes:
-    db, wal = data_dir / "codefy.sqlite", data_dir / "codefy.sqlite-wal"
-    return db.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+    return stored_bytes(data_dir)
 
 
 def stored_graphs(data_dir: Path, study_id: str) -> list[dict[str, Any]]:
-    conn = sqlite3.connect(f"file:{data_dir / 'codefy.sqlite'}?mode=ro", uri=True)
+    conn = connect_raw(store_target(data_dir))
     try:
         rows = conn.execute("SELECT graph FROM study_variants WHERE study_id = ? ORDER BY variant",
                             (study_id,)).fetchall()

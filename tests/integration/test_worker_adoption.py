@@ -135,3 +135,31 @@ async def test_an_adopted_run_whose_worker_stays_away_ends_interrupted(servers):
     code, listing = api(state, "GET", "workers")
     assert listing["workers"] == []  # a server-token agent is only a placeholder until it connects
     assert servers.stop().returncode == 0
+
+
+async def test_a_graceful_stop_ends_an_adopted_run_whose_worker_is_not_back(servers):
+    # Seed (execution architecture, disconnects): on a normal shutdown, adopted runs whose worker has
+    # not come back end at once, interrupted, and the next start does not take them over again.
+    port = free_port()
+    state = servers.start(port)
+    agent = await connect(state)
+    rid = await start_on_worker(state, agent, events=1)
+    await agent.until_ack(rid, 2)
+    kill_hard(servers, state)
+    agent.close()
+
+    state = servers.start(port)  # the resume grace is the default 300 s: the run waits for its worker
+    assert wait_status(state, rid, {"disconnected"})["worker_id"] == "box"
+    assert servers.stop().returncode == 0
+    wait_gone(state["pid"])
+
+    state = servers.start(port)
+    done = wait_status(state, rid, {"interrupted", "succeeded", "failed", "disconnected"})
+    assert done["status"] == "interrupted", done
+    events = all_events(state, rid)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    closing = [e for e in events if e["type"] in ("execution_stopped", "execution_error", "execution_complete")]
+    assert len(closing) == 1 and closing[0] == events[-1] and closing[0]["type"] == "execution_stopped", events
+    assert closing[0]["payload"]["reason"]["code"] == "server_shutdown", closing
+    assert "worker_adopted" in [e["payload"]["code"] for e in events if e["type"] == "run_warning"]
+    assert servers.stop().returncode == 0

@@ -94,7 +94,8 @@ async def test_a_worker_runs_outputs_read_exactly_as_a_local_runs(jp_fetch, agen
     assert body["fields"]["features"]["shape"] == [32, 3] and body["fields"]["features"]["stats"]["min"] is not None
     # The captures are on the worker: one file per port and the index.
     folder = outputs_dir(agent, remote)
-    assert (folder / "index.json").is_file() and len(list(folder.glob("*.pt"))) == 3
+    await until(lambda: (folder / "index.json").is_file(), "the worker never wrote the recorded outputs")
+    assert len(list(folder.glob("*.pt"))) == 3  # index.json is written last
     # An unknown port answers as for a local run.
     code, body = await outputs(jp_fetch, remote, "s", "nope")
     local_code, local_body = await outputs(jp_fetch, local, "s", "nope")
@@ -144,7 +145,9 @@ async def test_eviction_and_delete_drop_the_workers_files_a_missed_drop_goes_on_
     evicted = await run_recorded(jp_fetch, {"worker": "keep", "devices": ["cpu"]})
     deleted = await run_recorded(jp_fetch, {"worker": "keep", "devices": ["cpu"]})
     missed = await run_recorded(jp_fetch, {"worker": "keep", "devices": ["cpu"]})
-    assert all((outputs_dir(agent, r) / "index.json").is_file() for r in (evicted, deleted, missed))
+    # A run's end is reported before the worker has written its files (child.py): wait for them.
+    await until(lambda: all((outputs_dir(agent, r) / "index.json").is_file() for r in (evicted, deleted, missed)),
+                "the worker never wrote the recorded outputs")
     # DELETE of the outputs: the worker removes them at once.
     code, _ = await call(jp_fetch, "api", "execution", "outputs", deleted, method="DELETE")
     assert code == 204

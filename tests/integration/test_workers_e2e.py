@@ -473,6 +473,10 @@ async def test_the_run_sees_its_cards_renumbered_and_no_secrets(jp_fetch, agents
     assert seen["CUDA_VISIBLE_DEVICES"] == "1,0" and seen["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert seen["CODEFY_TOKEN"] is None and seen["JUPYTER_TOKEN"] is None and seen["CODEFY_DB_PATH"] is None
     assert seen["raw_has_token"] is False
+    # run_started's view of the cards lands in the run's facts (seed: device visibility).
+    facts = done["execution_facts"]
+    assert facts["visible_devices"] == ["cuda:1", "cuda:0"], facts
+    assert facts["device_aliases"] == {"cuda:0": "cuda:1", "cuda:1": "cuda:0"}, facts
 
 
 

@@ -450,3 +450,59 @@ def test_a_parsed_graph_runs_the_same_from_its_maps_by_id(reg):
     assert run(by_hand, reg).outputs == run(parsed, reg).outputs == {"n4": {"y": 16.0}}
     parsed.consumers = dict(parsed.consumers)  # replaced by hand: the graph keeps to its maps
     assert parsed.index is None and run(parsed, reg).outputs == {"n4": {"y": 16.0}}
+
+
+def test_execution_cached_names_the_cached_nodes_before_any_node_runs(reg, probe):
+    # Seed (dynamic scheduling, cached nodes): the run says which nodes come from the cache first.
+    graph = {"nodes": [{"id": "k", "type": "Const", "params": {"value": 2}}, {"id": "a", "type": "Scale"},
+                       {"id": "b", "type": "Scale"}],
+             "edges": [edge("k", "value", "a", "x"), edge("a", "y", "b", "x")]}
+    cache = SessionCache()
+    run(graph, reg, cache=cache)
+    graph["nodes"][2]["params"] = {"factor": 3}
+    events = []
+    second = run(graph, reg, cache=cache, on_event=events.append)
+    assert second.executed == ["b"] and second.cached == ["a"]
+    assert events[0] == {"event": "execution_cached", "nodes": ["a"]}
+    assert [(e["node_id"], e["status"]) for e in events if e["event"] == "node_status"] == [("b", "running"),
+                                                                                          ("b", "done")]
+    quiet = []
+    run(chain(2), reg, cache=SessionCache(), on_event=quiet.append)
+    assert not [e for e in quiet if e["event"] == "execution_cached"]  # nothing cached, nothing said
+
+
+def test_a_node_equal_to_one_that_just_ran_is_served_from_the_cache_at_its_turn(reg, probe):
+    # `a` and `b` have one signature. Neither is cached when the run starts; `b` is asked for again
+    # when its turn comes (seed: the defensive look-up at execute), and `a` has filled the cache.
+    graph = {"nodes": [{"id": "k", "type": "Const"}, {"id": "a", "type": "Scale", "params": {"factor": 2}},
+                       {"id": "b", "type": "Scale", "params": {"factor": 2}}],
+             "edges": [edge("k", "value", "a", "x"), edge("k", "value", "b", "x")]}
+    result = run(graph, reg, cache=SessionCache(), max_parallel_nodes=1)
+    assert result.ok
+    assert result.executed == ["k", "a"] and result.cached == ["b"]
+    assert probe.calls["b"] == 0 and result.outputs == {"a": {"y": 2.0}, "b": {"y": 2.0}}
+    assert run(graph, reg, cache=NoCache(), max_parallel_nodes=1).executed == ["k", "a", "b"]
+
+
+def test_the_cache_is_told_the_run_ended_whether_it_succeeded_failed_or_was_cancelled(reg):
+    class Recording(LRUCache):
+        def __init__(self):
+            super().__init__(8)
+            self.calls = []
+
+        def begin_run(self, run_id):
+            self.calls.append(("begin", run_id))
+
+        def end_run(self, run_id):
+            self.calls.append(("end", run_id))
+
+    failing = {"nodes": [{"id": "k", "type": "Const"}, {"id": "boom", "type": "Boom"}],
+               "edges": [edge("k", "value", "boom", "x")]}
+    stopped = CancelToken()
+    stopped.cancel()
+    for graph, kw, status in [(chain(2), {}, "succeeded"), (failing, {}, "failed"),
+                              (chain(2), {"cancel": stopped}, "cancelled")]:
+        cache = Recording()
+        result = run(graph, reg, cache=cache, run_id="r1", **kw)
+        assert result.status == status
+        assert cache.calls == [("begin", "r1"), ("end", "r1")], status

@@ -104,6 +104,7 @@ def test_sort_keeps_empty_values_last_either_way_and_ties_in_index_order():
     assert [r["number"] for r in sort_rows(rows, "objective", True)] == [2, 1, 3, 4]
     assert [r["number"] for r in sort_rows(rows, "status")] == [3, 2, 1, 4]
     assert rows[1]["final_metrics"] == "acc 0.9, loss 0.5" and rows[1]["devices"] == "cuda:0"
+    assert rows[1]["worker"] == "gpu" and rows[0]["worker"] == rows[0]["devices"] == ""  # where each variant ran
     assert rows[3]["params"] == ["opt.lr=0.001"] and not rows[3]["can_open"] and rows[1]["rank_text"] == "1"
 
 

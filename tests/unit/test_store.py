@@ -414,6 +414,24 @@ def test_event_page_budget_is_exact_and_an_oversized_event_comes_alone(store_at)
     run(main())
 
 
+def test_an_update_whose_events_skip_a_seq_writes_neither_the_fields_nor_the_events(store_at):
+    # The fields and last_seq move in one guarded statement; when the seq guard refuses, the error
+    # still names the seq expected, and the status is not changed without its events.
+    async def main():
+        async with await Store.open(store_at("s.db")) as store:
+            await store.create_run(run_row("r1", "running"), events=events(1, 2))
+            with pytest.raises(StoreError, match="next event seq is 3"):
+                await store.update_run("r1", only_if_status="running", status="succeeded", events=events(4, 1))
+            got = await store.get_run("r1")
+            assert got["status"] == "running" and got["last_seq"] == 2
+            assert await store.update_run("r1", only_if_status="running", status="succeeded",
+                                          events=events(3, 1)) is True
+            got = await store.get_run("r1")
+            assert got["status"] == "succeeded" and got["last_seq"] == 3
+
+    run(main())
+
+
 def test_event_seqs_must_continue_the_log(store_at):
     async def main():
         async with await Store.open(store_at("g.db")) as store:

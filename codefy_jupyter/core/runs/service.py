@@ -408,7 +408,9 @@ class RunService:
             seed=options.seed, deterministic=options.deterministic, queue_key=placement.queue_key,
             started_at=now), with_next=True)
         loop = asyncio.get_running_loop()
-        cache = self._session_caches.setdefault(row["session"], SessionCache()) if row.get("session") else None
+        cache = self._session_caches.get(row["session"]) if row.get("session") else None
+        if row.get("session") and cache is None:
+            cache = self._session_caches[row["session"]] = self.starts.session_cache()
         spec = self.starts.local(placement, options, graph, cache, budget)
         handle = record.handle = self.executor.start(spec, partial(self._on_engine_event, run_id))
         record.sampler = system_sampling.start(self.settings.system_metrics_interval_s, run_id, placement.device,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...engine import SessionCache
+from ...engine import LRUCache, RAMPressureCache, SessionCache
 from ...wire import cpu_threads
 from ...wire.run_options import ExecutionOptions, RunOptions
 from ..config import Settings
@@ -31,6 +31,14 @@ class StartSpecs:
         self.outputs = outputs
         self.data_dir = data_dir
         self.cpu_cores = cpu_cores  # this machine's usable cores, for the automatic CPU thread budget
+
+    def session_cache(self) -> SessionCache:
+        """The cache a new editor session keeps across its runs: an LRU, or (a threshold set) the
+        dynamic scheduling seed's RAM-pressure mode, which keeps everything until memory runs short."""
+        floor_mb = self.settings.session_cache_min_available_mb
+        if floor_mb > 0:
+            return SessionCache(RAMPressureCache(min_available_bytes=floor_mb * 1024 * 1024))
+        return SessionCache(LRUCache(512))
 
     def local(self, placement: Placement, options: RunOptions, graph: dict[str, Any], cache: SessionCache | None,
               budget: cpu_threads.CpuBudget | None) -> RunSpec:

@@ -267,7 +267,8 @@ def run_by_stamp(conn: sqlite3.Connection, attempt_id: str) -> dict[str, Any] | 
 
 
 def run_and_points(conn: sqlite3.Connection, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-    """A child's row (the columns evidence needs) and its metric points in write order."""
+    """A child's row (the columns evidence needs) and its metric points in write order. Inside a
+    transaction (retention's harvest); a reader calls read_run_and_points."""
     row = conn.execute("SELECT id, status, started_at, finished_at, fingerprint_digest, error FROM runs WHERE id = ?",
                        (run_id,)).fetchone()
     if row is None:
@@ -277,6 +278,17 @@ def run_and_points(conn: sqlite3.Connection, run_id: str) -> tuple[dict[str, Any
     points = [{"node_id": n, "name": name, "step": step, "value": value} for n, name, step, value in conn.execute(
         "SELECT node_id, name, step, value FROM run_metrics WHERE run_id = ? ORDER BY id", (run_id,))]
     return run, points
+
+
+def read_run_and_points(conn: sqlite3.Connection, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """run_and_points in one snapshot. Two separate reads could straddle retention's delete of
+    the child: the row found, its points already gone, and the study would copy an empty
+    evidence over the one retention's harvest had just written."""
+    conn.execute("BEGIN")
+    try:
+        return run_and_points(conn, run_id)
+    finally:
+        conn.execute("COMMIT")
 
 
 def attempts_for_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> list[dict[str, Any]]:

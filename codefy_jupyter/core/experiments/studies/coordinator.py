@@ -433,7 +433,7 @@ class Coordinator:
         # decisions need not wait on these reads. No flush first: run_finished follows the commit
         # of the run's final write, and its buffered metric points were handed to the store ahead
         # of that write (EventLog.take_closing), so they are committed already.
-        found = await self.store.read(db.run_and_points, run_id)
+        found = await self.store.read(db.read_run_and_points, run_id)
         async with self.lock(study_id):
             self._children.pop(run_id, None)
             a = await self._attempt_of(study_id, run_id)

@@ -118,7 +118,7 @@ class Reconciler(Coordinator):
         # Metric points are flushed apart from the closing write that run_finished follows: make
         # every point the child logged durable before reading them.
         await self.runs.events.flush()
-        found = await self.store.read(db.run_and_points, a["run_id"])
+        found = await self.store.read(db.read_run_and_points, a["run_id"])
         if found is None or a["evidence_copied"]:
             return {}
         return evidence(found[0], found[1], study["objective"])
