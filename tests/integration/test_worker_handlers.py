@@ -338,8 +338,8 @@ async def test_a_run_on_a_worker_is_assigned_and_its_frames_become_its_log(jp_fe
     assign = await agent.expect(wp.Assign)
     assert assign.run_id == run["id"] and assign.device == "cpu" and assign.devices == ["cpu"]
     assert assign.graph["nodes"][0]["params"]["key"] == "s3cr3t"  # the vault's value travels to the worker
-    assert assign.options["seed"] == 7 and assign.options["deterministic"] is False
-    assert assign.options["max_parallel_nodes"] == 4 and assign.grace_s == 30
+    assert assign.options.seed == 7 and assign.options.deterministic is False
+    assert assign.options.max_parallel_nodes == 4 and assign.grace_s == 30
     rid = run["id"]
     await agent.run_frame(wp.RunStarted(run_id=rid, pid=4242, visible_devices=[], device_aliases={}))
     await agent.run_frame(wp.Event(run_id=rid, event=node_event("n", "running")))

@@ -39,7 +39,7 @@ async def finished_run(jp_fetch, agent: RawAgent, worker: str) -> str:
         "graph": SMALL, "options": {"record_outputs": True, "target": {"worker": worker}}})
     assert code == 201, run
     assign = await agent.expect(wp.Assign)
-    assert assign.options["record_outputs"] is True
+    assert assign.options.record_outputs is True
     rid = assign.run_id
     await agent.run_frame(wp.RunStarted(run_id=rid, pid=4242))
     await agent.run_frame(wp.RunFinished(run_id=rid, status="succeeded", executed=2))

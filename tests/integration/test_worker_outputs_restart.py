@@ -71,7 +71,7 @@ async def test_a_run_adopted_after_a_hard_stop_keeps_its_outputs_readable(server
         run = headless.submit(state, GRAPH, options={"record_outputs": True, "target": {"worker": "box"}})
         assign = await agent.expect(wp.Assign)
         rid = assign.run_id
-        assert rid == run["id"] and assign.options["record_outputs"] is True
+        assert rid == run["id"] and assign.options.record_outputs is True
         await agent.run_frame(wp.RunStarted(run_id=rid, pid=4242))
         await agent.until_ack(rid, 1)
         os.kill(state["pid"], signal.SIGKILL)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,10 @@ class Harness:
     def start(self, run_id: str, graph: dict[str, Any], device: str = "cpu", devices: list[str] | None = None,
               **kw: Any) -> asyncio.Future[dict[str, Any]]:
         self.done[run_id] = asyncio.get_running_loop().create_future()
+        # What an assign's options carry (seed, deterministic, ...) may be given as keywords.
+        given = {k: kw.pop(k) for k in [k for k in kw if k in ExecutionOptions.__dataclass_fields__]}
+        if given:
+            kw["options"] = replace(kw.get("options") or ExecutionOptions(), **given)
         self.runner.start(RunRequest(run_id=run_id, graph=graph, device=device, devices=devices or [], **kw))
         return self.done[run_id]
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from codefy_jupyter.wire import codec
 from codefy_jupyter.wire import protocol as wp
+from codefy_jupyter.wire.run_options import SEED_MAX, ExecutionOptions
 from codefy_jupyter.wire.protocol import (
     Ack, Assign, Event, Hello, Metrics, Outbox, ProtocolError, RunAlive, RunFinished, RunInbox, Welcome,
 )
@@ -36,6 +37,11 @@ _OVERRIDES: dict[str, Any] = {
     "runs": st.dictionaries(_text, st.integers(min_value=0)),
     "cpu_threads": st.none() | st.integers(min_value=1, max_value=2**16),
     "cpu_count": st.none() | st.integers(min_value=1, max_value=2**16),
+    # The assign's options: a typed value on both ends (wire/run_options.py ExecutionOptions).
+    "options": st.builds(ExecutionOptions, seed=st.none() | st.integers(min_value=0, max_value=SEED_MAX),
+                         deterministic=st.booleans(), record_outputs=st.booleans(), provenance=st.booleans(),
+                         max_parallel_nodes=st.integers(min_value=1, max_value=64),
+                         payload_cap_bytes=st.integers(min_value=0, max_value=2**31)),
 }
 
 
@@ -161,6 +167,8 @@ def _minimal(cls: type[wp.Frame]) -> dict[str, Any]:
 
 def _wrong_value(hint: Any) -> Any:
     """A value of the wrong JSON type for an annotation."""
+    if dataclasses.is_dataclass(hint):
+        return 5  # an object on the wire
     if hint is str:
         return 5
     if hint in (int, float):
