@@ -113,7 +113,8 @@ async def test_a_run_on_a_worker_is_adopted_after_a_hard_stop_and_finishes_in_th
     assert (servers.data_dir / "codefy.sqlite").exists() == ("CODEFY_STORE_URL" not in servers.env)
 
 
-async def test_an_adopted_run_whose_worker_stays_away_ends_interrupted(servers):
+async def killed_with_a_run_on_its_worker(servers) -> tuple[int, str]:
+    """A server killed hard while a run streamed on its worker, whose agent is gone too: (port, run id)."""
     port = free_port()
     state = servers.start(port)
     agent = await connect(state)
@@ -121,7 +122,11 @@ async def test_an_adopted_run_whose_worker_stays_away_ends_interrupted(servers):
     await agent.until_ack(rid, 2)
     kill_hard(servers, state)
     agent.close()
+    return port, rid
 
+
+async def test_an_adopted_run_whose_worker_stays_away_ends_interrupted(servers):
+    port, rid = await killed_with_a_run_on_its_worker(servers)
     servers.env["CODEFY_WORKER_RESUME_GRACE_S"] = "1"
     state = servers.start(port)
     done = wait_status(state, rid, {"interrupted", "succeeded", "failed"})
@@ -140,14 +145,7 @@ async def test_an_adopted_run_whose_worker_stays_away_ends_interrupted(servers):
 async def test_a_graceful_stop_ends_an_adopted_run_whose_worker_is_not_back(servers):
     # Seed (execution architecture, disconnects): on a normal shutdown, adopted runs whose worker has
     # not come back end at once, interrupted, and the next start does not take them over again.
-    port = free_port()
-    state = servers.start(port)
-    agent = await connect(state)
-    rid = await start_on_worker(state, agent, events=1)
-    await agent.until_ack(rid, 2)
-    kill_hard(servers, state)
-    agent.close()
-
+    port, rid = await killed_with_a_run_on_its_worker(servers)
     state = servers.start(port)  # the resume grace is the default 300 s: the run waits for its worker
     assert wait_status(state, rid, {"disconnected"})["worker_id"] == "box"
     assert servers.stop().returncode == 0

@@ -51,14 +51,19 @@ class _Rows:
         return iter(self.rows)
 
 
+async def finished_child(store: Store) -> None:
+    """A study's child that ended with its objective's point recorded."""
+    await store.create_run({"id": "child", "status": "running", "name": "probe / one / r0"})
+    await store.record_metrics([("child", "p", "score", 1, 3.0)])
+    await store.update_run("child", status="succeeded", finished_at=5.0)
+
+
 def test_a_child_deleted_between_the_reads_is_read_whole_from_one_snapshot(store_at):
     target = store_at("evidence.db")
 
     async def main():
         async with await Store.open(target) as store:
-            await store.create_run({"id": "child", "status": "running", "name": "probe / one / r0"})
-            await store.record_metrics([("child", "p", "score", 1, 3.0)])
-            await store.update_run("child", status="succeeded", finished_at=5.0)
+            await finished_child(store)
             straddled: list[DeleteAfterFirstRead] = []
 
             def read(conn):
@@ -85,9 +90,7 @@ def test_read_apart_the_same_interleaving_loses_the_points(store_at):
 
     async def main():
         async with await Store.open(target) as store:
-            await store.create_run({"id": "child", "status": "running", "name": "probe / one / r0"})
-            await store.record_metrics([("child", "p", "score", 1, 3.0)])
-            await store.update_run("child", status="succeeded", finished_at=5.0)
+            await finished_child(store)
             found = await store.read(lambda conn: db.run_and_points(DeleteAfterFirstRead(conn, target, "child"), "child"))
             assert found is not None and found[1] == []
 
