@@ -49,7 +49,7 @@ from ..wire.frames import (
 from . import tls
 from .delivery import Deliveries
 from .dialing import AgentOptions, Fatal, Redial, socket_url, worth_another_dial
-from .frames import finished_frame, message_frame, refused_frame, started_frame
+from .pipe_frames import finished_frame, message_frame, refused_frame, started_frame
 from .identity import Catalog, Inventory, platform_string
 from .isolation import Refusal, Visibility, assign_refusal
 from .outputs import WorkerOutputs, outputs_settings

@@ -30,7 +30,7 @@ from typing import Awaitable, Callable
 from . import private
 from ..wire.codec import BATCH_MAX_BYTES, BATCH_MAX_FRAMES, encode_batch
 from ..wire.frames import AGENT_RESTARTED, ProtocolError, RunFinished, RunFrame
-from .frames import too_large_warning
+from .pipe_frames import too_large_warning
 from .spool import RunSpool, SpoolError, run_dir, spooled_runs
 
 log = logging.getLogger("codefy.agent")

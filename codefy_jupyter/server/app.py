@@ -21,14 +21,14 @@ from ..core.devices import probe_inventory
 from ..core.runs.cards import inventory_names
 from ..wire.machine_identity import machine_id_digest
 from ..core.scheduling.slot_groups import LocalMachine, OfferedDevice
-from ..core.experiments.service import Experiments
-from ..core.runs.service import RunService
+from ..core.experiments.experiments_service import Experiments
+from ..core.runs.run_service import RunService
 from ..core.errors import Unavailable
 from ..core.store.database import Store
 from ..core.store.lease import LEADER, LOST, Lease
 from ..core.store.lock import DATABASE_FILE, DatabaseLock, DatabaseLocked
 from ..core.store.queries import StoreError
-from ..core.workers.service import WorkerService
+from ..core.workers.worker_service import WorkerService
 from . import metrics
 from .forward import forward_routes
 from .routes import route_table

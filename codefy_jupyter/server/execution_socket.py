@@ -15,7 +15,7 @@ from tornado import web, websocket
 
 from ..core.errors import ServiceError, TooLarge
 from ..core.runs.requests import SchemaError
-from ..core.runs.service import RunService
+from ..core.runs.run_service import RunService
 from .handlers import AUTH_RESOURCE, error_body, owner_name
 from .request_body import parse, write_error_shape
 from .ws_frames import write_texts

@@ -25,8 +25,8 @@ from jupyter_server.prometheus.log_functions import prometheus_log_method
 from tornado import web
 
 from ..core.errors import ServiceError
-from ..core.experiments.service import Experiments
-from ..core.runs.service import RunService
+from ..core.experiments.experiments_service import Experiments
+from ..core.runs.run_service import RunService
 from ..core.store.ids import resolve_id
 from .request_body import CappedBody, CodefyHTTPError, write_error_shape
 

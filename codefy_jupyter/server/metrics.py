@@ -27,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import CollectorRegistry
 
 from ..core.contract import lifecycle as rs
-from ..core.runs.service import RunService
+from ..core.runs.run_service import RunService
 from ..core.scheduling.device_sets import device_kind
 from ..core.scheduling.slot_groups import LOCAL
 from ..core.telemetry import Counter, Histogram, queue_label

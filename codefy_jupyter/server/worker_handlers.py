@@ -31,7 +31,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web, websocket
 
 from ..core.errors import ServiceError
-from ..core.runs.service import RunService
+from ..core.runs.run_service import RunService
 from ..core.workers.handshake import Credential
 from ..core.workers.session import (
     CLOSE_CREDENTIALS, CLOSE_HOST_ORIGIN, CLOSED, Action, BadFrame, Close, Connected, Deliver, Judge, Record, Send,

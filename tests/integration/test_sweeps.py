@@ -479,12 +479,12 @@ class TestRetention:
         assert len(gone) == 2 and all("final_metrics" not in v and v["objective_node_id"] == "s" for v in gone)
 
     async def test_a_harvest_retention_could_not_finish_is_reported_on_the_sweep(self, jp_fetch, monkeypatch):
-        from codefy_jupyter.core.experiments.sweeps import service
+        from codefy_jupyter.core.experiments.sweeps import sweep_service
 
         def broken(objective, status, points):
             raise RuntimeError("disk on fire")
 
-        monkeypatch.setattr(service, "decide_harvest", broken)
+        monkeypatch.setattr(sweep_service, "decide_harvest", broken)
         doc = await post_sweep(jp_fetch, sweep_body())
         await self._pruned(jp_fetch, doc)
         monkeypatch.undo()

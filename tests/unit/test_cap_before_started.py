@@ -18,7 +18,7 @@ import pytest
 
 from agent_helpers import install_pack, pythonpath
 from codefy_jupyter.agent import child, memory_cap, pipe
-from codefy_jupyter.agent.frames import started_frame
+from codefy_jupyter.agent.pipe_frames import started_frame
 from codefy_jupyter.agent.isolation import OfferedDevice, Visibility
 from codefy_jupyter.agent.launch import SpawnLauncher
 from codefy_jupyter.agent.runner import Runner, RunRequest

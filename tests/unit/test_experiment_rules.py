@@ -14,8 +14,8 @@ import pytest
 from codefy_jupyter.core.config import Settings
 from codefy_jupyter.core.errors import BadRequest, SchemaError, ServiceError
 from codefy_jupyter.core.experiments import children, objective, params
-from codefy_jupyter.core.runs.service import RunService
-from codefy_jupyter.core.workers.service import WorkerService
+from codefy_jupyter.core.runs.run_service import RunService
+from codefy_jupyter.core.workers.worker_service import WorkerService
 from codefy_jupyter.core.store.database import Store
 from codefy_jupyter.engine import default_registry
 

@@ -302,8 +302,57 @@ def test_core_rooms_stand_in_one_order():
 
 def test_the_core_order_check_sees_an_import_upward_and_sideways():
     made_up = {f"{PKG}.core.store.queries": {f"{PKG}.core.runs.state"},
-               f"{PKG}.core.runs.service": {f"{PKG}.core.workers.service", f"{PKG}.core.storage.plan"}}
+               f"{PKG}.core.runs.run_service": {f"{PKG}.core.workers.worker_service", f"{PKG}.core.storage.plan"}}
     assert core_order_violations(made_up) == [
-        f"{PKG}.core.runs.service imports {PKG}.core.workers.service: runs and workers share a floor and meet "
+        f"{PKG}.core.runs.run_service imports {PKG}.core.workers.worker_service: runs and workers share a floor and meet "
         "through the contract",
         f"{PKG}.core.store.queries imports {PKG}.core.runs.state: store stands below runs"]
+
+
+# Two modules of one name in different rooms are allowed only where the name is one concern seen
+# from each room (each room's part of a run's provenance, each side's acks). The run service, the
+# worker service, the sweep and study services, the three record kinds, the executors and the two
+# kinds of frames were once `service.py`, `records.py`, `executor(s).py` and `frames.py` in
+# neighbouring rooms; a newcomer opened the wrong one. A new shared name is added here with why.
+SHARED_MODULE_NAMES: dict[str, str] = {
+    "__init__": "every package",
+    "provenance": "each room's part of one run's provenance (engine captures, wire carries, store keeps)",
+    "errors": "each room's error types, under the one error root",
+    "transfer": "the two ends of a file transfer (agent sends, storage receives)",
+    "system_sampling": "system samples taken on an agent and on the control plane",
+    "state": "runs/state.py re-exports the lifecycle; studies/state.py is a study's lifecycle",
+    "s3": "the two ends of the S3 backend (agent client, control-plane storage)",
+    "retention": "what each side keeps (agent run folders, control-plane runs)",
+    "results": "a sweep's and a study's results, side by side in experiments/",
+    "registry": "the engine's node registry and the worker registry (rooms far apart)",
+    "recorded": "recorded outputs: the engine keeps them, the control plane serves them",
+    "plan": "the storage plan and a study's next-step plan (rooms far apart)",
+    "outputs": "worker run outputs: the agent's side and the control plane's",
+    "execution": "the engine's Execution and the contract's executor interface",
+    "event_log": "the event log's interface (contract) and its implementation (runs)",
+    "devices": "device names (wire) and the control plane's inventory (core)",
+    "acks": "the ack protocol (wire) and the control plane's acking (workers)",
+}
+
+
+def shared_module_names(paths) -> dict[str, list[str]]:
+    rooms: dict[str, list[str]] = {}
+    for path in paths:
+        rooms.setdefault(Path(path).stem, []).append(Path(path).as_posix())
+    return {name: sorted(found) for name, found in rooms.items() if len(found) > 1}
+
+
+def test_a_module_name_means_one_thing():
+    shared = shared_module_names(p.relative_to(ROOT) for p in (ROOT / PKG).rglob("*.py")
+                                 if "labextension" not in p.parts)
+    unexplained = {name: paths for name, paths in shared.items() if name not in SHARED_MODULE_NAMES}
+    assert unexplained == {}, ("modules of one name in different rooms; give each a name that says "
+                               f"what it is, or add the name to SHARED_MODULE_NAMES with why: {unexplained}")
+    gone = sorted(set(SHARED_MODULE_NAMES) - set(shared))
+    assert gone == [], f"SHARED_MODULE_NAMES lists names no longer shared: {gone}"
+
+
+def test_the_shared_name_check_sees_a_second_service():
+    assert shared_module_names(["core/runs/run_service.py", "core/workers/service.py",
+                                "core/experiments/sweeps/service.py"]) == {
+        "service": ["core/experiments/sweeps/service.py", "core/workers/service.py"]}

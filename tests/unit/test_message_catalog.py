@@ -13,7 +13,7 @@ import pytest
 
 from codefy_jupyter.core.scheduling import memory_ledger as ml
 from codefy_jupyter.core.scheduling.offer_pass import behind, said
-from codefy_jupyter.core.scheduling.records import Run
+from codefy_jupyter.core.scheduling.scheduler_values import Run
 from codefy_jupyter.wire import messages as words
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,8 +26,8 @@ METHODS = ("get", "post", "delete")
 # 503 store_locked / store_unavailable / recovering that `ready` raises itself).
 BOUNDARIES = frozenset({
     "codefy_jupyter.core.store.database.Store.open",
-    "codefy_jupyter.core.runs.service.RunService.start",
-    "codefy_jupyter.core.experiments.service.Experiments.start",
+    "codefy_jupyter.core.runs.run_service.RunService.start",
+    "codefy_jupyter.core.experiments.experiments_service.Experiments.start",
 })
 
 # jupyter-server's own refusals of a route behind its login (`@web.authenticated`, `@authorized`):

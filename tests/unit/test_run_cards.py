@@ -64,9 +64,9 @@ def test_the_worker_side_names_a_workers_cards_from_its_row_while_it_is_away(tmp
     import asyncio
 
     from codefy_jupyter.core.config import Settings
-    from codefy_jupyter.core.runs.service import RunService
+    from codefy_jupyter.core.runs.run_service import RunService
     from codefy_jupyter.core.store.database import Store
-    from codefy_jupyter.core.workers.service import WorkerService
+    from codefy_jupyter.core.workers.worker_service import WorkerService
 
     async def main() -> None:
         store = await Store.open(tmp_path / "db.sqlite")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from codefy_jupyter.agent.frames import message_frame
+from codefy_jupyter.agent.pipe_frames import message_frame
 from codefy_jupyter.wire import protocol as wp
 from codefy_jupyter.wire.protocol import Outbox, ProtocolError, RunFinished, RunInbox, RunReleased
 

@@ -61,8 +61,8 @@ def test_the_run_service_writes_no_ending_the_lifecycle_does_not_allow(tmp_path)
     import asyncio
 
     from codefy_jupyter.core.config import Settings
-    from codefy_jupyter.core.runs.service import RunService
-    from codefy_jupyter.core.workers.service import WorkerService
+    from codefy_jupyter.core.runs.run_service import RunService
+    from codefy_jupyter.core.workers.worker_service import WorkerService
     from codefy_jupyter.core.store.database import Store
     from codefy_jupyter.wire import run_events as ev
 

@@ -17,9 +17,9 @@ from pg_server import connect_raw
 
 from codefy_jupyter.core.config import Settings
 from codefy_jupyter.core.errors import BadRequest
-from codefy_jupyter.core.experiments.studies.service import StudyService
-from codefy_jupyter.core.runs.service import RunService
-from codefy_jupyter.core.workers.service import WorkerService
+from codefy_jupyter.core.experiments.studies.study_service import StudyService
+from codefy_jupyter.core.runs.run_service import RunService
+from codefy_jupyter.core.workers.worker_service import WorkerService
 from codefy_jupyter.core.store.database import Store
 
 

@@ -7,8 +7,8 @@ import asyncio
 
 from codefy_jupyter._version import __version__
 from codefy_jupyter.core.config import Settings
-from codefy_jupyter.core.runs.service import RunService
-from codefy_jupyter.core.workers.service import WorkerService
+from codefy_jupyter.core.runs.run_service import RunService
+from codefy_jupyter.core.workers.worker_service import WorkerService
 from codefy_jupyter.core.store.database import Store
 from codefy_jupyter.core.workers.handshake import Credential
 from codefy_jupyter.wire.protocol import (

@@ -1,8 +1,8 @@
 """What an executor is handed and what it answers: the part of running a run that the run service,
 the worker side and the in-process executor all stand on. `RunSpec` is one run to execute,
 `RunHandle` a started one, `ExecutionOutcome` how a run that executed outside this process ended,
-and `Executor` what every executor offers (core/runs/executors.py `InProcessExecutor`,
-core/workers/executor.py `WorkerExecutor`)."""
+and `Executor` what every executor offers (core/runs/in_process_executor.py `InProcessExecutor`,
+core/workers/worker_executor.py `WorkerExecutor`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The worker side as the run service sees it: what runs/ may ask of worker agents and their runs.
-core/workers/service.py `WorkerService` implements it; the server hands its class to the run
+core/workers/worker_service.py `WorkerService` implements it; the server hands its class to the run
 service (`RunService(..., workers=WorkerService)`), so runs/ and workers/ never import each other.
 The other direction, what the worker side may use of the run service, is core/workers/host.py.
 """
@@ -70,5 +70,5 @@ class WorkerSide(Protocol):
         """Every node type a run of `graph` needs its worker to offer."""
 
 
-# (run host, worker queue) -> the worker side; core/workers/service.py `WorkerService` is one.
+# (run host, worker queue) -> the worker side; core/workers/worker_service.py `WorkerService` is one.
 WorkerSideFactory = Callable[[Any, Any], WorkerSide]

@@ -1,5 +1,5 @@
 """How a run that ran here ends: its final status, closing event and error, decided from what its
-executor returned. Pure; the run service writes what this answers (core/runs/service.py
+executor returned. Pure; the run service writes what this answers (core/runs/run_service.py
 and core/runs/final_writes.py, which asks the lifecycle table first).
 
 An in-process run ends with the engine's `RunResult` (or the exception the engine raised); a worker

@@ -13,7 +13,7 @@ from ..store.database import Store
 from ..contract import lifecycle as rs
 from .event_log import EventLog
 from .reads import RunReads
-from .records import RunBook
+from .run_records import RunBook
 from .tally import RunTally
 from .unwritten import Rows, StorageWatch, UnwrittenEnding
 

@@ -16,7 +16,7 @@ from ..store.database import Store
 from ..contract import lifecycle as rs
 from .cards import RunCards
 from .event_log import EventLog
-from .records import RunBook
+from .run_records import RunBook
 from .summary import add_final_loss
 from .unwritten import StorageWatch
 

@@ -1,6 +1,6 @@
 """What a placed run starts with: its `RunSpec` for this process's executor or for the worker it
 was placed on, its CPU thread budget on that machine, its memory budget on each of its cards the
-worker shares by memory. Decides only; the run service (core/runs/service.py) starts the run."""
+worker shares by memory. Decides only; the run service (core/runs/run_service.py) starts the run."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from ..config import Settings
 from ..contract.execution import RunSpec
 from ..scheduling.limits import Limits
 from ..scheduling.queue import RunQueue
-from ..scheduling.records import Placement
+from ..scheduling.scheduler_values import Placement
 from .recorded import RecordedOutputs
 
 if TYPE_CHECKING:  # a type only (the server hands the class in)
-    from ..workers.service import WorkerService
+    from ..workers.worker_service import WorkerService
 
 
 class StartSpecs:

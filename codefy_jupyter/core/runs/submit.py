@@ -1,6 +1,6 @@
 """What a submit decides before it takes a run id: the request's shape (422), the graph (400), the
 device or worker target (400), what a recording run may record, the lane's session, a worker run's
-files. Writes nothing; RunService (core/runs/service.py) queues and records what this prepared."""
+files. Writes nothing; RunService (core/runs/run_service.py) queues and records what this prepared."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..config import Settings
 from ..errors import BadRequest
 from ..scheduling.device_sets import resolve_run_device
 from ..scheduling.queue import RunQueue
-from ..scheduling.records import Run
+from ..scheduling.scheduler_values import Run
 from ..scheduling.slot_groups import LOCAL
 from ..storage import run_needs
 from . import record_rules

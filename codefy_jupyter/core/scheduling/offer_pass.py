@@ -14,7 +14,7 @@ from codefy_jupyter.core.scheduling import placement as wp
 from codefy_jupyter.core.scheduling import quotas as qt
 from codefy_jupyter.core.scheduling.device_sets import KIND_REQUESTS, Notice
 from codefy_jupyter.core.scheduling.placement import ANY
-from codefy_jupyter.core.scheduling.records import INTERACTIVE, QUEUED, Run
+from codefy_jupyter.core.scheduling.scheduler_values import INTERACTIVE, QUEUED, Run
 from codefy_jupyter.core.scheduling.slot_groups import (
     DISCONNECTED, DRAINING, LOCAL, OFFLINE, Topology, WorkerOffer, slot_name,
 )

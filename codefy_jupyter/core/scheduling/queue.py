@@ -149,7 +149,7 @@ from codefy_jupyter.core.scheduling.limits import (  # noqa: F401  (re-exported)
 )
 from codefy_jupyter.core.scheduling.offer_pass import Held, OfferPass, PassState, behind, hold
 from codefy_jupyter.core.scheduling.placement import ANY, ONE_SHOT, POOLS  # noqa: F401  (re-exported)
-from codefy_jupyter.core.scheduling.records import (  # noqa: F401  (re-exported)
+from codefy_jupyter.core.scheduling.scheduler_values import (  # noqa: F401  (re-exported)
     INTERACTIVE, LANES, QUEUED, Placement, QueueStats, Run, SchedulerStatistics, SlotInfo,
 )
 from codefy_jupyter.core.scheduling.slot_groups import (  # noqa: F401  (re-exported)

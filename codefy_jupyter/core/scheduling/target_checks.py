@@ -11,7 +11,7 @@ from codefy_jupyter.core.scheduling import memory_ledger as ml
 from codefy_jupyter.core.scheduling import placement as wp
 from codefy_jupyter.core.scheduling.device_sets import ResolvedDevice, resolve_run_device, resolve_worker_device
 from codefy_jupyter.core.scheduling.placement import ANY
-from codefy_jupyter.core.scheduling.records import INTERACTIVE, Run
+from codefy_jupyter.core.scheduling.scheduler_values import INTERACTIVE, Run
 from codefy_jupyter.core.scheduling.slot_groups import LOCAL, Topology, WorkerOffer, slot_name
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from ...wire.protocol import INBOX_MAX_FRAMES, should_pause_reading
 from ..contract import lifecycle as rs
 from .host import RunHost
-from .records import WorkerRun, facts_doc
+from .worker_run_record import WorkerRun, facts_doc
 from .registry import WorkerRegistry
 
 log = logging.getLogger("codefy.workers")

@@ -16,7 +16,7 @@ from ..storage.plan import S3, TRANSFER, StoragePlan
 from ..storage.s3 import S3Error, S3Storage
 from ..storage.transfer import InputHashes
 from .handshake import check_graph_types, graph_node_types
-from .records import WorkerRun
+from .worker_run_record import WorkerRun
 from .registry import Worker
 from .s3_credentials import CredentialRefresh
 

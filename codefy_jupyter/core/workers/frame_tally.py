@@ -11,7 +11,7 @@ from ...wire.frames import RunFrame
 from ..telemetry import Counter
 
 if TYPE_CHECKING:
-    from .records import WorkerRun
+    from .worker_run_record import WorkerRun
 
 
 class FrameTally:

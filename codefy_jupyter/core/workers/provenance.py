@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Mapping
 
 from ...wire.provenance import RECORDS_PER_RUN, check_record
-from .records import WorkerRun
+from .worker_run_record import WorkerRun
 
 
 def kept_input(run: WorkerRun, store: Any, facts: Mapping[str, Any]) -> Awaitable[int] | None:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ...wire.frames import Credentials
 from ..storage.s3 import S3Error, S3Storage, refresh_delay
-from .records import WorkerRun
+from .worker_run_record import WorkerRun
 from .registry import WorkerRegistry
 
 log = logging.getLogger("codefy.workers")

@@ -33,7 +33,7 @@ from functools import partial
 from typing import Any, Mapping
 
 from ...errors import ServiceError, SubmitError
-from ...runs.service import RunService
+from ...runs.run_service import RunService
 from ...scheduling.quotas import OWNER_QUEUE_FULL, Reservation
 from ...store import studies as db
 from ..children import study_child_name

@@ -7,9 +7,9 @@ it, so that a study's reconciliation sees every child already retired or adopted
 
 from __future__ import annotations
 
-from ..runs.service import RunService
-from .studies.service import StudyService
-from .sweeps.service import SweepService
+from ..runs.run_service import RunService
+from .studies.study_service import StudyService
+from .sweeps.sweep_service import SweepService
 
 
 class Experiments:

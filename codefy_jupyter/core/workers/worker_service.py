@@ -30,7 +30,7 @@ from .access import check_issue, check_manage
 from .catalog_watch import CatalogWatch
 from .enrollment import Enrollment, Issued
 from ..contract.execution import RunSpec
-from .executor import RESUME, WorkerExecutor, WorkerRunHandle
+from .worker_executor import RESUME, WorkerExecutor, WorkerRunHandle
 from .handshake import (
     Credential, Refused, ServerSide, check_hello, compare_catalogs, graph_node_types, registered_name,
 )

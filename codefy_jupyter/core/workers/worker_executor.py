@@ -13,7 +13,7 @@ event on `run_finished`, by the control plane, as for in-process runs.
 
 Acknowledgement (core/workers/acks.py): an ack is sent only for frames whose every effect is in
 the store; the resume point, `execution_facts.worker_resume`, commits with each batch of the run's
-events. How frames become log events and outcomes: core/workers/frames.py (pure).
+events. How frames become log events and outcomes: core/workers/run_frames.py (pure).
 
 A dropped connection (socket closed, or three heartbeats missed) leaves the worker's runs
 `disconnected` with their slots held (run_warning worker_disconnected). The same worker listing a
@@ -54,10 +54,10 @@ from .acks import Acks
 from .assign import Assigner
 from .frame_bounds import fact_kept
 from .frame_tally import FrameTally
-from .frames import events_of, outcome_of, start_event
+from .run_frames import events_of, outcome_of, start_event
 from .host import RunHost
 from .provenance import kept_input
-from .records import RESUME, WorkerRun, facts_doc
+from .worker_run_record import RESUME, WorkerRun, facts_doc
 from .registry import Worker, WorkerRegistry
 from .s3_credentials import CredentialRefresh
 from .strays import Strays

@@ -10,7 +10,7 @@ from typing import Any
 
 from ....wire.run_options import SEED_MAX
 from ...errors import BadRequest, Conflict, Forbidden, NotFound, SchemaError, ServiceError
-from ...runs.service import RunService
+from ...runs.run_service import RunService
 from ...scheduling.quotas import Reservation
 from ...store import studies as db
 from . import state as st

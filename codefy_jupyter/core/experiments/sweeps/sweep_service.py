@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from ...errors import BadRequest, Conflict, Forbidden, NotFound, ServiceError
 from ...contract import lifecycle as rs
-from ...runs.service import RunService
+from ...runs.run_service import RunService
 from ...runs.submit import VALIDATE_INLINE_ITEMS
 from ...scheduling.quotas import Reservation
 from ...store import sweeps as sweep_store

@@ -1,5 +1,5 @@
 """Executors: where a placed run executes. `InProcessExecutor` runs the engine in a thread of the
-control plane; `WorkerExecutor` (core/workers/executor.py) hands the run to a worker agent. The
+control plane; `WorkerExecutor` (core/workers/worker_executor.py) hands the run to a worker agent. The
 placement decides which: a run with no target, or worker `local`, only ever meets this one.
 
 An in-process run reports raw engine events through `on_event` (called on the caller's loop, hopped

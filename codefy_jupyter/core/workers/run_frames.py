@@ -14,7 +14,7 @@ from ..contract import lifecycle as rs
 from ..contract.execution import ExecutionOutcome
 from .frame_bounds import bounded_error
 from .frame_events import event_of, events_of_report
-from .records import RESUME, WorkerRun
+from .worker_run_record import RESUME, WorkerRun
 
 # Event types only the control plane writes into a run's log.
 CONTROL_PLANE_TYPES = ev.CLOSING | {ev.EXECUTION_START}

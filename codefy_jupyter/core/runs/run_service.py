@@ -15,7 +15,7 @@ by the same scheduler; a placement on a worker starts through the worker side th
 as the `RunHost` of core/workers/host.py and ends each run with an `ExecutionOutcome` filed here like
 an in-process result. A run without a target, or with worker `local`, never reaches that code.
 
-One `RunRecord` a run held here (records.py); how a run ends: endings.py; a previous process's runs at
+One `RunRecord` a run held here (run_records.py); how a run ends: endings.py; a previous process's runs at
 start: recovery.py (adopted instead of retired when a worker run has a resume point).
 """
 
@@ -44,19 +44,19 @@ from ..scheduling.device_sets import SubmitError
 from ..scheduling.limits import build_limits
 from ..scheduling.queue import RunQueue
 from ..scheduling.quotas import Reservation, build_quotas
-from ..scheduling.records import Placement
+from ..scheduling.scheduler_values import Placement
 from ..scheduling.slot_groups import LOCAL, LocalMachine
 from ..store.database import Store
 from . import endings, provenance, recovery, system_sampling
 from .estimates import MemoryEstimates
 from .event_log import EventLog
-from .executors import InProcessExecutor
+from .in_process_executor import InProcessExecutor
 from .final_writes import FinalWrites
 from .listeners import Listeners, RunObserver
 from .peak import in_process_peak
 from .reads import LIST_LIMIT, RunReads
 from .recorded import RecordedOutputs
-from .records import RunBook, RunRecord
+from .run_records import RunBook, RunRecord
 from .requests import secret_fields, strip_secrets
 from .retention import RunRemoval
 from .starts import StartSpecs
@@ -64,7 +64,7 @@ from .submit import Prepared, SubmitChecks
 from .unwritten import StorageWatch
 
 if TYPE_CHECKING:  # a type only (the server hands the class in); route_codes.py follows it
-    from ..workers.service import WorkerService
+    from ..workers.worker_service import WorkerService
 log = logging.getLogger("codefy.runs")
 
 SHUTDOWN_GRACE_S = 5.0
