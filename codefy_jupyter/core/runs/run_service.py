@@ -196,13 +196,17 @@ class RunService:
         return None
 
     async def shutdown(self) -> None:
-        """Graceful stop: waiting runs are retired at once, executing ones get 5 s to stop."""
+        """Graceful stop: running runs get 5 s; waiting ones end now, or stay queued for the next leader."""
         self._closing = True
         self.workers.shutting_down()
-        for run in self.queue.waiting():
+        waiting, hand_over = self.queue.waiting(), self.store.hands_the_queue_over
+        for run in waiting:
             self.queue.cancel(run.run_id)
-            await self._finish_unstarted(run.run_id, rs.INTERRUPTED, "server_shutdown",
-                                         "the server shut down before this run started")
+            if not hand_over:
+                await self._finish_unstarted(run.run_id, rs.INTERRUPTED, "server_shutdown",
+                                             "the server shut down before this run started")
+        if hand_over and waiting:
+            log.info("codefy: %d queued run(s) stay queued for the replica that leads next", len(waiting))
         handles = [r.handle for r in self._runs.all_executing() if r.handle is not None]
         for handle in handles:
             handle.cancel("server shutdown")
@@ -430,8 +434,7 @@ class RunService:
         started = self.workers.start_run(spec)
         self.store.update_run(run_id, status=record.status, started_at=now, worker_id=name,
                               devices=list(spec.devices), queue_key=spec.queue_key,
-                              fingerprint_digest=started.fingerprint,
-                              execution_facts=started.facts
+                              fingerprint_digest=started.fingerprint, execution_facts=started.facts
                               ).add_done_callback(partial(_log_failed_write, f"marking run {run_id} running"))
         handle = record.handle = started.handle
         self.keep(asyncio.get_running_loop().create_task(self._await_run(run_id, handle)))

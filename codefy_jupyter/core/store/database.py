@@ -242,6 +242,14 @@ class Store:
         return self.lease_keeper is not None and self.lease_keeper.lease.took_from is not None
 
     @property
+    def hands_the_queue_over(self) -> bool:
+        """A clean stop leaves waiting runs queued in the database (PostgreSQL): the replica that
+        takes the lease next (`taken_over`) queues them again in their order, as at a kill -9 of the
+        leader; if this replica itself starts again instead, its restart retires them
+        (server_restart). On SQLite there is no other replica: a clean stop retires them itself."""
+        return self.lease_keeper is not None
+
+    @property
     def leading(self) -> bool:
         """This process leads now by its own clock (always on SQLite); see LeaseKeeper.holds."""
         return self.lease_keeper.holds() if self.lease_keeper is not None else True
