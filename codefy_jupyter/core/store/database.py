@@ -36,6 +36,7 @@ from . import workers as store_workers
 from .checkpoints import CheckpointPolicy
 from .ids import select_ids_with_prefix
 from .lease import LEADER, RENEW_EVERY_S, TTL_S, WON, Lease
+from .leadership_view import LeadershipView
 from .pg_lease import LeaseKeeper
 from .migrations import SchemaVersionError
 from .postgres import is_postgres_url
@@ -106,7 +107,7 @@ class StoreStatistics:
 # The store
 
 
-class Store:
+class Store(LeadershipView):
     """Open with `await Store.open(path)`; close with `await store.close()` (or `async with`)."""
 
     def __init__(self, path: Path, writer: WriterThread, reader: ConnectionThread | postgres.ReaderPool, *,
@@ -227,37 +228,6 @@ class Store:
             self._leading.clear()
         if self.on_lease_change is not None:
             self.on_lease_change(change)
-
-    @property
-    def role(self) -> str:
-        """`leader` or `standby` (an SQLite store always leads)."""
-        return self.lease_keeper.lease.role if self.lease_keeper is not None else LEADER
-
-    @property
-    def taken_over(self) -> bool:
-        """This leadership began by taking the lease from another replica (PostgreSQL): the queue
-        passes to this process, so it queues the old leader's waiting runs again instead of
-        retiring them. False on SQLite and for a replica restarted on its own lease (the seed's
-        restart rule: nothing resumes a queue)."""
-        return self.lease_keeper is not None and self.lease_keeper.lease.took_from is not None
-
-    @property
-    def hands_the_queue_over(self) -> bool:
-        """A clean stop leaves waiting runs queued in the database (PostgreSQL): the replica that
-        takes the lease next (`taken_over`) queues them again in their order, as at a kill -9 of the
-        leader; if this replica itself starts again instead, its restart retires them
-        (server_restart). On SQLite there is no other replica: a clean stop retires them itself."""
-        return self.lease_keeper is not None
-
-    @property
-    def leading(self) -> bool:
-        """This process leads now by its own clock (always on SQLite); see LeaseKeeper.holds."""
-        return self.lease_keeper.holds() if self.lease_keeper is not None else True
-
-    @property
-    def leader_url(self) -> str | None:
-        """The URL the leader serves on, as its lease row says (None when unknown)."""
-        return self.lease_keeper.lease.leader_url if self.lease_keeper is not None else None
 
     async def leadership(self) -> None:
         """Return once this store leads (at once on SQLite)."""
