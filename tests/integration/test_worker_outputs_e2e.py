@@ -10,6 +10,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from test_server_runs import call, wait_status
@@ -66,6 +67,25 @@ async def until(test, what: str, timeout: float = 90.0) -> None:
     while not test():
         assert asyncio.get_running_loop().time() < deadline, what
         await asyncio.sleep(0.1)
+
+
+def run_processes(agent: AgentProcess) -> list[psutil.Process]:
+    """The agent's live run processes: forked from its warm process, or spawned as agent.child."""
+    found = []
+    procs = agent.processes()
+    try:
+        warm = {p.pid for p in procs if p.ppid() == agent.proc.pid and "codefy_jupyter.agent.warm" in p.cmdline()}
+    except psutil.NoSuchProcess:
+        return procs  # one went while looking: look again
+    for p in procs:
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if p.ppid() in warm or "codefy_jupyter.agent.child" in p.cmdline():
+                found.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return found
 
 
 def outputs_dir(agent: AgentProcess, run_id: str) -> Path:
@@ -127,6 +147,10 @@ async def test_a_read_the_worker_is_too_slow_for_answers_504_and_the_listing_sti
     agent = agents(name="slow", env={"CODEFY_TEST_OUTPUT_READ_DELAY_S": "30"})
     await until_connected(jp_fetch, agent)
     run_id = await run_recorded(jp_fetch, {"worker": "slow", "devices": ["cpu"]})
+    # Until the run's process has written its files and exited, it answers reads from its copy in
+    # memory (without the slow helper), and the control plane keeps that answer; under load it
+    # outlives its run's end by seconds. The read under test is the first after it has gone.
+    await until(lambda: not run_processes(agent), "the run's process never exited")
     started = asyncio.get_running_loop().time()
     code, body = await outputs(jp_fetch, run_id, "s", "y")
     waited = asyncio.get_running_loop().time() - started
